@@ -1,0 +1,240 @@
+"""Command line: `dataloader serve|worker|db|jobs`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from dataloader.config import Settings, load_settings
+from dataloader.exceptions import ConfigError, DataloaderError
+
+app = typer.Typer(no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False, help="Durable background jobs on PostgreSQL.")
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Enqueue, inspect and cancel jobs.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
+
+log = logging.getLogger("dataloader")
+
+
+def _settings() -> Settings:
+    from dataloader.logger import setup_logging
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        typer.echo(f"dataloader: configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"dataloader: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _print(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+async def _wait_for_signal() -> str:
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[str] = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(signal.Signals(s).name))
+    return await stop
+
+
+@app.callback(invoke_without_command=True)
+def _default(ctx: typer.Context) -> None:
+    """With no command, run the service (as `dataloader serve`)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(serve)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (env DL_HOST, default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (env DL_PORT, default 8000)")] = None,
+) -> None:
+    """Run the HTTP API, the workers of WORKERS_JSON and the reaper in one process."""
+    settings = _settings()
+    from dataloader.api.server import run_server
+
+    code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
+    _exit(code)
+
+
+@app.command()
+def worker(
+    reaper: Annotated[bool, typer.Option("--reaper/--no-reaper", help="Also run the reaper")] = True,
+) -> None:
+    """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
+    settings = _settings()
+    code = asyncio.run(_run_worker(settings, reaper))
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    # A sync pipeline still running in a thread after the shutdown timeout would keep the
+    # interpreter alive forever; its job was already handed back, so leave now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+async def _run_worker(settings: Settings, run_reaper: bool) -> int:
+    from dataloader.context import AppContext
+    from dataloader.workers.manager import WorkerManager
+
+    try:
+        ctx = await AppContext.open(settings)
+    except Exception as exc:
+        log.error("start-up failed: %s", exc)
+        return 1
+    manager = WorkerManager(settings, ctx.dsn, ctx.pool, ctx.registry, run_reaper=run_reaper)
+    try:
+        await manager.start()
+        sig = await _wait_for_signal()
+        log.info("received %s, shutting down", sig)
+        await manager.stop()
+    finally:
+        await ctx.close()
+    return 0
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply migrations (adopting a schema created by hand from the 003 DDL)."""
+    settings = _settings()
+
+    async def run() -> tuple[str | None, str]:
+        from dataloader.context import AppContext
+
+        ctx = await AppContext.open(settings, migrate_schema=False)
+        try:
+            from dataloader.storage import migrate
+
+            return await migrate.upgrade(ctx.dsn)
+        finally:
+            await ctx.close()
+
+    try:
+        before, after = asyncio.run(run())
+    except Exception as exc:
+        _fail(f"migration failed: {exc}")
+    _print({"from_revision": before, "to_revision": after})
+
+
+def _with_context(fn: Any) -> Any:
+    settings = _settings()
+
+    async def run() -> Any:
+        from dataloader.context import AppContext
+
+        ctx = await AppContext.open(settings)
+        try:
+            return await fn(ctx)
+        finally:
+            await ctx.close()
+
+    try:
+        return asyncio.run(run())
+    except DataloaderError as exc:
+        _fail(f"{exc.code}: {exc}")
+
+
+def _job_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a UUID") from None
+
+
+@jobs_app.command("trigger")
+def jobs_trigger(
+    task: Annotated[str, typer.Option(help="Pipeline name, e.g. dl.sleep")],
+    lock_key: Annotated[str, typer.Option(help="Jobs with the same lock_key never run at once")],
+    queue: Annotated[str, typer.Option()] = "default",
+    args: Annotated[str, typer.Option(help="JSON object")] = "{}",
+    idempotency_key: Annotated[str | None, typer.Option()] = None,
+    partition_key: Annotated[str, typer.Option()] = "",
+    priority: Annotated[int, typer.Option(help="Lower runs first")] = 100,
+    available_at: Annotated[str | None, typer.Option(help="RFC 3339 time with timezone")] = None,
+    max_attempts: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Enqueue a job; prints its id and status."""
+    from dataloader.services.jobs import JobRequest, status_view
+
+    try:
+        parsed_args = json.loads(args)
+        req = JobRequest(
+            queue=queue, task=task, lock_key=lock_key, args=parsed_args, idempotency_key=idempotency_key,
+            partition_key=partition_key, priority=priority,
+            available_at=datetime.fromisoformat(available_at) if available_at else None,
+            max_attempts=max_attempts,
+        )
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(str(exc).splitlines()[0] if not isinstance(exc, ValidationError)
+                                 else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                                for e in exc.errors())) from None
+
+    async def run(ctx: Any) -> dict[str, Any]:
+        result = await ctx.jobs.trigger(req, producer="cli")
+        return {**status_view(result.job), "created": result.created}
+
+    _print(_with_context(run))
+
+
+@jobs_app.command("status")
+def jobs_status(job_id: str) -> None:
+    """Show a job's status."""
+    from dataloader.services.jobs import status_view
+
+    jid = _job_id(job_id)
+
+    async def run(ctx: Any) -> dict[str, Any]:
+        return status_view(await ctx.jobs.get(jid))
+
+    _print(_with_context(run))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: str) -> None:
+    """Cancel a job: at once if queued, at its next chunk if running."""
+    from dataloader.services.jobs import status_view
+
+    jid = _job_id(job_id)
+
+    async def run(ctx: Any) -> dict[str, Any]:
+        return status_view(await ctx.jobs.cancel(jid))
+
+    _print(_with_context(run))
+
+
+@jobs_app.command("events")
+def jobs_events(job_id: str) -> None:
+    """Print a job's journal."""
+    jid = _job_id(job_id)
+
+    async def run(ctx: Any) -> list[dict[str, Any]]:
+        return [dict(r) for r in await ctx.jobs.events(jid)]
+
+    _print(_with_context(run))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,123 @@
+"""Settings from the environment (003 §8 names plus our additions).
+
+Every problem is reported as a `ConfigError` naming the variable, so the CLI can exit with one
+clear line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dataloader.exceptions import ConfigError
+
+DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
+
+
+class WorkerConfig(BaseModel):
+    """One entry of WORKERS_JSON: a queue and how many jobs of it run at once in this process."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: str = Field(min_length=1, max_length=200)
+    concurrency: int = Field(ge=1, le=1000)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DL_", extra="ignore", populate_by_name=True)
+
+    db_dsn: str | None = None
+    workers_json: str = Field(default=DEFAULT_WORKERS_JSON, validation_alias="WORKERS_JSON")
+    heartbeat_sec: float = Field(default=10, gt=0)
+    default_lease_ttl_sec: int = Field(default=60, gt=0)
+    reaper_period_sec: float = Field(default=10, gt=0)
+    claim_backoff_sec: float = Field(default=15, ge=0)
+
+    # Additions (not in 003): documented in README.
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("dataloader")) / "pgdata")
+    shutdown_timeout_sec: float = Field(default=30, ge=0)
+    poll_fallback_sec: float = Field(default=10, gt=0)
+    pipeline_modules: str = ""
+    db_pool_extra: int = Field(default=4, ge=1)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    api_token: str | None = None
+    log_level: str = "INFO"
+    log_format: str = "auto"
+    max_args_bytes: int = Field(default=256 * 1024, gt=0)
+    node_name: str = Field(default_factory=lambda: f"{os.uname().nodename}:{os.getpid()}")
+
+    @field_validator("log_format")
+    @classmethod
+    def _check_log_format(cls, value: str) -> str:
+        if value not in ("auto", "json", "console"):
+            raise ValueError("must be one of auto, json, console")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        value = value.upper()
+        if value not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return value
+
+    @cached_property
+    def workers(self) -> list[WorkerConfig]:
+        return parse_workers_json(self.workers_json)
+
+    @cached_property
+    def pipeline_module_names(self) -> list[str]:
+        return [name.strip() for name in self.pipeline_modules.split(",") if name.strip()]
+
+
+def parse_workers_json(raw: str) -> list[WorkerConfig]:
+    """Parse WORKERS_JSON, raising ConfigError with a one-line explanation."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("WORKERS_JSON", f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(data, list):
+        raise ConfigError("WORKERS_JSON", f"must be a JSON list of objects, got {type(data).__name__}")
+    workers: list[WorkerConfig] = []
+    seen: set[str] = set()
+    for index, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ConfigError("WORKERS_JSON", f"item {index} must be an object like "
+                              '{"queue": "q", "concurrency": 1}')
+        try:
+            worker = WorkerConfig.model_validate(item)
+        except ValidationError as exc:
+            raise ConfigError("WORKERS_JSON", f"item {index}: {_first_error(exc)}") from None
+        if worker.queue in seen:
+            raise ConfigError("WORKERS_JSON", f"queue {worker.queue!r} is listed twice")
+        seen.add(worker.queue)
+        workers.append(worker)
+    return workers
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "value"
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {where!r} (allowed: queue, concurrency)"
+    return f"{where}: {err['msg']}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate settings; any problem becomes a ConfigError naming the variable."""
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        env_name = "WORKERS_JSON" if field in ("workers_json", "WORKERS_JSON") else f"DL_{field.upper()}"
+        raise ConfigError(env_name, err["msg"]) from None
+    _ = settings.workers  # validate eagerly so a bad WORKERS_JSON fails at start, not at first use
+    return settings

@@ -1,0 +1,1 @@
+"""Business rules over the storage layer; no HTTP, no SQL text."""

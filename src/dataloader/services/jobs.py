@@ -1,0 +1,166 @@
+"""Jobs: enqueue (idempotent), read, cancel. Used by the HTTP API and the CLI alike."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from dataloader import metrics
+from dataloader.exceptions import (
+    IdempotencyConflict,
+    InvalidJobRequest,
+    JobAlreadyFinished,
+    JobNotFound,
+    UnknownTask,
+)
+from dataloader.storage.repositories import JobRepository, NewJob
+from dataloader.workers.pipelines.registry import PipelineRegistry
+
+FINISHED_STATUSES = frozenset({"succeeded", "failed", "canceled", "lost"})
+PG_INT_MAX = 2**31 - 1
+
+
+class ArgsTooLarge(InvalidJobRequest):
+    code = "args_too_large"
+
+
+class JobRequest(BaseModel):
+    """A request to run `task` on `queue` (003 §5, plus max_attempts and lease_ttl_sec)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+    queue: str = Field(min_length=1, max_length=200, description="Queue the job goes to")
+    task: str = Field(min_length=1, max_length=200, description="Registered pipeline name")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the pipeline (a JSON object)")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
+    lock_key: str = Field(min_length=1, max_length=512, description="Jobs with one lock_key never overlap")
+    partition_key: str = Field(default="", max_length=512)
+    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, description="Lower runs first")
+    available_at: AwareDatetime | None = Field(default=None, description="RFC 3339 with a timezone")
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+
+    @field_validator("queue", "task", "lock_key")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("idempotency_key", "partition_key")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    job: asyncpg.Record
+    created: bool
+
+
+def _has_nul(value: Any) -> bool:
+    # PostgreSQL jsonb cannot store \u0000 in strings.
+    return "\\u0000" in json.dumps(value)
+
+
+class JobService:
+    def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
+                 max_args_bytes: int) -> None:
+        self.repo = repo
+        self.registry = registry
+        self.default_lease_ttl_sec = default_lease_ttl_sec
+        self.max_args_bytes = max_args_bytes
+
+    def to_new_job(self, req: JobRequest, producer: str | None = None) -> NewJob:
+        if req.task not in self.registry:
+            raise UnknownTask(f"unknown task {req.task!r}; registered: {', '.join(self.registry.names())}")
+        encoded = json.dumps(req.args)
+        if len(encoded.encode()) > self.max_args_bytes:
+            raise ArgsTooLarge(f"args are {len(encoded.encode())} bytes; the limit is {self.max_args_bytes}")
+        if _has_nul(req.args):
+            raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
+        return NewJob(
+            queue=req.queue, task=req.task, lock_key=req.lock_key, args=req.args,
+            idempotency_key=req.idempotency_key, partition_key=req.partition_key, priority=req.priority,
+            available_at=req.available_at, max_attempts=req.max_attempts or 5,
+            lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer,
+        )
+
+    async def trigger(self, req: JobRequest, *, producer: str | None = None,
+                      request_id: str | None = None) -> TriggerResult:
+        new_job = self.to_new_job(req, producer)
+        row, created = await self.repo.insert_job(new_job, request_id)
+        if created:
+            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+        else:
+            self._check_same_request(req, row)
+        return TriggerResult(row, created)
+
+    async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None) -> list[uuid.UUID]:
+        """Enqueue many jobs in one statement (no per-job idempotency check of the body)."""
+        jobs = [self.to_new_job(r, producer) for r in reqs]
+        ids = await self.repo.insert_jobs(jobs, producer)
+        for req in reqs:
+            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+        return ids
+
+    @staticmethod
+    def _check_same_request(req: JobRequest, row: asyncpg.Record) -> None:
+        differs = [
+            name for name in ("queue", "task", "args", "lock_key", "partition_key", "priority")
+            if getattr(req, name) != row[name]
+        ]
+        if req.max_attempts is not None and req.max_attempts != row["max_attempts"]:
+            differs.append("max_attempts")
+        if req.lease_ttl_sec is not None and req.lease_ttl_sec != row["lease_ttl_sec"]:
+            differs.append("lease_ttl_sec")
+        if req.available_at is not None and req.available_at != row["available_at"]:
+            differs.append("available_at")
+        if differs:
+            raise IdempotencyConflict(
+                f"idempotency_key {req.idempotency_key!r} already names job {row['job_id']} "
+                f"with a different {', '.join(differs)}"
+            )
+
+    async def get(self, job_id: uuid.UUID) -> asyncpg.Record:
+        row = await self.repo.get_job(job_id)
+        if row is None:
+            raise JobNotFound(f"no job {job_id}")
+        return row
+
+    async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> asyncpg.Record:
+        previous = await self.repo.cancel_job(job_id, request_id)
+        if previous is None:
+            raise JobNotFound(f"no job {job_id}")
+        if previous in FINISHED_STATUSES:
+            raise JobAlreadyFinished(f"job {job_id} already ended as {previous}; nothing to cancel")
+        return await self.get(job_id)
+
+    async def events(self, job_id: uuid.UUID, *, after_event_id: int = 0, limit: int = 1000
+                     ) -> list[asyncpg.Record]:
+        await self.get(job_id)
+        return await self.repo.list_events(job_id, after_event_id, limit)
+
+
+def status_view(row: asyncpg.Record) -> dict[str, Any]:
+    """The 003 §5 status body."""
+    return {
+        "job_id": str(row["job_id"]),
+        "status": row["status"],
+        "attempt": row["attempt"],
+        "started_at": row["started_at"].isoformat() if row["started_at"] else None,
+        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
+        "heartbeat_at": row["heartbeat_at"].isoformat() if row["heartbeat_at"] else None,
+        "error": row["error"],
+        "progress": row["progress"],
+    }

@@ -1,0 +1,1 @@
+"""Storage: connections, migrations and every SQL statement (the only layer that knows SQL)."""

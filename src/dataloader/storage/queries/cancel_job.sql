@@ -1,0 +1,26 @@
+-- Ask a job to stop. A queued job is canceled at once; a running one gets cancel_requested and a
+-- 'dl_cancel' notification so its worker stops at the next chunk. Finished jobs are not touched.
+-- $1 job_id, $2 request id (journal).
+WITH target AS (
+    SELECT job_id, status FROM dl_jobs WHERE job_id = $1 FOR UPDATE
+), changed AS (
+    UPDATE dl_jobs j
+    SET cancel_requested = true,
+        status = CASE WHEN t.status = 'queued' THEN 'canceled' ELSE j.status END::dl_status,
+        finished_at = CASE WHEN t.status = 'queued' THEN now() ELSE j.finished_at END,
+        error = CASE WHEN t.status = 'queued' THEN 'canceled before start' ELSE j.error END
+    FROM target t
+    WHERE j.job_id = t.job_id AND t.status IN ('queued', 'running') AND NOT j.cancel_requested
+    RETURNING j.job_id, j.queue, j.status
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT job_id, queue, CASE WHEN status = 'canceled' THEN 'canceled' ELSE 'cancel_requested' END,
+           jsonb_strip_nulls(jsonb_build_object('request_id', $2::text))
+    FROM changed
+), signal AS (
+    SELECT pg_notify('dl_cancel', job_id::text) FROM changed WHERE status = 'running'
+)
+SELECT t.status::text AS previous_status,
+       (SELECT count(*) FROM changed) AS changed,
+       (SELECT count(*) FROM signal) AS signaled
+FROM target t;

@@ -1,0 +1,1 @@
+SELECT * FROM dl_jobs WHERE job_id = $1;

@@ -1,0 +1,1 @@
+SELECT * FROM dl_jobs WHERE idempotency_key = $1;

@@ -1,0 +1,15 @@
+-- Enqueue one job with its 'queued' journal row. An existing idempotency_key inserts nothing
+-- (the caller then reads the existing job). $1..$12 as in JobRepository.insert_job.
+WITH inserted AS (
+    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
+                         priority, available_at, max_attempts, lease_ttl_sec, producer)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT job_id, queue, 'queued',
+           jsonb_strip_nulls(jsonb_build_object('task', task, 'request_id', $13::text))
+    FROM inserted
+)
+SELECT * FROM inserted;

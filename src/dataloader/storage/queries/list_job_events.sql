@@ -1,0 +1,5 @@
+SELECT event_id, job_id, queue, ts, kind, payload
+FROM dl_job_events
+WHERE job_id = $1 AND event_id > $2
+ORDER BY event_id
+LIMIT $3;

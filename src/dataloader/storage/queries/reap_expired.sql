@@ -1,0 +1,28 @@
+-- Take back running jobs whose lease ran out: queued again, or lost when no attempt is left.
+-- SKIP LOCKED makes concurrent reapers on several replicas split the work instead of repeating it.
+-- $1 batch size.
+WITH expired AS (
+    SELECT job_id
+    FROM dl_jobs
+    WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE dl_jobs j
+    SET status = CASE WHEN j.attempt < j.max_attempts THEN 'queued' ELSE 'lost' END::dl_status,
+        available_at = now(),
+        lease_expires_at = NULL,
+        error = 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')',
+        finished_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE now() END
+    FROM expired e
+    WHERE j.job_id = e.job_id
+    RETURNING j.job_id, j.queue, j.task, j.status, j.attempt
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT job_id, queue,
+           CASE WHEN status = 'queued' THEN 'requeue' ELSE 'lost' END,
+           jsonb_build_object('attempt', attempt, 'reason', 'lease_expired')
+    FROM reaped
+)
+SELECT job_id, queue, task, status::text AS status, attempt FROM reaped;

@@ -1,0 +1,1 @@
+"""The engine: queue workers, the reaper, the notification listener and the pipeline registry."""

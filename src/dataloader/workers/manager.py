@@ -1,0 +1,112 @@
+"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the reaper of one
+process, started together and stopped gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import asyncpg
+
+from dataloader.config import Settings
+from dataloader.storage.repositories import JobRepository
+from dataloader.workers.base import EngineEnv, QueueWorker
+from dataloader.workers.notifier import Notifier
+from dataloader.workers.pipelines.registry import PipelineRegistry
+from dataloader.workers.reaper import Reaper
+
+log = logging.getLogger("dataloader.manager")
+
+FORCED_STOP_GRACE_SEC = 5.0
+
+
+class WorkerManager:
+    def __init__(
+        self,
+        settings: Settings,
+        dsn: str,
+        pool: asyncpg.Pool,
+        registry: PipelineRegistry,
+        *,
+        run_reaper: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.env = EngineEnv(pool=pool, registry=registry, settings=settings,
+                             worker_name=settings.node_name, schedule_wakeup=self._schedule_wakeup)
+        self.workers = {w.queue: QueueWorker(w.queue, w.concurrency, self.env) for w in settings.workers}
+        self.notifier = Notifier(dsn, on_queue=self._on_queue_notified, on_cancel=self._on_cancel,
+                                 on_connected=self._wake_all,
+                                 check_period=max(settings.poll_fallback_sec * 3, 5.0))
+        self.reaper = Reaper(JobRepository(pool), settings.reaper_period_sec) if run_reaper else None
+        self._worker_tasks: list[asyncio.Task[None]] = []
+        self._service_tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self.workers)
+
+    def running_jobs(self) -> list[dict[str, object]]:
+        return [
+            {"job_id": str(a.job.job_id), "queue": a.job.queue, "task": a.job.task, "attempt": a.job.attempt}
+            for w in self.workers.values() for a in w.running.values()
+        ]
+
+    async def start(self) -> None:
+        self._service_tasks.append(asyncio.create_task(self.notifier.run(), name="listener"))
+        if self.reaper is not None:
+            self._service_tasks.append(asyncio.create_task(self.reaper.run(), name="reaper"))
+        for worker in self.workers.values():
+            self._worker_tasks.append(asyncio.create_task(worker.run(), name=f"worker-{worker.queue}"))
+        log.info("workers started", extra={
+            "queues": {w.queue: w.concurrency for w in self.workers.values()},
+            "reaper": self.reaper is not None, "worker_name": self.env.worker_name})
+
+    async def wait_listening(self, timeout: float = 10.0) -> None:
+        await asyncio.wait_for(self.notifier.connected.wait(), timeout)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop the reaper, stop claiming, ask running pipelines to stop at their next chunk, wait
+        up to `timeout`, then interrupt what is left; unfinished jobs go back to the queue."""
+        timeout = self.settings.shutdown_timeout_sec if timeout is None else timeout
+        if self.reaper is not None:
+            self.reaper.stop()
+        running = sum(len(w.running) for w in self.workers.values())
+        log.info("stopping workers", extra={"running_jobs": running, "timeout_sec": timeout})
+        for worker in self.workers.values():
+            await worker.stop_claiming()
+            worker.stop_running("shutdown")
+        pending: set[asyncio.Task[None]] = set(self._worker_tasks)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=timeout)
+        if pending:
+            log.warning("shutdown timeout reached; interrupting running pipelines",
+                        extra={"still_running": [j["job_id"] for j in self.running_jobs()]})
+            for worker in self.workers.values():
+                worker.force_stop()
+            _, pending = await asyncio.wait(pending, timeout=FORCED_STOP_GRACE_SEC)
+        for task in pending:
+            task.cancel()
+        self.notifier.stop()
+        await asyncio.gather(*self._worker_tasks, *self._service_tasks, return_exceptions=True)
+        log.info("workers stopped")
+
+    async def _on_queue_notified(self, queue: str) -> None:
+        worker = self.workers.get(queue)
+        if worker is not None:
+            await worker.notify("notify")
+
+    def _on_cancel(self, job_id: uuid.UUID) -> None:
+        for worker in self.workers.values():
+            attempt = worker.running.get(job_id)
+            if attempt is not None:
+                attempt.request_stop("cancel")
+
+    async def _wake_all(self) -> None:
+        for worker in self.workers.values():
+            await worker.notify("reconnect")
+
+    def _schedule_wakeup(self, queue: str, delay: float) -> None:
+        worker = self.workers.get(queue)
+        if worker is not None:
+            worker.timer.schedule_in(delay)

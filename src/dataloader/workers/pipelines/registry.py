@@ -1,0 +1,117 @@
+"""Pipelines by task name: what runs a job.
+
+A pipeline takes one argument, the `JobContext`, and is one of:
+- an async generator: `yield` between chunks; the worker heartbeats and checks for cancel there;
+- an async function: one chunk; a cancel interrupts it at its next await;
+- a plain function or generator: run in a worker thread (a generator chunk by chunk).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "dataloader.pipelines"
+PipelineKind = Literal["async_gen", "async", "sync_gen", "sync"]
+
+
+def default_backoff(attempt: int) -> float:
+    """003 §6: the n-th failed attempt waits 30·n seconds before the next one."""
+    return 30.0 * attempt
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    func: Callable[..., Any]
+    kind: PipelineKind
+    max_attempts: int | None = None
+    backoff: Callable[[int], float] = default_backoff
+
+
+def _kind_of(func: Callable[..., Any]) -> PipelineKind:
+    if inspect.isasyncgenfunction(func):
+        return "async_gen"
+    if inspect.iscoroutinefunction(func):
+        return "async"
+    if inspect.isgeneratorfunction(func):
+        return "sync_gen"
+    return "sync"
+
+
+class PipelineRegistry:
+    def __init__(self) -> None:
+        self._pipelines: dict[str, Pipeline] = {}
+
+    def register(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        *,
+        max_attempts: int | None = None,
+        backoff: Callable[[int], float] | None = None,
+        replace: bool = False,
+    ) -> Pipeline:
+        if not name or not isinstance(name, str):
+            raise ValueError("pipeline name must be a non-empty string")
+        if not callable(func):
+            raise TypeError(f"pipeline {name!r} must be callable")
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"pipeline {name!r}: max_attempts must be >= 1")
+        existing = self._pipelines.get(name)
+        if existing is not None and existing.func is not func and not replace:
+            raise ValueError(f"pipeline {name!r} is already registered by {existing.func.__module__}")
+        entry = Pipeline(name, func, _kind_of(func), max_attempts, backoff or default_backoff)
+        self._pipelines[name] = entry
+        return entry
+
+    def get(self, name: str) -> Pipeline | None:
+        return self._pipelines.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._pipelines)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pipelines
+
+
+registry = PipelineRegistry()
+
+
+def pipeline(
+    name: str, *, max_attempts: int | None = None, backoff: Callable[[int], float] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the pipeline of task `name`.
+
+    `max_attempts` overrides the job's own limit; `backoff(attempt) -> seconds` the retry delay.
+    """
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        registry.register(name, func, max_attempts=max_attempts, backoff=backoff)
+        return func
+
+    return decorate
+
+
+def load_pipeline_modules(module_names: list[str]) -> None:
+    """Import user modules (DL_PIPELINE_MODULES) and the `dataloader.pipelines` entry points so their
+    @pipeline decorators run. A module that fails to import stops start-up with its name."""
+    import dataloader.workers.pipelines.builtin  # noqa: F401  (registers dl.*)
+
+    for module_name in module_names:
+        try:
+            importlib.import_module(module_name)
+        except Exception as exc:
+            raise ImportError(f"DL_PIPELINE_MODULES: cannot import {module_name!r}: {exc}") from exc
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:
+            raise ImportError(f"entry point {ep.name!r} ({ep.value}): {exc}") from exc
