@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -22,6 +23,8 @@ from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 FINISHED_STATUSES = frozenset({"succeeded", "failed", "canceled", "lost"})
+ALL_STATUSES = FINISHED_STATUSES | {"queued", "running"}
+MAX_LIST_LIMIT = 500
 PG_INT_MAX = 2**31 - 1
 
 
@@ -36,7 +39,8 @@ class JobRequest(BaseModel):
 
     queue: str = Field(min_length=1, max_length=200, description="Queue the job goes to")
     task: str = Field(min_length=1, max_length=200, description="Registered pipeline name")
-    args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the pipeline (a JSON object)")
+    args: dict[str, Any] = Field(default_factory=dict,
+                                 description="Arguments for the pipeline (a JSON object)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
     lock_key: str = Field(min_length=1, max_length=512, description="Jobs with one lock_key never overlap")
     partition_key: str = Field(default="", max_length=512)
@@ -66,6 +70,14 @@ class JobRequest(BaseModel):
 class TriggerResult:
     job: asyncpg.Record
     created: bool
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a job listing; `next_before` is None on the last page."""
+
+    jobs: list[asyncpg.Record]
+    next_before: tuple[datetime, uuid.UUID] | None
 
 
 def _has_nul(value: Any) -> bool:
@@ -150,6 +162,34 @@ class JobService:
                      ) -> list[asyncpg.Record]:
         await self.get(job_id)
         return await self.repo.list_events(job_id, after_event_id, limit)
+
+    async def list(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: list[str] | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        before: tuple[datetime, uuid.UUID] | None = None,
+        limit: int = 100,
+    ) -> JobPage:
+        """Jobs newest first, `limit` at a time; pass the page's `next_before` to get the next one."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        unknown = sorted(set(statuses or ()) - ALL_STATUSES)
+        if unknown:
+            raise InvalidJobRequest(
+                f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(ALL_STATUSES))}")
+        # One row more than asked tells whether another page exists without a count(*).
+        rows = await self.repo.list_jobs(
+            queue=queue, task=task, statuses=statuses, created_from=created_from, created_to=created_to,
+            before=before, limit=limit + 1,
+        )
+        if len(rows) <= limit:
+            return JobPage(rows, None)
+        last = rows[limit - 1]
+        return JobPage(rows[:limit], (last["created_at"], last["job_id"]))
 
 
 def status_view(row: asyncpg.Record) -> dict[str, Any]:

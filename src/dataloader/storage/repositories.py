@@ -115,6 +115,31 @@ class JobRepository:
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))
 
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: list[str] | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        before: tuple[datetime, uuid.UUID] | None = None,
+        limit: int = 100,
+    ) -> list[asyncpg.Record]:
+        """Jobs newest first; `before` is the (created_at, job_id) of the previous page's last row."""
+        before_at, before_id = before if before is not None else (None, None)
+        return await self.pool.fetch(
+            sql("list_jobs"), queue, task, statuses or None, created_from, created_to,
+            before_at, before_id, limit,
+        )
+
+    async def schema_revision(self) -> str | None:
+        """The migration revision of the database, or None when it was never migrated."""
+        try:
+            return await self.pool.fetchval(sql("schema_revision"))
+        except asyncpg.exceptions.UndefinedTableError:
+            return None
+
 
 class AttemptConnection:
     """The statements of one attempt, on the connection that holds its advisory lock."""
