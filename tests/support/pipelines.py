@@ -92,3 +92,9 @@ def sync_chunks(ctx: JobContext):
 async def async_sleep(ctx: JobContext) -> None:
     """A plain coroutine (no chunks)."""
     await asyncio.sleep(float(ctx.args.get("seconds", 1)))
+
+
+@pipeline("test.sync_stuck")
+def sync_stuck(ctx: JobContext) -> None:
+    """A plain function that ignores stop requests (a badly behaved sync pipeline)."""
+    time.sleep(float(ctx.args.get("seconds", 5)))

@@ -168,6 +168,12 @@ class AttemptConnection:
         row = await self.conn.fetchrow(sql("set_progress"), job_id, attempt, progress)
         return None if row is None else row["cancel_requested"]
 
+    async def lock_holders(self, job_id: uuid.UUID, lock_key: str) -> tuple[int, bool]:
+        """After a failed lock: (running jobs holding the key, whether the lock is ours now)."""
+        row = await self.conn.fetchrow(sql("lock_holders"), job_id, lock_key)
+        assert row is not None
+        return row["running_holders"], row["locked_now"]
+
     async def relock(self, job_id: uuid.UUID, attempt: int, lock_key: str) -> bool | None:
         """Retake the lock after a reconnect. None: fenced off; False: someone else holds the key."""
         row = await self.conn.fetchrow(sql("relock_job"), job_id, attempt, lock_key)
@@ -186,11 +192,10 @@ class AttemptConnection:
         max_attempts: int | None = None,
         delay_sec: float = 0.0,
         reason: str | None = None,
-        wait_for_holder: bool = False,
     ) -> FinishResult:
         row = await self.conn.fetchrow(
             sql("finish_job"), job_id, attempt, outcome, error, fatal, max_attempts, float(delay_sec),
-            reason, lock_key, unlock, wait_for_holder,
+            reason, lock_key, unlock,
         )
         assert row is not None
         return FinishResult(status=row["status"], available_at=row["available_at"],

@@ -87,14 +87,8 @@ class Attempt:
                 await self._release_connection()
 
     async def _run(self) -> None:
-        job, settings = self.job, self.env.settings
-        if not job.locked:
-            result = await self._finish("release", reason="lock_busy", delay_sec=settings.claim_backoff_sec,
-                                        wait_for_holder=True)
-            self._count("lock_busy")
-            self.log.info("lock_key busy, job backed off",
-                          extra={"lock_key": job.lock_key, "available_at": str(result.available_at)})
-            self._schedule_retry(result)
+        job = self.job
+        if not job.locked and not await self._settle_lock_busy():
             return
 
         pipeline = self.env.registry.get(job.task)
@@ -128,6 +122,27 @@ class Attempt:
         elapsed = time.perf_counter() - started
         metrics.JOB_RUN_SECONDS.labels(job.queue, job.task).observe(elapsed)
         await self._conclude(pipeline, self._pipeline_task, elapsed)
+
+    async def _settle_lock_busy(self) -> bool:
+        """The claim lost the race for the lock_key. Returns True if the lock is ours after all;
+        otherwise the job is back in the queue (attempt not counted)."""
+        job, settings = self.job, self.env.settings
+        async with self._conn_lock:
+            conn = await self._connection()
+            running_holders, locked_now = await AttemptConnection(conn).lock_holders(job.job_id, job.lock_key)
+        if locked_now:
+            self._holds_lock = True
+            return True
+        # A running holder's finish wakes this job; only a stray holder (a fenced-off pipeline
+        # still winding down) earns the full DL_CLAIM_BACKOFF_SEC.
+        delay = 0.0 if running_holders else settings.claim_backoff_sec
+        result = await self._finish("release", reason="lock_busy", delay_sec=delay)
+        self._count("lock_busy")
+        self.log.info("lock_key busy, job put back", extra={
+            "lock_key": job.lock_key, "running_holders": running_holders, "retry_in_sec": delay})
+        if delay:
+            self._schedule_retry(result, delay)
+        return False
 
     async def _conclude(self, pipeline: Pipeline, task: asyncio.Task[Any], elapsed: float) -> None:
         job = self.job

@@ -3,8 +3,7 @@
 -- $1 job_id, $2 attempt, $3 outcome ('succeeded'|'canceled'|'error'|'release'),
 -- $4 error text, $5 fatal (no retry), $6 max_attempts override (NULL = the row's),
 -- $7 delay seconds before the job may run again (retry/release),
--- $8 release reason (journal), $9 lock_key, $10 unlock the advisory lock of $9 on this connection,
--- $11 hold the release back while another job with the same lock_key runs (lock-busy case).
+-- $8 release reason (journal), $9 lock_key, $10 unlock the advisory lock of $9 on this connection.
 WITH target AS (
     SELECT j.job_id, j.lock_key,
            CASE
@@ -14,16 +13,10 @@ WITH target AS (
                WHEN NOT $5 AND j.attempt < COALESCE($6::int, j.max_attempts) THEN 'queued'
                ELSE 'failed'
            END::dl_status AS new_status,
-           CASE
-               WHEN $11 AND EXISTS (
-                   SELECT 1 FROM dl_jobs r
-                   WHERE r.lock_key = j.lock_key AND r.status = 'running' AND r.job_id <> j.job_id
-               ) THEN 0
-               ELSE $7::float8
-           END AS delay_sec
+           $7::float8 AS delay_sec
     FROM dl_jobs j
     WHERE j.job_id = $1 AND j.status = 'running' AND j.attempt = $2
-    FOR UPDATE
+    FOR UPDATE OF j
 ), ended AS (
     UPDATE dl_jobs j
     SET status = t.new_status,

@@ -1,0 +1,155 @@
+import asyncio
+import datetime as dt
+import itertools
+
+from dataloader.storage.repositories import AttemptConnection
+from tests.conftest import wait_until
+from tests.support.engine import enqueue, event_kinds, job_row, running_engine
+
+
+async def _claim(pool, queue="default"):
+    conn = await pool.acquire()
+    try:
+        job = await AttemptConnection(conn).claim(queue, "test")
+        if job is not None and job.locked:
+            await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", job.lock_key)
+        return job
+    finally:
+        await pool.release(conn)
+
+
+async def test_claim_takes_lowest_priority_then_oldest(db):
+    late_low = await enqueue(db, priority=50)
+    high = await enqueue(db, priority=200)
+    first_mid = await enqueue(db, priority=100)
+    second_mid = await enqueue(db, priority=100)
+    order = [(await _claim(db)).job_id for _ in range(4)]
+    assert order == [late_low, first_mid, second_mid, high]
+    assert await _claim(db) is None
+
+
+async def test_claim_ignores_other_queues_and_future_jobs(db):
+    await enqueue(db, queue="other")
+    await enqueue(db, available_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    assert await _claim(db) is None
+
+
+async def test_claim_marks_running_and_journals_pick(db):
+    job_id = await enqueue(db)
+    job = await _claim(db)
+    assert job.job_id == job_id and job.attempt == 1 and job.locked
+    row = await job_row(db, job_id)
+    assert row["status"] == "running" and row["lease_expires_at"] is not None
+    assert await event_kinds(db, job_id) == ["queued", "picked"]
+
+
+async def test_claim_skips_jobs_whose_lock_key_is_running(db):
+    first = await enqueue(db, lock_key="k")
+    await enqueue(db, lock_key="k")
+    assert (await _claim(db)).job_id == first
+    assert await _claim(db) is None  # the second waits; it is not claimed and backed off
+
+
+async def test_delayed_job_starts_on_time_and_not_before(dsn, db):
+    async with running_engine(dsn, db):
+        available_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
+        job_id = await enqueue(db, available_at=available_at)
+        row = await wait_until(lambda: _succeeded(db, job_id), timeout=10)
+    assert row["started_at"] >= available_at
+    late = (row["started_at"] - available_at).total_seconds()
+    assert late < 1.0, f"started {late:.3f}s after available_at"
+
+
+async def _succeeded(db, job_id):
+    row = await job_row(db, job_id)
+    return row if row["status"] == "succeeded" else None
+
+
+async def test_lock_busy_job_backs_off_without_burning_an_attempt(dsn, db):
+    # Someone (e.g. a fenced-off worker whose pipeline is still running) holds the key's lock.
+    holder = await db.acquire()
+    await holder.execute("SELECT pg_advisory_lock(hashtext('busy'))")
+    try:
+        async with running_engine(dsn, db, claim_backoff_sec=0.5):
+            job_id = await enqueue(db, lock_key="busy")
+            await wait_until(lambda: _has_event(db, job_id, "requeue"), timeout=5)
+            row = await job_row(db, job_id)
+            assert row["status"] == "queued" and row["attempt"] == 0
+            payload = await db.fetchval("SELECT payload FROM dl_job_events WHERE job_id=$1 AND kind='requeue' "
+                                        "ORDER BY event_id LIMIT 1", job_id)
+            assert payload["reason"] == "lock_busy"
+            await holder.execute("SELECT pg_advisory_unlock(hashtext('busy'))")
+            row = await wait_until(lambda: _succeeded(db, job_id), timeout=5)
+            assert row["attempt"] == 1
+    finally:
+        await db.release(holder)
+
+
+async def _has_event(db, job_id, kind):
+    return kind in await event_kinds(db, job_id)
+
+
+async def test_same_lock_key_in_one_process_runs_one_at_a_time_and_hands_off_fast(dsn, db):
+    async with running_engine(dsn, db, queues={"default": 4}):
+        ids = [await enqueue(db, "test.recorded_sleep", lock_key="serial",
+                             args={"dsn": dsn, "seconds": 0.2, "chunks": 2}) for _ in range(4)]
+        for job_id in ids:
+            await wait_until(lambda j=job_id: _succeeded(db, j), timeout=15)
+    runs = await db.fetch("SELECT started_at, ended_at FROM test_runs ORDER BY started_at")
+    assert len(runs) == 4
+    for prev, nxt in itertools.pairwise(runs):
+        assert nxt["started_at"] >= prev["ended_at"], "two jobs with one lock_key overlapped"
+        assert (nxt["started_at"] - prev["ended_at"]).total_seconds() < 1.0
+
+
+async def test_waiter_on_another_queue_is_woken_when_the_key_frees(dsn, db):
+    async with running_engine(dsn, db, queues={"a": 1, "b": 1}):
+        first = await enqueue(db, "dl.sleep", queue="a", lock_key="shared", args={"seconds": 0.5, "chunks": 2})
+        await wait_until(lambda: _status_is(db, first, "running"))
+        second = await enqueue(db, "dl.noop", queue="b", lock_key="shared")
+        row1 = await wait_until(lambda: _succeeded(db, first), timeout=10)
+        row2 = await wait_until(lambda: _succeeded(db, second), timeout=10)
+    assert row2["started_at"] >= row1["finished_at"]
+    assert (row2["started_at"] - row1["finished_at"]).total_seconds() < 1.0
+
+
+async def _status_is(db, job_id, status):
+    return (await job_row(db, job_id))["status"] == status
+
+
+async def test_many_jobs_fan_out_over_slots(dsn, db):
+    async with running_engine(dsn, db, queues={"default": 4}):
+        ids = [await enqueue(db, "dl.sleep", args={"seconds": 0.4, "chunks": 1}) for _ in range(8)]
+        started = asyncio.get_running_loop().time()
+        for job_id in ids:
+            await wait_until(lambda j=job_id: _succeeded(db, j), timeout=10)
+        elapsed = asyncio.get_running_loop().time() - started
+    # 8 jobs x 0.4 s on 4 slots: about 0.8 s if they really run in parallel, 3.2 s if serial.
+    assert elapsed < 2.5
+
+
+async def test_lock_race_with_an_uncommitted_claim_is_seen_as_a_running_holder(db):
+    """The claim takes the advisory lock inside its statement, before its commit. A loser of that
+    race must wait for the commit and see a running holder (re-queue at once), not a stray lock
+    (which would earn it the full 15 s backoff)."""
+    holder_job = await enqueue(db, lock_key="race")
+    loser_job = await enqueue(db, lock_key="race")
+    holder = await db.acquire()
+    loser = await db.acquire()
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("UPDATE dl_jobs SET status='running', attempt=1 WHERE job_id=$1", holder_job)
+        await holder.execute("SELECT pg_advisory_lock(hashtext('race'))")
+        pending = asyncio.ensure_future(AttemptConnection(loser).lock_holders(loser_job, "race"))
+        loser_pid = loser.get_server_pid()
+        await wait_until(lambda: db.fetchval(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid=$1", loser_pid), timeout=5)
+        assert not pending.done()
+        await tx.commit()
+        running_holders, locked_now = await asyncio.wait_for(pending, 5)
+        assert (running_holders, locked_now) == (1, False)
+    finally:
+        await holder.execute("SELECT pg_advisory_unlock_all()")
+        await db.release(holder)
+        await db.release(loser)
