@@ -111,3 +111,19 @@ async def _log_pipeline_stopped(db, job_id):
         return got
     finally:
         await db.release(conn)
+
+
+async def test_reaper_cancels_an_expired_job_whose_cancel_was_requested(db):
+    job_id = await enqueue(db)
+    conn = await db.acquire()
+    try:
+        await AttemptConnection(conn).claim("default", "crashed-worker")
+        await db.execute("UPDATE dl_jobs SET cancel_requested = true WHERE job_id=$1", job_id)
+        await _expire(db, job_id)
+        await Reaper(JobRepository(db), period=1).tick()
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock_all()")
+        await db.release(conn)
+    row = await job_row(db, job_id)
+    assert row["status"] == "canceled" and row["finished_at"] is not None
+    assert (await event_kinds(db, job_id))[-1] == "canceled"

@@ -153,3 +153,13 @@ async def test_concurrent_idempotent_enqueues_make_one_job(db):
     results = await asyncio.gather(*(service.trigger(req) for _ in range(10)))
     assert len({r.job["job_id"] for r in results}) == 1
     assert sum(r.created for r in results) == 1
+
+
+async def test_a_job_failing_after_cancel_was_requested_is_canceled_not_retried(dsn, db):
+    async with running_engine(dsn, db, heartbeat_sec=0.1):
+        job_id = await enqueue(db, "test.sync_fail_slow", args={"seconds": 0.5})
+        await wait_until(lambda: _status(db, job_id, "running"))
+        # the sync pipeline ignores the stop flag and then fails: its error must not turn into a retry
+        await db.execute("UPDATE dl_jobs SET cancel_requested = true WHERE job_id=$1", job_id)
+        row = await wait_until(lambda: _ended(db, job_id), timeout=10)
+    assert (row["status"], row["attempt"]) == ("canceled", 1)

@@ -98,3 +98,10 @@ async def async_sleep(ctx: JobContext) -> None:
 def sync_stuck(ctx: JobContext) -> None:
     """A plain function that ignores stop requests (a badly behaved sync pipeline)."""
     time.sleep(float(ctx.args.get("seconds", 5)))
+
+
+@pipeline("test.sync_fail_slow")
+def sync_fail_slow(ctx: JobContext) -> None:
+    """Ignores stop requests, then fails (retryable)."""
+    time.sleep(float(ctx.args.get("seconds", 0.5)))
+    raise RuntimeError("failed after a while")

@@ -9,6 +9,8 @@ WITH target AS (
            CASE
                WHEN $3 = 'succeeded' THEN 'succeeded'
                WHEN $3 = 'canceled' THEN 'canceled'
+               -- a cancel asked for while it ran wins over a retry or a hand-back
+               WHEN j.cancel_requested THEN 'canceled'
                WHEN $3 = 'release' THEN 'queued'
                WHEN NOT $5 AND j.attempt < COALESCE($6::int, j.max_attempts) THEN 'queued'
                ELSE 'failed'
@@ -25,7 +27,10 @@ WITH target AS (
         available_at = CASE WHEN t.new_status = 'queued'
                             THEN now() + make_interval(secs => t.delay_sec)
                             ELSE now() END,
-        error = CASE WHEN $3 = 'succeeded' THEN NULL WHEN $3 IN ('error', 'canceled') THEN $4 ELSE j.error END,
+        error = CASE WHEN $3 = 'succeeded' THEN NULL
+                     WHEN $3 IN ('error', 'canceled') THEN $4
+                     WHEN t.new_status = 'canceled' THEN 'canceled by request'
+                     ELSE j.error END,
         lease_expires_at = NULL,
         finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
     FROM target t

@@ -10,18 +10,20 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE dl_jobs j
-    SET status = CASE WHEN j.attempt < j.max_attempts THEN 'queued' ELSE 'lost' END::dl_status,
+    SET status = CASE WHEN j.cancel_requested THEN 'canceled'
+                      WHEN j.attempt < j.max_attempts THEN 'queued'
+                      ELSE 'lost' END::dl_status,
         available_at = now(),
         lease_expires_at = NULL,
         error = 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')',
-        finished_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE now() END
+        finished_at = CASE WHEN j.attempt < j.max_attempts AND NOT j.cancel_requested THEN NULL ELSE now() END
     FROM expired e
     WHERE j.job_id = e.job_id
     RETURNING j.job_id, j.queue, j.task, j.status, j.attempt
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue,
-           CASE WHEN status = 'queued' THEN 'requeue' ELSE 'lost' END,
+           CASE WHEN status = 'queued' THEN 'requeue' ELSE status::text END,
            jsonb_build_object('attempt', attempt, 'reason', 'lease_expired')
     FROM reaped
 )
