@@ -48,3 +48,13 @@ WAKEUPS = Counter(
 )
 RUNNING_JOBS = Gauge("dl_running_jobs", "Attempts running in this process", ["queue"])
 DB_RECONNECTS = Counter("dl_db_reconnects_total", "Database connection losses recovered", ["component"])
+
+# HTTP face (api/middleware.py). `route` is the route template (/api/v1/jobs/{job_id}/status), never
+# the raw path, so job ids do not multiply the series; unmatched paths share route="unmatched".
+HTTP_REQUESTS = Counter(
+    "dl_http_requests_total", "HTTP requests by method, route template and status code",
+    ["method", "route", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "dl_http_request_duration_seconds", "HTTP request handling time", ["method", "route"], buckets=_FAST
+)

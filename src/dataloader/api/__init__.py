@@ -1,0 +1,87 @@
+"""The FastAPI application: routes (v1, os_router, metric_router), middleware, error handlers, and
+the lifespan that opens the AppContext and runs the WorkerManager next to the HTTP server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+import dataloader
+from dataloader.api import metric_router, os_router
+from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
+from dataloader.api.runtime import Runtime
+from dataloader.api.v1.exceptions import install_exception_handlers
+from dataloader.api.v1.router import router as v1_router
+from dataloader.config import Settings
+
+if TYPE_CHECKING:
+    from dataloader.context import AppContext
+    from dataloader.workers.manager import WorkerManager
+
+log = logging.getLogger("dataloader.api")
+
+# Room for the other fields of a trigger body and for JSON that is pretty-printed or escaped
+# differently from how the service measures args.
+BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+def register_routers(app: FastAPI) -> None:
+    app.include_router(v1_router)
+    app.include_router(os_router.router)
+    app.include_router(metric_router.router)
+
+
+def create_app(settings: Settings, *, context: AppContext | None = None,
+               manager: WorkerManager | None = None) -> FastAPI:
+    """Build the app.
+
+    Without `context`, the app owns its resources: start-up opens the AppContext (the embedded
+    PostgreSQL when DL_DB_DSN is unset) and starts a WorkerManager for WORKERS_JSON; shutdown stops
+    the workers (draining running jobs up to DL_SHUTDOWN_TIMEOUT_SEC) and then closes the context.
+    With `context` (tests, embedding), the app uses it and the given `manager` (None: this process
+    runs no workers) and leaves opening and closing them to the caller.
+    """
+    runtime = Runtime(settings=settings, context=context, manager=manager)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if context is not None:
+            yield
+            return
+        from dataloader.context import AppContext
+        from dataloader.workers.manager import WorkerManager
+
+        ctx = await AppContext.open(settings)
+        try:
+            workers = WorkerManager(settings, ctx.dsn, ctx.pool, ctx.registry)
+            await workers.start()
+            runtime.context, runtime.manager = ctx, workers
+            log.info("service ready", extra={"node": settings.node_name,
+                                             "queues": [w.queue for w in settings.workers]})
+            try:
+                yield
+            finally:
+                log.info("shutting down: draining workers")
+                await workers.stop()
+        finally:
+            runtime.context = runtime.manager = None
+            await ctx.close()
+
+    app = FastAPI(
+        title="dataloader",
+        version=dataloader.__version__,
+        description="Durable background jobs on PostgreSQL. See docs/http-api.md.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    install_exception_handlers(app)
+    register_routers(app)
+    # Added last = outermost: the request id must be set before anything else logs.
+    app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
+                       max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES)
+    app.add_middleware(RequestContextMiddleware)
+    return app

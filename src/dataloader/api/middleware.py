@@ -1,0 +1,167 @@
+"""HTTP middleware (pure ASGI, so context variables set here reach the route and its log lines).
+
+`RequestContextMiddleware` (outermost): request id (X-Request-ID in, or a new one; echoed back),
+one access log line and the HTTP metrics per request, and the last-resort handler that turns an
+unexpected exception into a logged 500 JSON body.
+
+`ApiGuardMiddleware` (for /api/ only): the bearer token when DL_API_TOKEN is set, and the raw body
+size limit, both before the body is read or parsed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from urllib.parse import parse_qsl
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dataloader import metrics
+from dataloader.api.runtime import token_matches, unauthorized
+from dataloader.api.v1.exceptions import error_response
+from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.utils import safe_text
+from dataloader.logger.context_vars import request_id_var
+from dataloader.logger.utils import mask
+from dataloader.storage.db import is_connection_error
+
+access_log = logging.getLogger("dataloader.access")
+log = logging.getLogger("dataloader.api")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+# A caller's id is kept only if it is short and plain: it goes into every log line and the journal.
+_GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
+
+
+def request_id_from(headers: Headers) -> str:
+    given = headers.get(REQUEST_ID_HEADER)
+    if given and _GOOD_REQUEST_ID.match(given):
+        return given
+    return uuid.uuid4().hex
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_from(Headers(scope=scope))
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 500
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER.lower().encode(), request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if is_connection_error(exc):
+                log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
+                response = error_response(ErrorCode.database_unavailable,
+                                          "the database cannot be reached right now; retry later")
+            else:
+                log.exception("unhandled error while serving a request")
+                response = error_response(ErrorCode.internal_error,
+                                          f"internal error; quote request id {request_id} when reporting it")
+            if not response_started:
+                await response(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            route_path = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            metrics.HTTP_REQUESTS.labels(method, route_path, str(status)).inc()
+            metrics.HTTP_SECONDS.labels(method, route_path).observe(elapsed)
+            self._log_access(scope, status, elapsed, route_path)
+            request_id_var.reset(token)
+
+    @staticmethod
+    def _log_access(scope: Scope, status: int, elapsed: float, route: str) -> None:
+        path = scope.get("path", "")
+        extra: dict[str, object] = {
+            "method": scope.get("method"), "path": safe_text(path, 500), "route": route,
+            "status": status, "duration_ms": round(elapsed * 1000, 2),
+        }
+        client = scope.get("client")
+        if client:
+            extra["client"] = client[0]
+        query = scope.get("query_string", b"")
+        if query:
+            # Masked like any logged field: a token passed as ?token=... must not reach the log.
+            extra["query"] = mask(dict(parse_qsl(query.decode("latin-1"))))
+        level = logging.ERROR if status >= 500 else logging.INFO
+        access_log.log(level, "%s %s %s", scope.get("method"), safe_text(path, 500), status, extra=extra)
+
+
+class ApiGuardMiddleware:
+    def __init__(self, app: ASGIApp, *, api_token: Callable[[], str | None], max_body_bytes: int,
+                 prefix: str = "/api/") -> None:
+        self.app = app
+        self.api_token = api_token
+        self.max_body_bytes = max_body_bytes
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        expected = self.api_token()
+        if expected and not token_matches(expected, headers.get("authorization")):
+            exc = unauthorized()
+            await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
+            return
+        length = headers.get("content-length")
+        if length is not None:
+            # The server enforces Content-Length, so a declared size within bounds is a real bound.
+            if not length.isdigit() or int(length) > self.max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        # Chunked upload: read it here, up to the limit, then hand the app the buffered body.
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            ErrorCode.request_too_large,
+            f"request body is larger than {self.max_body_bytes} bytes (see DL_MAX_ARGS_BYTES)",
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,79 @@
+"""What the routes of one app share: settings, the AppContext, this process's WorkerManager, and the
+dependencies that hand them to a request (plus the optional bearer-token check)."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from dataloader.api.v1.exceptions import ApiError
+from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.service import ApiJobService
+from dataloader.config import Settings
+
+if TYPE_CHECKING:
+    from dataloader.context import AppContext
+    from dataloader.workers.manager import WorkerManager
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    context: AppContext | None = None
+    manager: WorkerManager | None = None
+
+    @property
+    def served_queues(self) -> frozenset[str]:
+        return frozenset(self.manager.queues) if self.manager is not None else frozenset()
+
+    def require_context(self) -> AppContext:
+        if self.context is None:  # only between process start and the end of start-up
+            raise ApiError(ErrorCode.database_unavailable, "the service is still starting")
+        return self.context
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def get_job_api(runtime: Runtime = Depends(get_runtime)) -> ApiJobService:
+    return ApiJobService(runtime.require_context().jobs, runtime.served_queues)
+
+
+def token_matches(expected: str, header_value: str | None) -> bool:
+    """True when `header_value` is `Bearer <expected>`; constant-time in the token."""
+    if not header_value:
+        return False
+    scheme, _, token = header_value.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # Starlette decodes header bytes as latin-1; encoding back gives the bytes the client sent,
+    # which for a non-ASCII token are its UTF-8. (compare_digest also refuses non-ASCII str.)
+    try:
+        sent = token.strip().encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(sent, expected.encode("utf-8"))
+
+
+_bearer = HTTPBearer(auto_error=False, description="Needed when DL_API_TOKEN is set")
+
+
+async def require_token(
+    request: Request,
+    _credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+) -> None:
+    """Declares the bearer scheme in OpenAPI and re-checks it. The middleware checks it first,
+    before the body is read, so an unauthenticated caller learns nothing from validation errors."""
+    expected = get_runtime(request).settings.api_token
+    if expected and not token_matches(expected, request.headers.get("authorization")):
+        raise unauthorized()
+
+
+def unauthorized() -> ApiError:
+    return ApiError(ErrorCode.unauthorized, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                    headers={"WWW-Authenticate": "Bearer"})

@@ -1,0 +1,50 @@
+"""`dataloader serve`: uvicorn with the app, the workers and the reaper in one process."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+
+import uvicorn
+
+from dataloader.api import create_app
+from dataloader.config import Settings
+from dataloader.logger.uvicorn_logging_config import uvicorn_log_config
+
+log = logging.getLogger("dataloader")
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
+def run_server(settings: Settings, *, host: str, port: int) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown)."""
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        lifespan="on",
+        # Our middleware writes the one access line per request, through our formatter.
+        access_log=False,
+        log_config=uvicorn_log_config(settings.log_level, settings.log_format),
+        # Open connections get this long to finish; then the lifespan drains the workers.
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout_sec)),
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal it caught once it has shut down, so that the default action
+    # kills the process; with these no-op handlers in place the re-raise is harmless and a
+    # graceful SIGTERM ends with exit code 0.
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn exits this way when start-up or binding fails
+        code = exc.code if isinstance(exc.code, int) else 1
+        log.error("server did not start", extra={"exit_code": code})
+        return code or 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if server.started else 1

@@ -1,0 +1,125 @@
+"""Errors as HTTP responses: every failure is `{"error": code, "detail": text}` with a fitting status.
+
+Handlers are installed on the whole app (the infrastructure routes share the format). A body that
+fails validation never reaches the service, so it writes nothing; a database that cannot be reached
+is a 503, never a 500. Anything else unexpected is caught by the middleware (see middleware.py) and
+becomes a logged 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
+from dataloader.api.v1.schemas import ErrorResponse
+from dataloader.api.v1.utils import safe_text
+from dataloader.exceptions import DataloaderError
+from dataloader.storage.db import CONNECTION_ERRORS
+
+log = logging.getLogger("dataloader.api")
+
+
+class ApiError(DataloaderError):
+    """An error raised by the HTTP layer itself (the service's errors subclass DataloaderError too)."""
+
+    def __init__(self, code: ErrorCode, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.headers = headers
+
+
+def error_response(code: str, detail: str, status: int | None = None, *,
+                   fields: list[dict[str, Any]] | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": code, "detail": safe_text(detail, 2000)}
+    if fields is not None:
+        body["fields"] = fields
+    return JSONResponse(body, status_code=status or HTTP_STATUS.get(code, 400), headers=headers)
+
+
+def error_responses(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for a route that can fail with `codes`."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*codes, ErrorCode.validation_error, ErrorCode.database_unavailable):
+        by_status.setdefault(HTTP_STATUS[code], []).append(code.value)
+    return {
+        status: {"model": ErrorResponse, "description": "error: " + ", ".join(sorted(set(names)))}
+        for status, names in sorted(by_status.items())
+    }
+
+
+def _is_json_request(request: Request) -> bool:
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        where = next(e for e in errors if e.get("type") == "json_invalid")
+        reason = (where.get("ctx") or {}).get("error", "malformed")
+        return error_response(ErrorCode.invalid_json,
+                              f"request body is not valid JSON: {reason} at char {where['loc'][-1]}")
+    body_errors = [e for e in errors if e.get("loc", ("",))[0] == "body"]
+    if body_errors and request.method in ("POST", "PUT", "PATCH") and not _is_json_request(request):
+        return error_response(ErrorCode.unsupported_media_type,
+                              "send the body as JSON with the header Content-Type: application/json")
+    fields = [
+        {
+            "loc": [p if isinstance(p, int) else safe_text(p, 100) for p in e.get("loc", ())],
+            "msg": safe_text(e.get("msg", "").removeprefix("Value error, "), 500),
+            "type": safe_text(e.get("type", ""), 100),
+        }
+        for e in errors[:50]
+    ]
+    summary = "; ".join(f"{'.'.join(str(p) for p in f['loc'][1:] or f['loc'])}: {f['msg']}"
+                        for f in fields[:5])
+    log.info("request rejected", extra={"error": "validation_error", "fields": fields[:5]})
+    return error_response(ErrorCode.validation_error, summary or "invalid request", fields=fields)
+
+
+async def _dataloader_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DataloaderError)
+    code = exc.code if exc.code in HTTP_STATUS else ErrorCode.invalid_request
+    headers = exc.headers if isinstance(exc, ApiError) else None
+    return error_response(code, str(exc), headers=headers)
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: ErrorCode.not_found, 405: ErrorCode.method_not_allowed,
+            413: ErrorCode.request_too_large, 401: ErrorCode.unauthorized}.get(exc.status_code)
+    if code is None:
+        code = ErrorCode.invalid_json if exc.status_code == 400 else ErrorCode.invalid_request
+    return error_response(code, str(exc.detail), exc.status_code, headers=exc.headers)
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
+    return error_response(ErrorCode.database_unavailable,
+                          "the database cannot be reached right now; retry later",
+                          headers={"Retry-After": "5"})
+
+
+async def _data_error(request: Request, exc: Exception) -> JSONResponse:
+    # The statement failed as a whole, so nothing was written. Input checks should catch these
+    # first; reaching here means a value slipped past them.
+    log.warning("database refused a value", extra={"error": safe_text(str(exc))})
+    return error_response(ErrorCode.invalid_request, f"the database refused a value: {exc}")
+
+
+def install_exception_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(DataloaderError, _dataloader_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(asyncpg.exceptions.DataError, _data_error)
+    for exc_type in CONNECTION_ERRORS:  # OSError covers TimeoutError too
+        app.add_exception_handler(exc_type, _database_unavailable)

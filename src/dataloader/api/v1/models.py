@@ -1,0 +1,61 @@
+"""Vocabulary of the HTTP API: job statuses, journal kinds and error codes, each with its HTTP status."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    """The 003 §4 `dl_status` values."""
+
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    canceled = "canceled"
+    lost = "lost"
+
+
+class ErrorCode(StrEnum):
+    """Stable values of the `error` field of every 4xx/5xx body."""
+
+    invalid_json = "invalid_json"
+    unsupported_media_type = "unsupported_media_type"
+    validation_error = "validation_error"
+    invalid_request = "invalid_request"
+    invalid_cursor = "invalid_cursor"
+    unknown_task = "unknown_task"
+    args_too_large = "args_too_large"
+    request_too_large = "request_too_large"
+    unauthorized = "unauthorized"
+    job_not_found = "job_not_found"
+    not_found = "not_found"
+    method_not_allowed = "method_not_allowed"
+    idempotency_conflict = "idempotency_conflict"
+    job_already_finished = "job_already_finished"
+    database_unavailable = "database_unavailable"
+    internal_error = "internal_error"
+
+
+HTTP_STATUS: dict[str, int] = {
+    ErrorCode.invalid_json: 400,
+    ErrorCode.unsupported_media_type: 415,
+    ErrorCode.validation_error: 422,
+    ErrorCode.invalid_request: 422,
+    ErrorCode.invalid_cursor: 422,
+    ErrorCode.unknown_task: 422,
+    ErrorCode.args_too_large: 413,
+    ErrorCode.request_too_large: 413,
+    ErrorCode.unauthorized: 401,
+    ErrorCode.job_not_found: 404,
+    ErrorCode.not_found: 404,
+    ErrorCode.method_not_allowed: 405,
+    ErrorCode.idempotency_conflict: 409,
+    ErrorCode.job_already_finished: 409,
+    ErrorCode.database_unavailable: 503,
+    ErrorCode.internal_error: 500,
+}
+
+# Header set on a trigger response when no worker of this process serves the job's queue.
+WARNING_HEADER = "X-Dataloader-Warning"
+QUEUE_NOT_SERVED = "queue_not_served"

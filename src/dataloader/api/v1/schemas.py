@@ -1,0 +1,153 @@
+"""Request and response bodies of API v1 (003 §5), described for the OpenAPI page at /docs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from dataloader.api.v1.models import JobStatus
+from dataloader.api.v1.utils import (
+    check_rfc3339,
+    check_utc_representable,
+    json_storage_problem,
+    storable_text_problem,
+)
+from dataloader.services.jobs import JobRequest
+
+Rfc3339Time = Annotated[
+    AwareDatetime, BeforeValidator(check_rfc3339), AfterValidator(check_utc_representable)
+]
+
+
+class TriggerRequest(JobRequest):
+    """The body of `POST /api/v1/jobs/trigger`. Unknown fields are refused."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{
+                "queue": "default", "task": "dl.sleep", "args": {"seconds": 5},
+                "lock_key": "demo", "idempotency_key": "demo-2030-01-01",
+            }]
+        },
+    )
+
+    # Redeclared only to be strict about the format: the service accepts any aware datetime,
+    # the HTTP contract says RFC 3339.
+    available_at: Rfc3339Time | None = Field(  # type: ignore[assignment]
+        default=None,
+        description="Earliest start, RFC 3339 with a timezone (e.g. 2030-01-01T12:00:00Z); default now",
+    )
+
+    @field_validator("queue", "task", "lock_key", "partition_key", "idempotency_key")
+    @classmethod
+    def _storable_text(cls, value: str | None) -> str | None:
+        problem = storable_text_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _storable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = json_storage_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class TriggerResponse(BaseModel):
+    job_id: uuid.UUID = Field(description="Id of the job (the existing one for a repeated idempotency_key)")
+    status: JobStatus = Field(description="Status of the job now")
+    created: bool = Field(description="true: a new job (201); false: idempotency_key matched a job (200)")
+    served: bool = Field(
+        description="Whether a worker of this process serves the job's queue. false is only a warning: "
+        "another replica with that queue in its WORKERS_JSON will run it."
+    )
+
+
+class JobStatusResponse(BaseModel):
+    """The 003 §5 status body."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    attempt: int = Field(description="Attempts started so far (1 while the first one runs)")
+    started_at: datetime | None = Field(default=None, description="When the first attempt started")
+    finished_at: datetime | None = Field(default=None, description="When the job reached a final status")
+    heartbeat_at: datetime | None = Field(default=None, description="Last heartbeat of the running attempt")
+    error: str | None = Field(default=None, description="Last error (kept while a retry waits)")
+    progress: dict[str, Any] = Field(default_factory=dict, description="What the pipeline last reported")
+
+
+class JobSummary(BaseModel):
+    """A job in a listing (without `args`, which can be large or sensitive)."""
+
+    job_id: uuid.UUID
+    queue: str
+    task: str
+    status: JobStatus
+    attempt: int
+    max_attempts: int
+    priority: int
+    lock_key: str
+    partition_key: str
+    idempotency_key: str | None
+    cancel_requested: bool
+    producer: str | None
+    error: str | None
+    progress: dict[str, Any]
+    created_at: datetime
+    available_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+class JobListResponse(BaseModel):
+    jobs: list[JobSummary] = Field(description="Newest first")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page"
+    )
+
+
+class JobEvent(BaseModel):
+    event_id: int = Field(description="Increasing id; pass the last one seen as `after`")
+    ts: datetime
+    kind: str = Field(description="queued, picked, heartbeat, requeue, done, failed, canceled, "
+                                  "cancel_requested, lost")
+    payload: dict[str, Any] | None = Field(
+        description="Details; a 'queued' event carries the request_id of the HTTP call that enqueued it"
+    )
+
+
+class JobEventsResponse(BaseModel):
+    job_id: uuid.UUID
+    events: list[JobEvent] = Field(description="Oldest first")
+    next_after: int = Field(description="Pass as `after` to get only newer events")
+    has_more: bool = Field(description="true when `limit` cut the page short")
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description="Where the problem is, e.g. ['body', 'lock_key']")
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body."""
+
+    error: str = Field(description="Stable machine-readable code (see the table in docs/http-api.md)")
+    detail: str = Field(description="Human-readable explanation")
+    fields: list[FieldError] | None = Field(default=None, description="Per-field problems (validation_error)")

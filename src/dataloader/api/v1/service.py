@@ -1,0 +1,84 @@
+"""The API's view of the job service: turns service results into response bodies.
+
+Business rules (validation of a job, idempotency, cancel semantics, paging) live in
+`dataloader.services.jobs.JobService`; this layer only adds what is about HTTP or about this
+process (whether one of its workers serves the queue).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import datetime
+
+from dataloader.api.v1.schemas import (
+    JobEvent,
+    JobEventsResponse,
+    JobListResponse,
+    JobStatusResponse,
+    JobSummary,
+    TriggerRequest,
+    TriggerResponse,
+)
+from dataloader.api.v1.utils import decode_cursor, encode_cursor
+from dataloader.services.jobs import JobService, status_view
+
+log = logging.getLogger("dataloader.api")
+
+# Args are logged only when small: a 256 KiB payload per request would drown the log.
+MAX_LOGGED_ARGS = 2048
+
+
+class ApiJobService:
+    def __init__(self, jobs: JobService, served_queues: frozenset[str]) -> None:
+        self.jobs = jobs
+        self.served_queues = served_queues
+
+    async def trigger(self, req: TriggerRequest, *, request_id: str | None) -> TriggerResponse:
+        result = await self.jobs.trigger(req, producer="http", request_id=request_id)
+        row = result.job
+        served = row["queue"] in self.served_queues
+        args_size = len(json.dumps(req.args))
+        log.info(
+            "job enqueued" if result.created else "job already enqueued (idempotency_key)",
+            extra={
+                "job_id": str(row["job_id"]), "queue": row["queue"], "task": row["task"],
+                "lock_key": row["lock_key"], "served": served,
+                # The formatter masks sensitive keys (password, token, ...) inside args.
+                **({"job_args": req.args} if args_size <= MAX_LOGGED_ARGS else {"job_args_size": args_size}),
+            },
+        )
+        if not served:
+            log.warning("no worker of this process serves the queue; another replica must",
+                        extra={"queue": row["queue"], "served_queues": sorted(self.served_queues)})
+        return TriggerResponse(job_id=row["job_id"], status=row["status"], created=result.created,
+                               served=served)
+
+    async def status(self, job_id: uuid.UUID) -> JobStatusResponse:
+        return JobStatusResponse.model_validate(status_view(await self.jobs.get(job_id)))
+
+    async def cancel(self, job_id: uuid.UUID, *, request_id: str | None) -> JobStatusResponse:
+        row = await self.jobs.cancel(job_id, request_id=request_id)
+        log.info("cancel requested", extra={"job_id": str(job_id), "status": row["status"]})
+        return JobStatusResponse.model_validate(status_view(row))
+
+    async def list(self, *, queue: str | None, task: str | None, statuses: list[str] | None,
+                   created_from: datetime | None, created_to: datetime | None, cursor: str | None,
+                   limit: int) -> JobListResponse:
+        page = await self.jobs.list(
+            queue=queue, task=task, statuses=statuses, created_from=created_from, created_to=created_to,
+            before=decode_cursor(cursor) if cursor else None, limit=limit,
+        )
+        return JobListResponse(
+            jobs=[JobSummary.model_validate(dict(row)) for row in page.jobs],
+            next_cursor=encode_cursor(*page.next_before) if page.next_before else None,
+        )
+
+    async def events(self, job_id: uuid.UUID, *, after: int, limit: int) -> JobEventsResponse:
+        rows = await self.jobs.events(job_id, after_event_id=after, limit=limit)
+        events = [JobEvent.model_validate(dict(row)) for row in rows]
+        return JobEventsResponse(
+            job_id=job_id, events=events, next_after=events[-1].event_id if events else after,
+            has_more=len(events) == limit,
+        )

@@ -1,0 +1,101 @@
+"""Helpers of the HTTP adapter: the opaque list cursor and the checks that keep input storable.
+
+PostgreSQL refuses some values Python's JSON parser accepts (NaN, lone UTF-16 surrogates, NUL
+characters), and very deep nesting overflows the recursion of json.dumps further down. Refusing
+them here turns what would be a 500 from the driver into a 422 that names the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from dataloader.exceptions import InvalidJobRequest
+
+MAX_ARGS_DEPTH = 64
+RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+class InvalidCursor(InvalidJobRequest):
+    code = "invalid_cursor"
+
+
+def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    raw = json.dumps([created_at.isoformat(), str(job_id)], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, job_id = json.loads(raw)
+        when = datetime.fromisoformat(created_at)
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        return when, uuid.UUID(job_id)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise InvalidCursor("cursor is not one this API returned; start again without it") from None
+
+
+def check_rfc3339(value: Any) -> Any:
+    """Accept only an RFC 3339 string with a timezone (no epoch numbers, no dates without time)."""
+    if not isinstance(value, str) or not RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 time with a timezone, e.g. 2030-01-01T12:00:00Z")
+    return value
+
+
+def check_utc_representable(value: datetime) -> datetime:
+    # 9999-12-31T23:00:00-05:00 parses but is past datetime.max in UTC; the driver would overflow.
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC") from None
+    return value
+
+
+def storable_text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must not contain unpaired UTF-16 surrogates"
+    return None
+
+
+def json_storage_problem(value: Any, _depth: int = 0) -> str | None:
+    """Why PostgreSQL jsonb would refuse `value` (a parsed JSON document), or None."""
+    if _depth > MAX_ARGS_DEPTH:
+        return f"nests deeper than {MAX_ARGS_DEPTH} levels"
+    if isinstance(value, str):
+        return storable_text_problem(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must not contain NaN or Infinity"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = (storable_text_problem(key) if isinstance(key, str) else None) or \
+                json_storage_problem(item, _depth + 1)
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for item in value:
+            problem = json_storage_problem(item, _depth + 1)
+            if problem:
+                return problem
+    return None
+
+
+def safe_text(value: object, limit: int = 300) -> str:
+    """`value` as text that can always be put in a JSON response or a log line."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
