@@ -1,0 +1,87 @@
+"""Fixtures for the HTTP API tests: one AppContext on the test database for the whole run, apps
+built around it with `create_app(context=...)`, and in-process workers where a test needs them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import httpx
+import pytest
+
+from dataloader.api import create_app
+from dataloader.config import Settings
+from dataloader.context import AppContext
+from dataloader.workers.manager import WorkerManager
+from tests.integration_tests.v1_api.constants import MAX_ARGS_BYTES, WORKER_QUEUE
+
+
+def api_settings(dsn: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "db_dsn": dsn,
+        "workers_json": json.dumps([{"queue": WORKER_QUEUE, "concurrency": 2}]),
+        "heartbeat_sec": 0.1,
+        "reaper_period_sec": 0.5,
+        "poll_fallback_sec": 1.0,
+        "shutdown_timeout_sec": 5,
+        "claim_backoff_sec": 0.2,
+        "max_args_bytes": MAX_ARGS_BYTES,
+        "pipeline_modules": "tests.support.pipelines",
+        "api_token": None,
+        "log_format": "json",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+async def app_ctx(dsn: str) -> AsyncIterator[AppContext]:
+    # db_dsn is set, so this starts no server: it migrates (already at head) and opens a pool.
+    ctx = await AppContext.open(api_settings(dsn))
+    yield ctx
+    await ctx.close()
+
+
+def client_for(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dataloader.test")
+
+
+@pytest.fixture
+async def client(db: asyncpg.Pool, app_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+    """An app without workers in this process (jobs stay queued)."""
+    async with client_for(create_app(app_ctx.settings, context=app_ctx)) as c:
+        yield c
+
+
+@pytest.fixture
+async def manager(db: asyncpg.Pool, app_ctx: AppContext) -> AsyncIterator[WorkerManager]:
+    workers = WorkerManager(app_ctx.settings, app_ctx.dsn, app_ctx.pool, app_ctx.registry)
+    await workers.start()
+    await workers.wait_listening()
+    yield workers
+    await workers.stop(timeout=5)
+
+
+@pytest.fixture
+async def worker_client(manager: WorkerManager, app_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+    """An app whose process runs workers for WORKER_QUEUE."""
+    async with client_for(create_app(app_ctx.settings, context=app_ctx, manager=manager)) as c:
+        yield c
+
+
+async def table_counts(pool: asyncpg.Pool) -> tuple[int, int]:
+    return (await pool.fetchval("SELECT count(*) FROM dl_jobs"),
+            await pool.fetchval("SELECT count(*) FROM dl_job_events"))
+
+
+@pytest.fixture(autouse=True)
+def log_at_info() -> Iterator[None]:
+    """Run with INFO enabled, as the service does, so every log call on the request path executes
+    (a broken `extra=` only fails when the record is actually built)."""
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.INFO)
+    yield
+    root.setLevel(old)
