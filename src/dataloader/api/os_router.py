@@ -111,7 +111,7 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
     queues: list[QueueStatus] = []
     ctx = runtime.context
     if ctx is None:
-        database.error = "the service is still starting"
+        database.error = "the service is starting or stopping"
     else:
         started = time.perf_counter()
         try:

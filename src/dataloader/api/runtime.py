@@ -31,8 +31,8 @@ class Runtime:
         return frozenset(self.manager.queues) if self.manager is not None else frozenset()
 
     def require_context(self) -> AppContext:
-        if self.context is None:  # only between process start and the end of start-up
-            raise ApiError(ErrorCode.database_unavailable, "the service is still starting")
+        if self.context is None:  # only while the lifespan opens or has closed the context
+            raise ApiError(ErrorCode.database_unavailable, "the service is starting or stopping")
         return self.context
 
 

@@ -29,8 +29,10 @@ def run_server(settings: Settings, *, host: str, port: int) -> int:
         # Our middleware writes the one access line per request, through our formatter.
         access_log=False,
         log_config=uvicorn_log_config(settings.log_level, settings.log_format),
-        # Open connections get this long to finish; then the lifespan drains the workers.
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout_sec)),
+        # In-flight requests get this long to finish before the lifespan drains the workers. API
+        # calls hold no long transactions, so a few seconds is plenty and keeps the whole stop
+        # close to DL_SHUTDOWN_TIMEOUT_SEC (which the worker drain uses).
+        timeout_graceful_shutdown=max(1, min(5, int(settings.shutdown_timeout_sec))),
         server_header=False,
     )
     server = uvicorn.Server(config)

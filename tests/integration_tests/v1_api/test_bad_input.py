@@ -101,6 +101,9 @@ async def test_validation_error_names_the_field(client, db):
     fields = response.json()["fields"]
     assert fields[0]["loc"] == ["body", "priority"]
     assert "priority" in response.json()["detail"]
+    nan = await client.post(TRIGGER, content=raw(job_body(args={"x": float("nan")})), headers=JSON)
+    assert nan.json()["fields"][0]["loc"] == ["body", "args"]
+    assert nan.json()["fields"][0]["msg"] == "must not contain NaN or Infinity"
 
 
 async def test_wrong_content_type_is_415(client, db):

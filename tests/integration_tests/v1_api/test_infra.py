@@ -269,3 +269,4 @@ async def test_openapi_describes_every_endpoint_and_its_errors(client):
     assert trigger["responses"]["409"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorResponse")
     assert "409" in paths["/api/v1/jobs/{job_id}/cancel"]["post"]["responses"]
     assert "description" in spec["components"]["schemas"]["TriggerResponse"]["properties"]["served"]
+    assert (await client.get("/docs")).status_code == 200
