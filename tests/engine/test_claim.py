@@ -28,6 +28,18 @@ async def test_claim_takes_lowest_priority_then_oldest(db):
     assert await _claim(db) is None
 
 
+async def test_within_a_priority_jobs_run_in_the_order_they_became_runnable(db):
+    old_but_due_later = await enqueue(db)
+    await db.execute("UPDATE dl_jobs SET available_at = now() - interval '1 second' WHERE job_id=$1",
+                     old_but_due_later)
+    await db.execute("UPDATE dl_jobs SET created_at = now() - interval '1 hour' WHERE job_id=$1",
+                     old_but_due_later)
+    runnable_longer = await enqueue(db)
+    await db.execute("UPDATE dl_jobs SET available_at = now() - interval '1 minute' WHERE job_id=$1",
+                     runnable_longer)
+    assert [(await _claim(db)).job_id for _ in range(2)] == [runnable_longer, old_but_due_later]
+
+
 async def test_claim_ignores_other_queues_and_future_jobs(db):
     await enqueue(db, queue="other")
     await enqueue(db, available_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))

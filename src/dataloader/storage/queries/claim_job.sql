@@ -1,5 +1,9 @@
 -- Claim the next runnable job of one queue for this connection.
 -- $1 queue, $2 worker name.
+-- Order: priority, then the time the job became runnable (available_at), then created_at. For a
+-- job enqueued to run now available_at = created_at, so this is the spec's (priority, created_at)
+-- order; a delayed job or a retry queues by its due time, as in Oban and River. It is what lets
+-- ix_dl_jobs_claim_order serve the claim in O(log n) whatever the backlog (see migration 0004).
 -- Skips jobs whose lock_key already has a running job, so a job waiting behind a busy key is not
 -- claimed-and-backed-off over and over; the advisory lock is still taken (last column) to settle
 -- the race between two claims that ran at the same instant.
@@ -12,7 +16,7 @@ WITH candidate AS (
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key AND r.status = 'running'
       )
-    ORDER BY q.priority ASC, q.created_at ASC
+    ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
