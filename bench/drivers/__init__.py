@@ -1,0 +1,1 @@
+"""dataloader's side of the benchmark: its driver script and the bench pipelines (project venv)."""
