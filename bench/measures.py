@@ -1,0 +1,576 @@
+"""The measures. Each one runs on a fresh database per system and per run; what each number times
+exactly is written next to it here and in bench/README.md."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench import marks, procs
+from bench.pg import Server, database_of, fresh_database
+from bench.stats import percentile, summarize
+from bench.systems import DATALOADER, ROOT, System
+
+Metrics = dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class Scale:
+    enqueue_single: int = 20_000
+    enqueue_batch: int = 100_000
+    batch_size: int = 1_000
+    processing: int = 100_000
+    concurrency: int = 16
+    latency_jobs: int = 500
+    latency_interval: float = 0.010
+    claim_backlogs: tuple[int, ...] = (10_000, 1_000_000)
+    claim_reps: int = 200
+    handoff_jobs: int = 200
+    # A system that hands a freed key over only at its next poll needs seconds per job; its gaps
+    # are then taken from the jobs that ran within this limit (reported as handoff.done).
+    handoff_timeout: float = 60.0
+    idle_seconds: float = 30.0
+    idle_settle: float = 12.0  # > PostgreSQL's 10 s flush interval of an idle backend's stats
+    http_requests: int = 5_000
+    http_clients: int = 16
+    timeout: float = 300.0  # per run of a measure for one system
+
+
+QUICK = Scale(enqueue_single=2_000, enqueue_batch=10_000, processing=2_000, latency_jobs=100,
+              claim_backlogs=(10_000, 100_000), claim_reps=50, handoff_jobs=50, handoff_timeout=30.0, idle_seconds=5.0,
+              idle_settle=2.0, http_requests=500, timeout=120.0)
+
+
+@dataclass
+class Context:
+    server: Server
+    scale: Scale
+    workdir: Path  # logs and marks of this invocation
+    verbose: bool = False
+
+    def log(self, system: System, what: str) -> Path:
+        return self.workdir / f"{system.name}-{what}.log"
+
+    def marks_dir(self, system: System, what: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=f"{system.name}-{what}-", dir=self.workdir))
+        path.chmod(0o777)
+        return path
+
+
+@dataclass
+class MeasureResult:
+    metrics: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+
+async def _driver(ctx: Context, system: System, action: str, dsn: str, *extra: str,
+                  marks_dir: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
+    return await procs.run_json(system.driver_argv(action, dsn, *extra), system.env(marks_dir),
+                                timeout or ctx.scale.timeout, ctx.log(system, "driver"))
+
+
+async def _repeat(ctx: Context, systems: list[System], runs: int, label: str,
+                  one: Callable[[System, int], Awaitable[tuple[Metrics, dict[str, Any]]]]) -> MeasureResult:
+    """Run `one` for every system, `runs` times, interleaving systems within each round so slow
+    drift of the machine (page cache, autovacuum, thermal) spreads over all of them."""
+    samples: dict[str, dict[str, dict[int, float | None]]] = {}
+    result = MeasureResult()
+    for run in range(runs):
+        for system in systems:
+            print(f"  {label} run {run + 1}/{runs}: {system.name} ...", end="", flush=True)
+            started = time.monotonic()
+            try:
+                metrics, info = await asyncio.wait_for(one(system, run), ctx.scale.timeout * 2)
+            except Exception as exc:
+                message = f"run {run + 1}: {type(exc).__name__}: {exc}"
+                result.errors.setdefault(system.name, []).append(message)
+                print(f" FAILED ({message})", flush=True)
+                if ctx.verbose:
+                    traceback.print_exc()
+                continue
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in metrics.items())
+            print(f" {time.monotonic() - started:.1f} s  {shown}", flush=True)
+            for key, value in metrics.items():
+                samples.setdefault(key, {}).setdefault(system.name, {})[run] = value
+            result.info.setdefault(system.name, []).append(info)
+    # A run that failed counts as a missing sample of every metric of that system.
+    result.metrics = {key: {name: summarize([by_run.get(r) for r in range(runs)])
+                            for name, by_run in per_system.items()}
+                      for key, per_system in samples.items()}
+    return result
+
+
+def _short(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+async def _install(ctx: Context, system: System, dsn: str) -> None:
+    await _driver(ctx, system, "install", dsn)
+
+
+# -- 1. enqueue --------------------------------------------------------------------------------------
+
+async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """Single: N enqueue calls one after another from one client (one connection), each its own
+    transaction. Batch: M jobs through each system's batch API, `batch_size` per call. Timed inside
+    the driver process around the loop only (connections are opened before the clock starts)."""
+    sc = ctx.scale
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        async with fresh_database(ctx.server, "enqueue") as dsn:
+            await _install(ctx, system, dsn)
+            single = await _driver(ctx, system, "enqueue-single", dsn, "--n", str(sc.enqueue_single))
+        async with fresh_database(ctx.server, "enqueue") as dsn:
+            await _install(ctx, system, dsn)
+            batch = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
+                                  "--batch", str(sc.batch_size))
+        return ({"enqueue.single": sc.enqueue_single / single["seconds"],
+                 "enqueue.batch": sc.enqueue_batch / batch["seconds"]},
+                {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"]})
+
+    return await _repeat(ctx, systems, runs, "enqueue", one)
+
+
+# -- 2. processing (and 8. memory) -------------------------------------------------------------------
+
+async def _vacuum_analyze(dsn: str) -> None:
+    # Every system gets freshly analyzed tables after the bulk prefill, so no plan depends on
+    # whether autovacuum happened to run yet.
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+async def _start_workers(ctx: Context, system: System, dsn: str, count: int, marks_dir: Path,
+                         what: str, serial: bool = False) -> list[asyncio.subprocess.Process]:
+    argv = system.worker_argv(dsn, ctx.scale.concurrency, serial)
+    env = system.worker_env(dsn, ctx.scale.concurrency, marks_dir)
+    return [await procs.spawn(argv, env, ctx.log(system, f"{what}-worker")) for _ in range(count)]
+
+
+async def _stop_workers(workers: list[asyncio.subprocess.Process]) -> None:
+    await asyncio.gather(*(procs.stop(w) for w in workers))
+
+
+def _check_alive(workers: list[asyncio.subprocess.Process], log: Path) -> None:
+    for w in workers:
+        if w.returncode is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            raise RuntimeError(f"worker {w.pid} exited with {w.returncode}: " + " | ".join(tail))
+
+
+def _rss_at_progress(samples: list[tuple[float, int, int]], total: int, fraction: float) -> float | None:
+    """RSS (MB) at the first sample where `fraction` of the jobs were done."""
+    for _t, remaining, rss in samples:
+        if (total - remaining) / total >= fraction:
+            return rss / 2**20
+    return None
+
+
+async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """N no-op jobs are enqueued first (batch API, not timed), then VACUUM ANALYZE; then 1 (or 2)
+    worker processes with concurrency C each are spawned and the harness polls every 50 ms whether
+    any unfinished job is left. Reported:
+      active = N / (last finish - first start), both read from the system's own tables;
+      wall   = N / (spawn of the first worker -> the poll that saw no unfinished job), which also
+               includes interpreter start-up, connecting, and up to 50 ms of polling slack.
+    Memory: RSS of the worker processes and all their children, sampled every 100 ms; with the
+    done-count sampled every 200 ms to give RSS at 10/50/90 % of the drain."""
+    sc = ctx.scale
+    result = MeasureResult()
+    for nprocs in (1, 2):
+        async def one(system: System, run: int, nprocs: int = nprocs) -> tuple[Metrics, dict[str, Any]]:
+            async with fresh_database(ctx.server, "proc") as dsn:
+                await _install(ctx, system, dsn)
+                await _driver(ctx, system, "prefill", dsn, "--n", str(sc.processing),
+                              "--batch", str(sc.batch_size))
+                await _vacuum_analyze(dsn)
+                marks_dir = ctx.marks_dir(system, "proc")
+                conn = await asyncpg.connect(dsn)
+                deadline = procs.Deadline(sc.timeout)
+                samples: list[tuple[float, int, int]] = []
+                peak = 0
+                t0 = time.monotonic()
+                workers = await _start_workers(ctx, system, dsn, nprocs, marks_dir, "proc")
+                pids = [w.pid for w in workers]
+                try:
+                    tick = 0
+                    while True:
+                        _check_alive(workers, ctx.log(system, "proc-worker"))
+                        if await conn.fetchval(system.pending_sql) is None:
+                            drained = time.monotonic()
+                            break
+                        if deadline.passed:
+                            left = await conn.fetchval(system.count_sql)
+                            raise TimeoutError(f"not drained after {sc.timeout:.0f} s "
+                                               f"({sc.processing - left} of {sc.processing} done)")
+                        if tick % 2 == 0:
+                            rss = procs.tree_rss(pids)
+                            peak = max(peak, rss)
+                            if tick % 4 == 0:
+                                remaining = await conn.fetchval(system.count_sql)
+                                samples.append((time.monotonic() - t0, remaining, rss))
+                        tick += 1
+                        await asyncio.sleep(max(0.0, t0 + tick * 0.05 - time.monotonic()))
+                    # The drain may end between two progress samples: close the series at 0 left.
+                    final = procs.tree_rss(pids)
+                    peak = max(peak, final)
+                    samples.append((drained - t0, 0, final))
+                    span = await conn.fetchrow(system.span_sql)
+                finally:
+                    await _stop_workers(workers)
+                    await conn.close()
+            wall = drained - t0
+            if span["succeeded"] != sc.processing:
+                raise RuntimeError(f"{span['succeeded']} of {sc.processing} jobs succeeded")
+            active = (span["last_finish"] - span["first_start"]).total_seconds()
+            p = f"p{nprocs}"
+            return ({f"processing.{p}.active": sc.processing / active,
+                     f"processing.{p}.wall": sc.processing / wall,
+                     f"memory.{p}.peak": peak / 2**20,
+                     f"memory.{p}.rss10": _rss_at_progress(samples, sc.processing, 0.10),
+                     f"memory.{p}.rss50": _rss_at_progress(samples, sc.processing, 0.50),
+                     f"memory.{p}.rss90": _rss_at_progress(samples, sc.processing, 0.90)},
+                    {"procs": nprocs, "active_seconds": active, "wall_seconds": wall,
+                     "rss_samples": [(round(t, 2), r, round(m / 2**20, 1)) for t, r, m in samples]})
+
+        part = await _repeat(ctx, systems, runs, f"processing x{nprocs} proc", one)
+        result.metrics.update(part.metrics)
+        result.info[f"procs{nprocs}"] = part.info
+        for name, errs in part.errors.items():
+            result.errors.setdefault(name, []).extend(f"{nprocs} proc: {e}" for e in errs)
+    return result
+
+
+# -- 3. latency ------------------------------------------------------------------------------------
+
+async def _wait_marks(marks_dir: Path, count: int, timeout: float,
+                      workers: list[asyncio.subprocess.Process], log: Path) -> None:
+    deadline = procs.Deadline(timeout)
+    while marks.count_lines(marks_dir) < count:
+        _check_alive(workers, log)
+        if deadline.passed:
+            raise TimeoutError(f"{marks.count_lines(marks_dir)} of {count} jobs ran within {timeout:.0f} s")
+        await asyncio.sleep(0.05)
+
+
+async def _warm_up(ctx: Context, system: System, dsn: str, marks_dir: Path,
+                   workers: list[asyncio.subprocess.Process], what: str) -> None:
+    """One job through the worker, so it is up, connected and listening before anything is timed."""
+    await _driver(ctx, system, "enqueue-paced", dsn, "--start", "-1", "--n", "1")
+    await _wait_marks(marks_dir, 1, 60, workers, ctx.log(system, f"{what}-worker"))
+
+
+async def latency(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """One idle worker (concurrency C), warmed up with one job, then 1 s of quiet. A client enqueues
+    K jobs one at a time, 10 ms apart; each job's enqueue time is the client's time.time() right
+    before the enqueue call, its start time the handler's time.time() as its first statement.
+    Latency = start - enqueue (same machine, same clock), p50/p95/p99 over the K jobs."""
+    sc = ctx.scale
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        async with fresh_database(ctx.server, "latency") as dsn:
+            await _install(ctx, system, dsn)
+            marks_dir = ctx.marks_dir(system, "latency")
+            workers = await _start_workers(ctx, system, dsn, 1, marks_dir, "latency")
+            try:
+                await _warm_up(ctx, system, dsn, marks_dir, workers, "latency")
+                await asyncio.sleep(1.0)
+                sent = await _driver(ctx, system, "enqueue-paced", dsn, "--n", str(sc.latency_jobs),
+                                     "--interval", str(sc.latency_interval))
+                await _wait_marks(marks_dir, sc.latency_jobs + 1, 60, workers,
+                                  ctx.log(system, "latency-worker"))
+            finally:
+                await _stop_workers(workers)
+        seen = marks.read_marks(marks_dir)
+        lat = [(seen[str(k)][0] - t) * 1000 for k, t in sent["sent"]]
+        return ({"latency.p50": percentile(lat, 50), "latency.p95": percentile(lat, 95),
+                 "latency.p99": percentile(lat, 99)},
+                {"max_ms": max(lat), "min_ms": min(lat)})
+
+    return await _repeat(ctx, systems, runs, "latency", one)
+
+
+# -- 4. claim cost vs backlog (dataloader) ------------------------------------------------------------
+
+def _backlog_sql(total: int, shape: str) -> str:
+    """`total` queued no-op jobs in one INSERT ... SELECT. created_at/available_at increase by 1 ms
+    per row (like jobs enqueued over time); in the "delayed" shape 99 % of the rows (every row but
+    each 100th, spread through the table) are due in one day, so only 1 % are runnable now."""
+    due = ("CASE WHEN i % 100 = 0 THEN now() - interval '2 hours' + i * interval '1 millisecond' "
+           "ELSE now() + interval '1 day' END") if shape == "delayed" else \
+        "now() - interval '2 hours' + i * interval '1 millisecond'"
+    return f"""
+        INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, priority, available_at,
+                             max_attempts, lease_ttl_sec, created_at, producer)
+        SELECT gen_random_uuid(), 'bench', 'dl.noop', '{{}}'::jsonb, i::text, 100, {due},
+               5, 60, now() - interval '2 hours' + i * interval '1 millisecond', 'bench'
+        FROM generate_series(1, {total}) AS i"""
+
+
+async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """dataloader only. The engine's own claim statement (storage/queries/claim_job.sql), run by a
+    client over asyncpg (prepared, like the worker) inside a transaction that is rolled back, so
+    every repetition sees the same backlog; the session advisory lock the claim takes is released
+    after each rollback (not timed). Timed: the claim statement's round trip only."""
+    from dataloader.storage.queries import sql
+
+    sc = ctx.scale
+    result = MeasureResult()
+    if DATALOADER not in systems:
+        return result
+    claim_sql = sql("claim_job")
+    explains: dict[str, str] = {}
+    samples: dict[str, list[float | None]] = {}
+    for shape in ("now", "delayed"):
+        for total in sc.claim_backlogs:
+            key = f"claim.{shape}.{_size_label(total)}"
+            print(f"  claim: {total} queued, shape {shape} ...", end="", flush=True)
+            try:
+                async with fresh_database(ctx.server, "claim") as dsn:
+                    await _install(ctx, DATALOADER, dsn)
+                    conn = await asyncpg.connect(dsn)
+                    try:
+                        started = time.monotonic()
+                        await conn.execute(_backlog_sql(total, shape), timeout=sc.timeout)
+                        await conn.execute("ANALYZE dl_jobs")
+                        fill = time.monotonic() - started
+                        times = []
+                        for _ in range(sc.claim_reps):
+                            tx = conn.transaction()
+                            await tx.start()
+                            t = time.perf_counter()
+                            row = await conn.fetchrow(claim_sql, "bench", "bench-claim")
+                            times.append((time.perf_counter() - t) * 1000)
+                            await tx.rollback()
+                            await conn.execute("SELECT pg_advisory_unlock_all()")
+                            if row is None:
+                                raise RuntimeError("the claim found no job")
+                        if total == max(sc.claim_backlogs):
+                            tx = conn.transaction()
+                            await tx.start()
+                            plan = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + claim_sql,
+                                                    "bench", "bench-claim")
+                            await tx.rollback()
+                            await conn.execute("SELECT pg_advisory_unlock_all()")
+                            explains[f"{shape}.{_size_label(total)}"] = "\n".join(r[0] for r in plan)
+                    finally:
+                        await conn.close()
+            except Exception as exc:
+                result.errors.setdefault(DATALOADER.name, []).append(f"{key}: {type(exc).__name__}: {exc}")
+                print(f" FAILED ({exc})", flush=True)
+                samples[f"{key}.p50"] = [None]
+                continue
+            samples[f"{key}.p50"] = [percentile(times, 50)]
+            samples[f"{key}.p95"] = [percentile(times, 95)]
+            print(f" fill {fill:.1f} s, claim p50 {percentile(times, 50):.2f} ms "
+                  f"p95 {percentile(times, 95):.2f} ms", flush=True)
+    result.metrics = {k: {DATALOADER.name: summarize(v)} for k, v in samples.items()}
+    result.info["explain"] = explains
+    result.info["reps"] = sc.claim_reps
+    return result
+
+
+def _size_label(total: int) -> str:
+    return f"{total // 1_000_000}M" if total >= 1_000_000 and total % 1_000_000 == 0 else f"{total // 1000}k"
+
+
+# -- 5. serialized handoff -----------------------------------------------------------------------------
+
+async def handoff(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """K jobs that must not overlap (dataloader: one lock_key; Procrastinate: one `lock`; PgQueuer:
+    an entrypoint with concurrency_limit=1) are enqueued first; then one worker with concurrency C
+    starts. Handoff = next handler start - previous handler end (handler clocks, in start order),
+    p50/p99 over the gaps. A negative gap would be an overlap and is counted. Bounded by
+    handoff_timeout: a slower system is measured on the jobs that ran by then (handoff.done)."""
+    sc = ctx.scale
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        if system.serial_feature is None:
+            raise RuntimeError("n/a: no serialization feature")
+        async with fresh_database(ctx.server, "handoff") as dsn:
+            await _install(ctx, system, dsn)
+            await _driver(ctx, system, "prefill", dsn, "--n", str(sc.handoff_jobs), "--task", "mark",
+                          "--serial")
+            marks_dir = ctx.marks_dir(system, "handoff")
+            workers = await _start_workers(ctx, system, dsn, 1, marks_dir, "handoff", serial=True)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await _wait_marks(marks_dir, sc.handoff_jobs, sc.handoff_timeout, workers,
+                                      ctx.log(system, "handoff-worker"))
+            finally:
+                await _stop_workers(workers)
+        runs_ = sorted(marks.read_marks(marks_dir).values())
+        if len(runs_) < 3:
+            raise TimeoutError(f"only {len(runs_)} of {sc.handoff_jobs} jobs ran in {sc.handoff_timeout:.0f} s")
+        gaps = [(b[0] - a[1]) * 1000 for a, b in itertools.pairwise(runs_)]
+        return ({"handoff.p50": percentile(gaps, 50), "handoff.p99": percentile(gaps, 99),
+                 "handoff.overlaps": float(sum(1 for g in gaps if g < 0)),
+                 "handoff.done": float(len(runs_))},
+                {"feature": system.serial_feature, "max_ms": max(gaps), "jobs_run": len(runs_)})
+
+    return await _repeat(ctx, systems, runs, "handoff", one)
+
+
+# -- 6. idle cost --------------------------------------------------------------------------------------
+
+async def _xacts(server: Server, dbname: str) -> int:
+    # Read from the admin database, so these reads never count toward the bench database.
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        return await conn.fetchval(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", dbname)
+    finally:
+        await conn.close()
+
+
+async def _idle_window(ctx: Context, dsn: str) -> float:
+    dbname = database_of(dsn)
+    t1, x1 = time.monotonic(), await _xacts(ctx.server, dbname)
+    await asyncio.sleep(ctx.scale.idle_seconds)
+    t2, x2 = time.monotonic(), await _xacts(ctx.server, dbname)
+    return (x2 - x1) / (t2 - t1)
+
+
+async def idle(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """One worker (concurrency C) on an empty queue, after a warm-up job and a settle period.
+    Counted: transactions (commits + rollbacks) of the bench database in pg_stat_database over the
+    window, per second; every statement outside an explicit transaction is one. The harness reads
+    the counters from another database, and a baseline window with no worker at all is subtracted."""
+    sc = ctx.scale
+    async with fresh_database(ctx.server, "idle_base") as dsn:
+        await asyncio.sleep(sc.idle_settle)
+        baseline = await _idle_window(ctx, dsn)
+    print(f"  idle: baseline without a worker {baseline:.3f} tx/s", flush=True)
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        async with fresh_database(ctx.server, "idle") as dsn:
+            await _install(ctx, system, dsn)
+            marks_dir = ctx.marks_dir(system, "idle")
+            workers = await _start_workers(ctx, system, dsn, 1, marks_dir, "idle")
+            try:
+                await _warm_up(ctx, system, dsn, marks_dir, workers, "idle")
+                await asyncio.sleep(sc.idle_settle)
+                raw = await _idle_window(ctx, dsn)
+                _check_alive(workers, ctx.log(system, "idle-worker"))
+            finally:
+                await _stop_workers(workers)
+        return {"idle.tps": max(0.0, raw - baseline)}, {"raw_tps": raw, "baseline_tps": baseline}
+
+    result = await _repeat(ctx, systems, runs, "idle", one)
+    result.info["baseline_tps"] = baseline
+    return result
+
+
+# -- 7. HTTP trigger ---------------------------------------------------------------------------------
+
+def api_available() -> tuple[bool, str]:
+    proc = subprocess.run([sys.executable, "-c", "import dataloader.api.server"], capture_output=True,
+                          text=True, cwd=ROOT)
+    if proc.returncode == 0:
+        return True, ""
+    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    return False, last
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """dataloader only: `python -m dataloader serve` (its workers serve another queue, so nothing
+    is consumed meanwhile); 16 concurrent httpx.AsyncClient loops POST /api/v1/jobs/trigger with
+    distinct lock_keys until R requests are done. Timed: first request sent -> last response read.
+    A non-2xx response counts as an error and fails the run."""
+    import httpx
+
+    sc = ctx.scale
+    ok, why = api_available()
+    if not ok:
+        result = MeasureResult()
+        result.info["n/a"] = f"API not built ({why})"
+        print(f"  http: n/a (API not built: {why})", flush=True)
+        return result
+    if DATALOADER not in systems:
+        return MeasureResult()
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        async with fresh_database(ctx.server, "http") as dsn:
+            await _install(ctx, system, dsn)
+            port = _free_port()
+            env = system.worker_env(dsn, 1, ctx.workdir)
+            env["WORKERS_JSON"] = json.dumps([{"queue": "bench-other", "concurrency": 1}])
+            server = await procs.spawn([system.python, "-m", "dataloader", "serve", "--port", str(port)],
+                                       env, ctx.log(system, "http-server"))
+            url = f"http://127.0.0.1:{port}/api/v1/jobs/trigger"
+            try:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    deadline = procs.Deadline(60)
+                    while True:  # up when a trigger succeeds
+                        _check_alive([server], ctx.log(system, "http-server"))
+                        with contextlib.suppress(httpx.TransportError):
+                            r = await client.post(url, json={"queue": "bench", "task": "dl.noop",
+                                                             "lock_key": "warm-up", "args": {}})
+                            if r.is_success:
+                                break
+                            raise RuntimeError(f"warm-up trigger answered {r.status_code}: {r.text[:200]}")
+                        if deadline.passed:
+                            raise TimeoutError("the API did not come up within 60 s")
+                        await asyncio.sleep(0.2)
+                    counter = iter(range(sc.http_requests))
+                    errors: list[str] = []
+
+                    async def client_loop() -> None:
+                        for i in counter:
+                            r = await client.post(url, json={"queue": "bench", "task": "dl.noop",
+                                                             "lock_key": f"k{i}", "args": {"i": i}})
+                            if not r.is_success:
+                                errors.append(f"{r.status_code}: {r.text[:200]}")
+
+                    started = time.perf_counter()
+                    await asyncio.gather(*(client_loop() for _ in range(sc.http_clients)))
+                    elapsed = time.perf_counter() - started
+            finally:
+                await procs.stop(server)
+        if errors:
+            raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
+        return {"http.rps": sc.http_requests / elapsed}, {"seconds": elapsed}
+
+    return await _repeat(ctx, [DATALOADER], runs, "http", one)
+
+
+MEASURES: dict[str, Callable[[Context, list[System], int], Awaitable[MeasureResult]]] = {
+    "enqueue": enqueue,
+    "processing": processing,  # also measure 8, memory
+    "latency": latency,
+    "claim": claim,
+    "handoff": handoff,
+    "idle": idle,
+    "http": http,
+}
+
+
+def cleanup_workdir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
