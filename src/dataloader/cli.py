@@ -124,7 +124,7 @@ async def _run_worker(settings: Settings, run_reaper: bool) -> int:
         log.info("received %s, shutting down", sig)
         await manager.stop()
     finally:
-        await ctx.close()
+        await ctx.close(locks_held=manager.holds_stray_locks)
     return 0
 
 

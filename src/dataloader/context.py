@@ -62,11 +62,16 @@ class AppContext:
                    sessionmaker=create_sessionmaker(engine), repo=repo, jobs=jobs, registry=registry,
                    embedded=embedded)
 
-    async def close(self) -> None:
-        try:
-            await asyncio.wait_for(self.pool.close(), timeout=10)
-        except TimeoutError:
+    async def close(self, *, locks_held: bool = False) -> None:
+        """Close pools and stop the embedded server. `locks_held`: some connections still hold the
+        lock_key of a sync pipeline that could not be interrupted; do not wait for them."""
+        if locks_held:
             self.pool.terminate()
+        else:
+            try:
+                await asyncio.wait_for(self.pool.close(), timeout=10)
+            except TimeoutError:
+                self.pool.terminate()
         await self.engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)

@@ -56,6 +56,7 @@ def create_app(settings: Settings, *, context: AppContext | None = None,
         from dataloader.workers.manager import WorkerManager
 
         ctx = await AppContext.open(settings)
+        workers: WorkerManager | None = None
         try:
             workers = WorkerManager(settings, ctx.dsn, ctx.pool, ctx.registry)
             await workers.start()
@@ -69,7 +70,7 @@ def create_app(settings: Settings, *, context: AppContext | None = None,
                 await workers.stop()
         finally:
             runtime.context = runtime.manager = None
-            await ctx.close()
+            await ctx.close(locks_held=workers is not None and workers.holds_stray_locks)
 
     app = FastAPI(
         title="dataloader",

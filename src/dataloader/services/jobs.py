@@ -128,6 +128,8 @@ class JobService:
 
     @staticmethod
     def _check_same_request(req: JobRequest, row: asyncpg.Record) -> None:
+        # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
+        # faithful replay of the original request would look different after the job ran.
         differs = [
             name for name in ("queue", "task", "args", "lock_key", "partition_key", "priority")
             if getattr(req, name) != row[name]
@@ -136,8 +138,6 @@ class JobService:
             differs.append("max_attempts")
         if req.lease_ttl_sec is not None and req.lease_ttl_sec != row["lease_ttl_sec"]:
             differs.append("lease_ttl_sec")
-        if req.available_at is not None and req.available_at != row["available_at"]:
-            differs.append("available_at")
         if differs:
             raise IdempotencyConflict(
                 f"idempotency_key {req.idempotency_key!r} already names job {row['job_id']} "

@@ -81,10 +81,16 @@ class Attempt:
     async def run(self) -> None:
         job = self.job
         with bind_job(job_id=str(job.job_id), queue=job.queue, task=job.task, attempt=job.attempt):
-            try:
-                await self._run()
-            finally:
-                await self._release_connection()
+            await self._run()
+
+    @property
+    def connection(self) -> asyncpg.Connection | None:
+        """The connection the attempt ended on (None if it was dropped)."""
+        return self._conn
+
+    @property
+    def keeps_lock(self) -> bool:
+        return self._holds_lock
 
     async def _run(self) -> None:
         job = self.job
@@ -315,17 +321,6 @@ class Attempt:
                 await self.env.pool.release(conn)
             except Exception:
                 self.log.debug("release of a terminated connection failed", exc_info=True)
-
-    async def _release_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        if self._holds_lock:  # should not happen: every finish unlocks; never leak a lock into the pool
-            conn.terminate()
-        try:
-            await self.env.pool.release(conn)
-        except Exception:
-            self.log.debug("connection release failed", exc_info=True)
 
     # -- finish ------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -38,6 +38,7 @@ class EngineEnv:
     settings: Settings
     worker_name: str
     schedule_wakeup: Callable[[str, float], None]
+    quarantine: list[asyncpg.Connection] = field(default_factory=list)
 
 
 class QueueWorker:
@@ -78,59 +79,71 @@ class QueueWorker:
             attempt.force_stop()
 
     async def _slot(self, index: int) -> None:
+        """One unit of concurrency. It keeps one connection for its whole life (no pool round trip
+        per job); the connection goes to the attempt it claims and comes back when it ends."""
         delay = 0.1
-        while self._claiming:
-            seen = self.wakeup.generation
-            try:
-                claimed = await self._claim()
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    log.exception("claim failed", extra={"queue": self.queue})
-                elif delay == 0.1:
-                    log.warning("claim: database unreachable, retrying", extra={"queue": self.queue,
-                                                                                "error": str(exc)})
-                await self._pause(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if delay > 0.1:
-                metrics.DB_RECONNECTS.labels("worker").inc()
-                log.info("claim: database reachable again", extra={"queue": self.queue})
-            delay = 0.1
-            if claimed is None:
-                await self.wakeup.wait(seen)
-                continue
-            job, conn = claimed
-            if self._claiming:  # there may be more: let one sleeping sibling look
-                metrics.WAKEUPS.labels(self.queue, "chain").inc()
-                await self.wakeup.signal(1)
-            attempt = Attempt(job, conn, self.env)
-            self.running[job.job_id] = attempt
-            metrics.RUNNING_JOBS.labels(self.queue).inc()
-            try:
-                await attempt.run()
-            except Exception:
-                log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
-            finally:
-                metrics.RUNNING_JOBS.labels(self.queue).dec()
-                self.running.pop(job.job_id, None)
-
-    async def _claim(self) -> tuple[ClaimedJob, asyncpg.Connection] | None:
-        conn = await self.env.pool.acquire()
+        conn: asyncpg.Connection | None = None
         try:
-            started = time.perf_counter()
-            job = await AttemptConnection(conn).claim(self.queue, self.env.worker_name)
-            metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-            if job is not None:
-                return job, conn  # the connection now belongs to the attempt
+            while self._claiming:
+                seen = self.wakeup.generation
+                try:
+                    if conn is None:
+                        conn = await self.env.pool.acquire()
+                    job = await self._claim(conn)
+                except Exception as exc:
+                    conn = await _discard(self.env.pool, conn)
+                    if not is_connection_error(exc):
+                        log.exception("claim failed", extra={"queue": self.queue})
+                    elif delay == 0.1:
+                        log.warning("claim: database unreachable, retrying",
+                                    extra={"queue": self.queue, "error": str(exc)})
+                    await self._pause(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                if delay > 0.1:
+                    metrics.DB_RECONNECTS.labels("worker").inc()
+                    log.info("claim: database reachable again", extra={"queue": self.queue})
+                delay = 0.1
+                if job is None:
+                    await self.wakeup.wait(seen)
+                    continue
+                if self._claiming:  # there may be more: let one sleeping sibling look
+                    metrics.WAKEUPS.labels(self.queue, "chain").inc()
+                    await self.wakeup.signal(1)
+                conn = await self._run_attempt(job, conn)
+        finally:
+            if conn is not None:
+                await self.env.pool.release(conn)
+
+    async def _run_attempt(self, job: ClaimedJob, conn: asyncpg.Connection) -> asyncpg.Connection | None:
+        """Run one attempt; returns the connection to keep claiming on (None: get a new one)."""
+        attempt = Attempt(job, conn, self.env)
+        self.running[job.job_id] = attempt
+        metrics.RUNNING_JOBS.labels(self.queue).inc()
+        try:
+            await attempt.run()
+        except Exception:
+            log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
+            return await _discard(self.env.pool, attempt.connection)
+        finally:
+            metrics.RUNNING_JOBS.labels(self.queue).dec()
+            self.running.pop(job.job_id, None)
+        if attempt.keeps_lock:
+            # A forced-stopped sync pipeline still runs in its thread: the connection keeps the
+            # lock_key locked until the process exits, so it is never used (or released) again.
+            self.env.quarantine.append(attempt.connection)
+            return None
+        return attempt.connection
+
+    async def _claim(self, conn: asyncpg.Connection) -> ClaimedJob | None:
+        started = time.perf_counter()
+        job = await AttemptConnection(conn).claim(self.queue, self.env.worker_name)
+        metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        if job is None:
             due_in = await conn.fetchval(sql("next_due_in"), self.queue)
-        except BaseException:
-            conn.terminate()
-            await self.env.pool.release(conn)
-            raise
-        await self.env.pool.release(conn)
-        if due_in is not None:
-            self.timer.schedule_in(due_in)
-        return None
+            if due_in is not None:
+                self.timer.schedule_in(due_in)
+        return job
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake early when the worker is told to stop."""
@@ -139,3 +152,13 @@ class QueueWorker:
             await asyncio.wait_for(self.wakeup.wait(seen), timeout=seconds)
         except TimeoutError:
             pass
+
+
+async def _discard(pool: asyncpg.Pool, conn: asyncpg.Connection | None) -> None:
+    """Close a connection in an unknown state (it may hold a lock) instead of reusing it."""
+    if conn is not None:
+        conn.terminate()
+        try:
+            await pool.release(conn)
+        except Exception:
+            log.debug("release of a terminated connection failed", exc_info=True)

@@ -43,6 +43,11 @@ class WorkerManager:
         self._service_tasks: list[asyncio.Task[None]] = []
 
     @property
+    def holds_stray_locks(self) -> bool:
+        """True after a forced stop left sync pipeline threads running with their lock_keys held."""
+        return bool(self.env.quarantine)
+
+    @property
     def queues(self) -> list[str]:
         return list(self.workers)
 

@@ -26,7 +26,7 @@ WITH target AS (
         started_at = CASE WHEN $3 = 'release' AND j.attempt = 1 THEN NULL ELSE j.started_at END,
         available_at = CASE WHEN t.new_status = 'queued'
                             THEN now() + make_interval(secs => t.delay_sec)
-                            ELSE now() END,
+                            ELSE j.available_at END,
         error = CASE WHEN $3 = 'succeeded' THEN NULL
                      WHEN $3 IN ('error', 'canceled') THEN $4
                      WHEN t.new_status = 'canceled' THEN 'canceled by request'
