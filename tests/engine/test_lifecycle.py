@@ -163,3 +163,16 @@ async def test_a_job_failing_after_cancel_was_requested_is_canceled_not_retried(
         await db.execute("UPDATE dl_jobs SET cancel_requested = true WHERE job_id=$1", job_id)
         row = await wait_until(lambda: _ended(db, job_id), timeout=10)
     assert (row["status"], row["attempt"]) == ("canceled", 1)
+
+
+async def test_replaying_a_trigger_after_the_job_ran_returns_the_same_job(dsn, db):
+    import datetime as dt
+
+    service = job_service(db)
+    req = JobRequest(queue="default", task="dl.fail", lock_key="k", idempotency_key="replay",
+                     args={"message": "x"}, available_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    first = await service.trigger(req)
+    async with running_engine(dsn, db):
+        await wait_until(lambda: _has_requeue(db, first.job["job_id"]), timeout=10)  # it ran and moved
+    again = await service.trigger(req)
+    assert not again.created and again.job["job_id"] == first.job["job_id"]
