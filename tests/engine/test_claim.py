@@ -2,7 +2,7 @@ import asyncio
 import datetime as dt
 import itertools
 
-from dataloader.storage.repositories import AttemptConnection
+from dataloader.storage.repositories import QueueConnection
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, running_engine
 
@@ -10,7 +10,7 @@ from tests.support.engine import enqueue, event_kinds, job_row, running_engine
 async def _claim(pool, queue="default"):
     conn = await pool.acquire()
     try:
-        job = await AttemptConnection(conn).claim(queue, "test")
+        job = await QueueConnection(conn).claim_one(queue, "test")
         if job is not None and job.locked:
             await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", job.lock_key)
         return job
@@ -153,7 +153,7 @@ async def test_lock_race_with_an_uncommitted_claim_is_seen_as_a_running_holder(d
         await tx.start()
         await holder.execute("UPDATE dl_jobs SET status='running', attempt=1 WHERE job_id=$1", holder_job)
         await holder.execute("SELECT pg_advisory_lock(hashtext('race'))")
-        pending = asyncio.ensure_future(AttemptConnection(loser).lock_holders(loser_job, "race"))
+        pending = asyncio.ensure_future(QueueConnection(loser).lock_holders(loser_job, "race"))
         loser_pid = loser.get_server_pid()
         await wait_until(lambda: db.fetchval(
             "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid=$1", loser_pid), timeout=5)

@@ -1,6 +1,6 @@
 import asyncio
 
-from dataloader.storage.repositories import AttemptConnection, JobRepository
+from dataloader.storage.repositories import FinishRequest, JobRepository, QueueConnection
 from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, running_engine
@@ -14,7 +14,7 @@ async def test_reaper_returns_an_expired_lease_to_the_queue(db):
     job_id = await enqueue(db)
     conn = await db.acquire()
     try:
-        job = await AttemptConnection(conn).claim("default", "crashed-worker")
+        job = await QueueConnection(conn).claim_one("default", "crashed-worker")
         await _expire(db, job_id)
         reaped = await Reaper(JobRepository(db), period=1).tick()
         assert reaped == 1
@@ -23,10 +23,10 @@ async def test_reaper_returns_an_expired_lease_to_the_queue(db):
         assert "lease expired" in row["error"]
         assert await event_kinds(db, job_id) == ["queued", "picked", "requeue"]
         # the crashed worker's late writes are refused (fenced) and change nothing
-        assert await AttemptConnection(conn).heartbeat(job_id, job.attempt) is None
-        assert await AttemptConnection(conn).set_progress(job_id, job.attempt, {"x": 1}) is None
-        result = await AttemptConnection(conn).finish(job_id, job.attempt, "succeeded", lock_key=job.lock_key,
-                                                      unlock=True)
+        assert await QueueConnection(conn).heartbeat([(job_id, job.attempt)]) == {}
+        assert await JobRepository(db).set_progress(job_id, job.attempt, {"x": 1}) is None
+        result = await QueueConnection(conn).finish_one(FinishRequest(
+            job_id, job.attempt, "succeeded", lock_key=job.lock_key, unlock=True))
         assert result.status is None
         row = await job_row(db, job_id)
         assert row["status"] == "queued" and row["progress"] == {}
@@ -40,18 +40,18 @@ async def test_late_finish_of_an_old_attempt_is_refused_after_reclaim(db):
     old = await db.acquire()
     new = await db.acquire()
     try:
-        stale = await AttemptConnection(old).claim("default", "old")
+        stale = await QueueConnection(old).claim_one("default", "old")
         await old.execute("SELECT pg_advisory_unlock(hashtext($1))", stale.lock_key)  # it died
         await _expire(db, job_id)
         await Reaper(JobRepository(db), period=1).tick()
-        fresh = await AttemptConnection(new).claim("default", "new")
+        fresh = await QueueConnection(new).claim_one("default", "new")
         assert fresh.job_id == job_id and fresh.attempt == 2
-        refused = await AttemptConnection(old).finish(job_id, stale.attempt, "error", error="late",
-                                                      lock_key=stale.lock_key, unlock=False)
+        refused = await QueueConnection(old).finish_one(FinishRequest(
+            job_id, stale.attempt, "error", error="late", lock_key=stale.lock_key, unlock=False))
         assert refused.status is None
         assert (await job_row(db, job_id))["status"] == "running"
-        done = await AttemptConnection(new).finish(job_id, fresh.attempt, "succeeded", lock_key=fresh.lock_key,
-                                                   unlock=True)
+        done = await QueueConnection(new).finish_one(FinishRequest(
+            job_id, fresh.attempt, "succeeded", lock_key=fresh.lock_key, unlock=True))
         assert done.status == "succeeded"
     finally:
         await db.release(old)
@@ -62,7 +62,7 @@ async def test_reaper_marks_lost_when_no_attempt_is_left(db):
     job_id = await enqueue(db, max_attempts=1)
     conn = await db.acquire()
     try:
-        await AttemptConnection(conn).claim("default", "crashed-worker")
+        await QueueConnection(conn).claim_one("default", "crashed-worker")
         await _expire(db, job_id)
         await Reaper(JobRepository(db), period=1).tick()
     finally:
@@ -117,7 +117,7 @@ async def test_reaper_cancels_an_expired_job_whose_cancel_was_requested(db):
     job_id = await enqueue(db)
     conn = await db.acquire()
     try:
-        await AttemptConnection(conn).claim("default", "crashed-worker")
+        await QueueConnection(conn).claim_one("default", "crashed-worker")
         await db.execute("UPDATE dl_jobs SET cancel_requested = true WHERE job_id=$1", job_id)
         await _expire(db, job_id)
         await Reaper(JobRepository(db), period=1).tick()

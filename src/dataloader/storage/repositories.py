@@ -1,8 +1,9 @@
 """SQL operations on the queue and its journal. All statements come from `queries/`.
 
-`JobRepository` works on the pool (enqueue, read, cancel, reap). `AttemptConnection` wraps the one
-connection a claimed attempt lives on: the advisory lock of its lock_key is a session lock, so
-claim, heartbeat, progress, finish and unlock must all go through that same connection.
+`JobRepository` works on the pool (enqueue, read, cancel, reap, progress). `QueueConnection` wraps
+a queue worker's control connection: the advisory lock of a job's lock_key is a session lock, so
+the claim that takes it, the heartbeats and the finish that releases it all go through that same
+connection, in batches.
 """
 
 from __future__ import annotations
@@ -47,7 +48,24 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     wait_sec: float
+    lock_hash: int
     locked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """How one attempt ends. `unlock`: release its lock_key's advisory lock in the same statement."""
+
+    job_id: uuid.UUID
+    attempt: int
+    outcome: FinishOutcome
+    lock_key: str
+    unlock: bool
+    error: str | None = None
+    fatal: bool = False
+    max_attempts: int | None = None
+    delay_sec: float = 0.0
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +130,11 @@ class JobRepository:
     async def reap_expired(self, batch_size: int = 1000) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("reap_expired"), batch_size)
 
+    async def set_progress(self, job_id: uuid.UUID, attempt: int, progress: dict[str, Any]) -> bool | None:
+        """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""
+        row = await self.pool.fetchrow(sql("set_progress"), job_id, attempt, progress)
+        return None if row is None else row["cancel_requested"]
+
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))
 
@@ -141,62 +164,62 @@ class JobRepository:
             return None
 
 
-class AttemptConnection:
-    """The statements of one attempt, on the connection that holds its advisory lock."""
+class QueueConnection:
+    """The statements of a queue worker, on its control connection. Advisory locks are session
+    locks: the connection that claims a job holds its lock_key until the finish unlocks it there."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
 
-    async def claim(self, queue: str, worker: str) -> ClaimedJob | None:
-        row = await self.conn.fetchrow(sql("claim_job"), queue, worker)
-        if row is None:
-            return None
-        return ClaimedJob(
-            job_id=row["job_id"], queue=row["queue"], task=row["task"], args=row["args"],
-            lock_key=row["lock_key"], partition_key=row["partition_key"],
-            lease_ttl_sec=row["lease_ttl_sec"], attempt=row["attempt"],
-            max_attempts=row["max_attempts"], wait_sec=row["wait_sec"], locked=row["locked"],
+    async def claim(self, queue: str, worker: str, limit: int = 1) -> list[ClaimedJob]:
+        rows = await self.conn.fetch(sql("claim_jobs"), queue, worker, limit)
+        return [
+            ClaimedJob(
+                job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
+                partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
+                max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
+                locked=r["locked"],
+            )
+            for r in rows
+        ]
+
+    async def claim_one(self, queue: str, worker: str) -> ClaimedJob | None:
+        jobs = await self.claim(queue, worker, 1)
+        return jobs[0] if jobs else None
+
+    async def next_due_in(self, queue: str) -> float | None:
+        """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""
+        return await self.conn.fetchval(sql("next_due_in"), queue)
+
+    async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
+        """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""
+        rows = await self.conn.fetch(sql("heartbeat_jobs"), [a[0] for a in attempts], [a[1] for a in attempts])
+        return {r["job_id"]: r["cancel_requested"] for r in rows}
+
+    async def finish(self, requests: list[FinishRequest]) -> dict[uuid.UUID, FinishResult]:
+        rows = await self.conn.fetch(
+            sql("finish_jobs"),
+            [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
+            [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
+            [float(r.delay_sec) for r in requests], [r.reason for r in requests],
+            [r.lock_key for r in requests], [r.unlock for r in requests],
         )
+        return {
+            r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])
+            for r in rows
+        }
 
-    async def heartbeat(self, job_id: uuid.UUID, attempt: int) -> bool | None:
-        """Extend the lease. Returns cancel_requested, or None if the attempt was fenced off."""
-        row = await self.conn.fetchrow(sql("heartbeat_job"), job_id, attempt)
-        return None if row is None else row["cancel_requested"]
+    async def finish_one(self, request: FinishRequest) -> FinishResult:
+        return (await self.finish([request]))[request.job_id]
 
-    async def set_progress(self, job_id: uuid.UUID, attempt: int, progress: dict[str, Any]) -> bool | None:
-        """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""
-        row = await self.conn.fetchrow(sql("set_progress"), job_id, attempt, progress)
-        return None if row is None else row["cancel_requested"]
+    async def relock(self, attempts: list[tuple[uuid.UUID, int, str]]) -> dict[uuid.UUID, tuple[bool, bool]]:
+        """Retake locks after a reconnect: (still ours in the table, lock taken) per attempt."""
+        rows = await self.conn.fetch(sql("relock_jobs"), [a[0] for a in attempts], [a[1] for a in attempts],
+                                     [a[2] for a in attempts])
+        return {r["job_id"]: (r["alive"], bool(r["locked"])) for r in rows}
 
     async def lock_holders(self, job_id: uuid.UUID, lock_key: str) -> tuple[int, bool]:
         """After a failed lock: (running jobs holding the key, whether the lock is ours now)."""
         row = await self.conn.fetchrow(sql("lock_holders"), job_id, lock_key)
         assert row is not None
         return row["running_holders"], row["locked_now"]
-
-    async def relock(self, job_id: uuid.UUID, attempt: int, lock_key: str) -> bool | None:
-        """Retake the lock after a reconnect. None: fenced off; False: someone else holds the key."""
-        row = await self.conn.fetchrow(sql("relock_job"), job_id, attempt, lock_key)
-        return None if row is None else row["locked"]
-
-    async def finish(
-        self,
-        job_id: uuid.UUID,
-        attempt: int,
-        outcome: FinishOutcome,
-        *,
-        lock_key: str,
-        unlock: bool,
-        error: str | None = None,
-        fatal: bool = False,
-        max_attempts: int | None = None,
-        delay_sec: float = 0.0,
-        reason: str | None = None,
-    ) -> FinishResult:
-        row = await self.conn.fetchrow(
-            sql("finish_job"), job_id, attempt, outcome, error, fatal, max_attempts, float(delay_sec),
-            reason, lock_key, unlock,
-        )
-        assert row is not None
-        return FinishResult(status=row["status"], available_at=row["available_at"],
-                            woken_queues=row["woken"])

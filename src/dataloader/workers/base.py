@@ -1,9 +1,13 @@
-"""The PG worker of one queue: `concurrency` slots that claim, run and finish jobs.
+"""The PG worker of one queue: claims, heartbeats and finishes in batches on one control
+connection, and runs up to `concurrency` attempts at once.
 
-A slot claims on a pool connection; when it gets a job, that connection stays with the attempt
-(it holds the lock_key's advisory lock) until the finish unlocks it. Idle slots hold no
-connection and send no queries: they sleep on the queue's `Wakeup` until a NOTIFY, the due time
-of a delayed job, or the bounded fallback poll.
+Why one control connection: a lock_key's advisory lock is a session lock, so the statement that
+claims a job, the heartbeats and the finish that releases the lock must use one connection. With
+all of a queue's jobs on the same connection, a single round trip claims many jobs and another
+finishes many, instead of two round trips (and two commits) per job. The worker's loop does, in
+order: flush finished attempts, heartbeat if due, claim for free slots if there may be work. Idle,
+it sends nothing: it sleeps until a NOTIFY for its queue, the due time of a delayed job, a finished
+attempt, or the bounded fallback poll.
 """
 
 from __future__ import annotations
@@ -12,21 +16,27 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import asyncpg
 
 from dataloader import metrics
 from dataloader.config import Settings
 from dataloader.storage.db import is_connection_error
-from dataloader.storage.queries import sql
-from dataloader.storage.repositories import AttemptConnection, ClaimedJob
+from dataloader.storage.repositories import (
+    ClaimedJob,
+    FinishRequest,
+    FinishResult,
+    JobRepository,
+    QueueConnection,
+)
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.pipelines.registry import PipelineRegistry
-from dataloader.workers.wakeup import DueTimer, Wakeup
+from dataloader.workers.wakeup import DueTimer
 
 log = logging.getLogger("dataloader.worker")
+
+MAX_BATCH = 64
 
 
 @dataclass
@@ -34,10 +44,10 @@ class EngineEnv:
     """What every worker of a process shares."""
 
     pool: asyncpg.Pool
+    repo: JobRepository
     registry: PipelineRegistry
     settings: Settings
     worker_name: str
-    schedule_wakeup: Callable[[str, float], None]
     quarantine: list[asyncpg.Connection] = field(default_factory=list)
 
 
@@ -46,29 +56,36 @@ class QueueWorker:
         self.queue = queue
         self.concurrency = concurrency
         self.env = env
-        self.wakeup = Wakeup()
-        self.timer = DueTimer(self.wakeup, env.settings.poll_fallback_sec, on_fire=self._count_timer)
+        self.timer = DueTimer(env.settings.poll_fallback_sec, on_fire=self._timer_fired)
         self.running: dict[uuid.UUID, Attempt] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finishes: list[tuple[FinishRequest, asyncio.Future[FinishResult]]] = []
+        self._held: dict[int, uuid.UUID] = {}  # lock hash -> job whose lock the control connection holds
+        self._control: asyncpg.Connection | None = None
+        self._locks_lost = False
+        self._wake = asyncio.Event()
         self._claiming = True
+        self._work_generation = 1  # bumped by every hint of new work
+        self._settled_generation = 0  # the hints a claim already answered (it came back short)
+        self._next_heartbeat: float | None = None
 
-    def _count_timer(self, source: str) -> None:
-        metrics.WAKEUPS.labels(self.queue, source).inc()
-
-    async def run(self) -> None:
-        timer = asyncio.create_task(self.timer.run(), name=f"timer-{self.queue}")
-        try:
-            await asyncio.gather(*(self._slot(i) for i in range(self.concurrency)))
-        finally:
-            timer.cancel()
-            await asyncio.gather(timer, return_exceptions=True)
+    # -- signals from outside ----------------------------------------------------------------------
 
     async def notify(self, source: str = "notify") -> None:
         metrics.WAKEUPS.labels(self.queue, source).inc()
-        await self.wakeup.signal(1)
+        self._hint_work()
+
+    def _timer_fired(self, source: str) -> None:
+        metrics.WAKEUPS.labels(self.queue, source).inc()
+        self._hint_work()
+
+    def _hint_work(self) -> None:
+        self._work_generation += 1
+        self._wake.set()
 
     async def stop_claiming(self) -> None:
         self._claiming = False
-        await self.wakeup.signal_all()
+        self._wake.set()
 
     def stop_running(self, reason: str = "shutdown") -> None:
         for attempt in list(self.running.values()):
@@ -78,87 +95,250 @@ class QueueWorker:
         for attempt in list(self.running.values()):
             attempt.force_stop()
 
-    async def _slot(self, index: int) -> None:
-        """One unit of concurrency. It keeps one connection for its whole life (no pool round trip
-        per job); the connection goes to the attempt it claims and comes back when it ends."""
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        timer = asyncio.create_task(self.timer.run(), name=f"timer-{self.queue}")
         delay = 0.1
-        conn: asyncpg.Connection | None = None
         try:
-            while self._claiming:
-                seen = self.wakeup.generation
+            while self._claiming or self.running or self._finishes:
+                if not self._has_work_now():
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout=self._until_heartbeat())
+                    except TimeoutError:
+                        pass
+                self._wake.clear()
                 try:
-                    if conn is None:
-                        conn = await self.env.pool.acquire()
-                    job = await self._claim(conn)
+                    conn = await self._control_connection()
+                    if self._finishes:
+                        await self._flush_finishes(conn)
+                    if self._heartbeat_due():
+                        await self._heartbeat(conn)
+                    if self._want_claim():
+                        await self._claim(conn)
                 except Exception as exc:
-                    conn = await _discard(self.env.pool, conn)
+                    await self._drop_control()
                     if not is_connection_error(exc):
-                        log.exception("claim failed", extra={"queue": self.queue})
+                        log.exception("queue worker step failed", extra={"queue": self.queue})
                     elif delay == 0.1:
-                        log.warning("claim: database unreachable, retrying",
-                                    extra={"queue": self.queue, "error": str(exc)})
+                        log.warning("database unreachable, retrying", extra={"queue": self.queue,
+                                                                             "error": str(exc)})
                     await self._pause(delay)
                     delay = min(delay * 2, 5.0)
                     continue
                 if delay > 0.1:
                     metrics.DB_RECONNECTS.labels("worker").inc()
-                    log.info("claim: database reachable again", extra={"queue": self.queue})
+                    log.info("database reachable again", extra={"queue": self.queue})
                 delay = 0.1
-                if job is None:
-                    await self.wakeup.wait(seen)
-                    continue
-                if self._claiming:  # there may be more: let one sleeping sibling look
-                    metrics.WAKEUPS.labels(self.queue, "chain").inc()
-                    await self.wakeup.signal(1)
-                conn = await self._run_attempt(job, conn)
         finally:
-            if conn is not None:
-                await self.env.pool.release(conn)
+            timer.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(timer, *self._tasks, return_exceptions=True)
+            await self._release_control()
 
-    async def _run_attempt(self, job: ClaimedJob, conn: asyncpg.Connection) -> asyncpg.Connection | None:
-        """Run one attempt; returns the connection to keep claiming on (None: get a new one)."""
-        attempt = Attempt(job, conn, self.env)
-        self.running[job.job_id] = attempt
-        metrics.RUNNING_JOBS.labels(self.queue).inc()
-        try:
-            await attempt.run()
-        except Exception:
-            log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
-            return await _discard(self.env.pool, attempt.connection)
-        finally:
-            metrics.RUNNING_JOBS.labels(self.queue).dec()
-            self.running.pop(job.job_id, None)
-        if attempt.keeps_lock:
-            # A forced-stopped sync pipeline still runs in its thread: the connection keeps the
-            # lock_key locked until the process exits, so it is never used (or released) again.
-            self.env.quarantine.append(attempt.connection)
-            return None
-        return attempt.connection
+    def _has_work_now(self) -> bool:
+        return bool(self._finishes) or self._want_claim() or self._heartbeat_due()
 
-    async def _claim(self, conn: asyncpg.Connection) -> ClaimedJob | None:
-        started = time.perf_counter()
-        job = await AttemptConnection(conn).claim(self.queue, self.env.worker_name)
-        metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        if job is None:
-            due_in = await conn.fetchval(sql("next_due_in"), self.queue)
-            if due_in is not None:
-                self.timer.schedule_in(due_in)
-        return job
+    def _want_claim(self) -> bool:
+        return (self._claiming and len(self.running) < self.concurrency
+                and self._work_generation != self._settled_generation)
 
     async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake early when the worker is told to stop."""
-        seen = self.wakeup.generation
         try:
-            await asyncio.wait_for(self.wakeup.wait(seen), timeout=seconds)
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
         except TimeoutError:
             pass
 
+    # -- control connection ------------------------------------------------------------------------
 
-async def _discard(pool: asyncpg.Pool, conn: asyncpg.Connection | None) -> None:
-    """Close a connection in an unknown state (it may hold a lock) instead of reusing it."""
-    if conn is not None:
-        conn.terminate()
+    async def _control_connection(self) -> asyncpg.Connection:
+        if self._control is None:
+            self._control = await self.env.pool.acquire()
+            if self._locks_lost:
+                await self._relock(self._control)
+        return self._control
+
+    async def _relock(self, conn: asyncpg.Connection) -> None:
+        """The previous connection died and its advisory locks with it: take them again. An
+        attempt fenced off meanwhile, or whose key someone else took, is stopped."""
+        holders = {job_id: h for h, job_id in self._held.items()}
+        attempts = [(a.job.job_id, a.job.attempt, a.job.lock_key) for a in self.running.values()
+                    if a.job.job_id in holders]
+        results = await QueueConnection(conn).relock(attempts) if attempts else {}
+        self._locks_lost = False
+        self._held.clear()
+        for job_id, (alive, locked) in results.items():
+            attempt = self.running[job_id]
+            if alive and locked:
+                self._held[attempt.job.lock_hash] = job_id
+            else:
+                if locked:  # taken although fenced off: give it back at once
+                    await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", attempt.job.lock_key)
+                log.warning("after reconnect the attempt is no longer ours; stopping it",
+                            extra={"job_id": str(job_id), "fenced": not alive})
+                attempt.request_stop("lease_lost")
+        metrics.DB_RECONNECTS.labels("locks").inc()
+        log.info("reconnected and retook lock_keys", extra={"queue": self.queue, "held": len(self._held)})
+
+    async def _drop_control(self) -> None:
+        conn, self._control = self._control, None
+        if conn is None:
+            return
+        if self._held:
+            self._locks_lost = True
+        # After a connection loss asyncpg may already have detached it from the pool; then both
+        # calls refuse, and there is nothing left to close.
         try:
-            await pool.release(conn)
+            conn.terminate()
+            await self.env.pool.release(conn)
         except Exception:
-            log.debug("release of a terminated connection failed", exc_info=True)
+            log.debug("dropping the control connection failed", exc_info=True)
+
+    async def _release_control(self) -> None:
+        conn, self._control = self._control, None
+        if conn is None:
+            return
+        if self._held:
+            # A forced-stopped sync pipeline still runs in its thread: keep its lock_key locked
+            # until the process exits, so never reuse or release this connection.
+            self.env.quarantine.append(conn)
+            return
+        await self.env.pool.release(conn)
+
+    # -- claim -------------------------------------------------------------------------------------
+
+    async def _claim(self, conn: asyncpg.Connection) -> None:
+        generation = self._work_generation
+        want = min(self.concurrency - len(self.running), MAX_BATCH)
+        queue_conn = QueueConnection(conn)
+        started = time.perf_counter()
+        jobs = await queue_conn.claim(self.queue, self.env.worker_name, want)
+        metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        if len(jobs) < want:
+            self._settled_generation = generation
+            if not jobs:
+                due_in = await queue_conn.next_due_in(self.queue)
+                if due_in is not None:
+                    self.timer.schedule_in(due_in)
+        for job in jobs:
+            if job.locked and job.lock_hash not in self._held:
+                self._held[job.lock_hash] = job.job_id
+                self._start(job)
+            elif job.locked:
+                # Re-entrant: this session already holds the key (a second job of one key in the
+                # batch, or an attempt of ours still stopping). Undo the extra lock count.
+                holder = self.running.get(self._held[job.lock_hash])
+                live_holder = holder is not None and holder.stop_reason != "lease_lost"
+                await self._release_busy(queue_conn, job, undo_lock=True, running_holders=int(live_holder))
+            else:
+                running_holders, locked_now = await queue_conn.lock_holders(job.job_id, job.lock_key)
+                if locked_now:
+                    self._held[job.lock_hash] = job.job_id
+                    self._start(job)
+                else:
+                    await self._release_busy(queue_conn, job, undo_lock=False, running_holders=running_holders)
+
+    async def _release_busy(self, queue_conn: QueueConnection, job: ClaimedJob, *, undo_lock: bool,
+                            running_holders: int) -> None:
+        """Put back a job whose lock_key is taken, without using up an attempt. A running holder's
+        finish wakes it; only a stray holder (a fenced-off pipeline still winding down) earns the
+        full DL_CLAIM_BACKOFF_SEC."""
+        delay = 0.0 if running_holders else self.env.settings.claim_backoff_sec
+        result = await queue_conn.finish_one(FinishRequest(
+            job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=undo_lock,
+            reason="lock_busy", delay_sec=delay))
+        metrics.JOBS_FINISHED.labels(job.queue, job.task, "lock_busy").inc()
+        log.info("lock_key busy, job put back", extra={"job_id": str(job.job_id), "lock_key": job.lock_key,
+                                                       "running_holders": running_holders, "retry_in_sec": delay})
+        if delay and result.status == "queued":
+            self.timer.schedule_in(delay)
+
+    def _start(self, job: ClaimedJob) -> None:
+        attempt = Attempt(job, self.env, self._submit_finish)
+        self.running[job.job_id] = attempt
+        metrics.RUNNING_JOBS.labels(self.queue).inc()
+        if self._next_heartbeat is None:
+            self._next_heartbeat = time.monotonic() + self._heartbeat_period()
+        task = asyncio.create_task(self._run_attempt(attempt))
+        self._tasks.add(task)
+
+    async def _run_attempt(self, attempt: Attempt) -> None:
+        try:
+            await attempt.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
+        finally:
+            metrics.RUNNING_JOBS.labels(self.queue).dec()
+            self.running.pop(attempt.job.job_id, None)
+            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+            if not self.running:
+                self._next_heartbeat = None
+            self._wake.set()  # a slot is free
+
+    # -- finish ------------------------------------------------------------------------------------
+
+    async def _submit_finish(self, request: FinishRequest) -> FinishResult:
+        future: asyncio.Future[FinishResult] = asyncio.get_running_loop().create_future()
+        self._finishes.append((request, future))
+        self._wake.set()
+        return await future
+
+    async def _flush_finishes(self, conn: asyncpg.Connection) -> None:
+        batch = self._finishes[:MAX_BATCH * 4]
+        requests = []
+        for request, _ in batch:
+            owns_lock = self._held.get(_lock_hash_of(request, self.running)) == request.job_id
+            requests.append(_with_unlock(request, request.unlock and owns_lock))
+        started = time.perf_counter()
+        results = await QueueConnection(conn).finish(requests)
+        metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        del self._finishes[:len(batch)]
+        for request, (_, future) in zip(requests, batch, strict=True):
+            if request.unlock:
+                self._held.pop(_lock_hash_of(request, self.running), None)
+            result = results[request.job_id]
+            if result.status == "queued" and request.delay_sec > 0:
+                self.timer.schedule_in(request.delay_sec)
+            if not future.done():
+                future.set_result(result)
+
+    # -- heartbeat ---------------------------------------------------------------------------------
+
+    def _heartbeat_period(self) -> float:
+        shortest_lease = min((a.job.lease_ttl_sec for a in self.running.values()), default=3600)
+        return min(self.env.settings.heartbeat_sec, shortest_lease / 3)
+
+    def _until_heartbeat(self) -> float | None:
+        if self._next_heartbeat is None:
+            return None
+        return max(0.0, self._next_heartbeat - time.monotonic())
+
+    def _heartbeat_due(self) -> bool:
+        return self._next_heartbeat is not None and time.monotonic() >= self._next_heartbeat
+
+    async def _heartbeat(self, conn: asyncpg.Connection) -> None:
+        attempts = [(a.job.job_id, a.job.attempt) for a in self.running.values()]
+        started = time.perf_counter()
+        alive = await QueueConnection(conn).heartbeat(attempts)
+        metrics.HEARTBEAT_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        self._next_heartbeat = time.monotonic() + self._heartbeat_period()
+        for job_id, _ in attempts:
+            attempt = self.running.get(job_id)
+            if attempt is None:
+                continue
+            if job_id not in alive:
+                attempt.request_stop("lease_lost")
+            elif alive[job_id]:
+                attempt.request_stop("cancel")
+
+
+def _lock_hash_of(request: FinishRequest, running: dict[uuid.UUID, Attempt]) -> int | None:
+    attempt = running.get(request.job_id)
+    return attempt.job.lock_hash if attempt is not None else None
+
+
+def _with_unlock(request: FinishRequest, unlock: bool) -> FinishRequest:
+    return request if request.unlock == unlock else replace(request, unlock=unlock)

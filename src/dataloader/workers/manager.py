@@ -32,13 +32,13 @@ class WorkerManager:
         run_reaper: bool = True,
     ) -> None:
         self.settings = settings
-        self.env = EngineEnv(pool=pool, registry=registry, settings=settings,
-                             worker_name=settings.node_name, schedule_wakeup=self._schedule_wakeup)
+        self.env = EngineEnv(pool=pool, repo=JobRepository(pool), registry=registry, settings=settings,
+                             worker_name=settings.node_name)
         self.workers = {w.queue: QueueWorker(w.queue, w.concurrency, self.env) for w in settings.workers}
         self.notifier = Notifier(dsn, on_queue=self._on_queue_notified, on_cancel=self._on_cancel,
                                  on_connected=self._wake_all,
                                  check_period=max(settings.poll_fallback_sec * 3, 5.0))
-        self.reaper = Reaper(JobRepository(pool), settings.reaper_period_sec) if run_reaper else None
+        self.reaper = Reaper(self.env.repo, settings.reaper_period_sec) if run_reaper else None
         self._worker_tasks: list[asyncio.Task[None]] = []
         self._service_tasks: list[asyncio.Task[None]] = []
 
@@ -62,7 +62,7 @@ class WorkerManager:
         if self.reaper is not None:
             self._service_tasks.append(asyncio.create_task(self.reaper.run(), name="reaper"))
         for worker in self.workers.values():
-            self._worker_tasks.append(asyncio.create_task(worker.run(), name=f"worker-{worker.queue}"))
+            self._worker_tasks.append(asyncio.create_task(self._supervise(worker), name=f"worker-{worker.queue}"))
         log.info("workers started", extra={
             "queues": {w.queue: w.concurrency for w in self.workers.values()},
             "reaper": self.reaper is not None, "worker_name": self.env.worker_name})
@@ -96,6 +96,21 @@ class WorkerManager:
         await asyncio.gather(*self._worker_tasks, *self._service_tasks, return_exceptions=True)
         log.info("workers stopped")
 
+    async def _supervise(self, worker: QueueWorker) -> None:
+        """Keep a queue worker running: a crash (a bug, never a database outage, which the worker
+        rides out itself) is logged and the worker restarted, instead of the queue going silent.
+        Jobs it was running keep their lease and come back through the reaper."""
+        while True:
+            try:
+                await worker.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("queue worker crashed; restarting it", extra={"queue": worker.queue})
+                await asyncio.sleep(1.0)
+                worker = self.workers[worker.queue] = QueueWorker(worker.queue, worker.concurrency, self.env)
+
     async def _on_queue_notified(self, queue: str) -> None:
         worker = self.workers.get(queue)
         if worker is not None:
@@ -110,8 +125,3 @@ class WorkerManager:
     async def _wake_all(self) -> None:
         for worker in self.workers.values():
             await worker.notify("reconnect")
-
-    def _schedule_wakeup(self, queue: str, delay: float) -> None:
-        worker = self.workers.get(queue)
-        if worker is not None:
-            worker.timer.schedule_in(delay)

@@ -1,10 +1,5 @@
-"""How idle worker slots of one queue sleep and get woken without polling.
-
-A `Wakeup` wakes one sleeping slot per signal; a slot that finds a job signals again, so a burst
-of work fans out slot by slot while a single new job wakes a single slot. The generation counter
-closes the gap between "my claim found nothing" and "I am asleep": a signal that arrived during
-the claim makes the slot claim again instead of sleeping through it.
-"""
+"""When an idle queue worker looks for work without being told: the due time of its next delayed
+job, and a bounded fallback poll as a backstop for lost notifications."""
 
 from __future__ import annotations
 
@@ -12,37 +7,11 @@ import asyncio
 from collections.abc import Callable
 
 
-class Wakeup:
-    def __init__(self) -> None:
-        self._cond = asyncio.Condition()
-        self.generation = 0
-
-    async def signal(self, slots: int = 1) -> None:
-        async with self._cond:
-            self.generation += 1
-            self._cond.notify(slots)
-
-    async def signal_all(self) -> None:
-        async with self._cond:
-            self.generation += 1
-            self._cond.notify_all()
-
-    async def wait(self, seen_generation: int) -> None:
-        """Sleep until a signal newer than `seen_generation` (returns at once if one came already)."""
-        async with self._cond:
-            if self.generation != seen_generation:
-                return
-            await self._cond.wait()
-
-
 class DueTimer:
-    """Wakes a queue when its next delayed job becomes runnable, and at the fallback poll period
-    otherwise (a bounded backstop for lost notifications)."""
+    """Calls `on_fire(source)` when the next delayed job becomes runnable ("timer") and at least
+    every `fallback_sec` otherwise ("poll")."""
 
-    def __init__(
-        self, wakeup: Wakeup, fallback_sec: float, on_fire: Callable[[str], None] | None = None
-    ) -> None:
-        self._wakeup = wakeup
+    def __init__(self, fallback_sec: float, on_fire: Callable[[str], None]) -> None:
         self._fallback = fallback_sec
         self._due_at: float | None = None
         self._changed = asyncio.Event()
@@ -50,8 +19,7 @@ class DueTimer:
 
     def schedule_in(self, seconds: float) -> None:
         """Ask for a wake-up `seconds` from now (kept if an earlier one is already set)."""
-        loop = asyncio.get_running_loop()
-        at = loop.time() + max(0.0, seconds)
+        at = asyncio.get_running_loop().time() + max(0.0, seconds)
         if self._due_at is None or at < self._due_at:
             self._due_at = at
             self._changed.set()
@@ -75,6 +43,4 @@ class DueTimer:
             if source == "timer":
                 self._due_at = None
             last_fire = loop.time()
-            if self._on_fire is not None:
-                self._on_fire(source)
-            await self._wakeup.signal(1)
+            self._on_fire(source)

@@ -1,0 +1,78 @@
+-- End attempts in one statement: succeeded, canceled, failed, or back to queued (retry/release).
+-- Fenced per row: nothing changes for an attempt that is no longer running with its number.
+-- Each row may also release its lock_key's advisory lock on this connection (same statement).
+-- Arrays, one element per attempt:
+-- $1 job_id, $2 attempt, $3 outcome ('succeeded'|'canceled'|'error'|'release'), $4 error text,
+-- $5 fatal (no retry), $6 max_attempts override (NULL = the row's), $7 delay in seconds before the
+-- job may run again (retry/release), $8 release reason (journal), $9 lock_key, $10 unlock.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::int[], $7::float8[],
+                $8::text[], $9::text[], $10::bool[])
+         AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock)
+), target AS (
+    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason,
+           CASE
+               WHEN i.outcome = 'succeeded' THEN 'succeeded'
+               WHEN i.outcome = 'canceled' THEN 'canceled'
+               -- a cancel asked for while it ran wins over a retry or a hand-back
+               WHEN j.cancel_requested THEN 'canceled'
+               WHEN i.outcome = 'release' THEN 'queued'
+               WHEN NOT i.fatal AND j.attempt < COALESCE(i.max_attempts, j.max_attempts) THEN 'queued'
+               ELSE 'failed'
+           END::dl_status AS new_status
+    FROM dl_jobs j JOIN input i ON i.job_id = j.job_id
+    WHERE j.status = 'running' AND j.attempt = i.attempt
+    FOR UPDATE OF j
+), ended AS (
+    UPDATE dl_jobs j
+    SET status = t.new_status,
+        attempt = CASE WHEN t.outcome = 'release' THEN j.attempt - 1 ELSE j.attempt END,
+        started_at = CASE WHEN t.outcome = 'release' AND j.attempt = 1 THEN NULL ELSE j.started_at END,
+        available_at = CASE WHEN t.new_status = 'queued'
+                            THEN now() + make_interval(secs => t.delay_sec)
+                            ELSE j.available_at END,
+        error = CASE WHEN t.outcome = 'succeeded' THEN NULL
+                     WHEN t.outcome IN ('error', 'canceled') THEN t.error
+                     WHEN t.new_status = 'canceled' THEN 'canceled by request'
+                     ELSE j.error END,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
+    FROM target t
+    WHERE j.job_id = t.job_id
+    RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
+              t.fatal, t.reason
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT e.job_id, e.queue,
+           CASE
+               WHEN e.status = 'succeeded' THEN 'done'
+               WHEN e.status = 'canceled' THEN 'canceled'
+               WHEN e.status = 'failed' THEN 'failed'
+               ELSE 'requeue'
+           END,
+           jsonb_strip_nulls(jsonb_build_object(
+               'attempt', e.attempt,
+               'error', e.error,
+               'fatal', CASE WHEN e.fatal THEN true END,
+               'reason', CASE WHEN e.outcome = 'release' THEN e.reason
+                              WHEN e.outcome = 'error' AND e.status = 'queued' THEN 'retry' END,
+               'available_at', CASE WHEN e.status = 'queued' THEN e.available_at END))
+    FROM ended e
+), waiters AS (
+    -- Jobs (of any queue) may be waiting for a lock_key that just became free: wake their workers.
+    SELECT pg_notify('dl_jobs', w.queue)
+    FROM (
+        SELECT DISTINCT q.queue
+        FROM dl_jobs q JOIN ended e ON q.lock_key = e.lock_key
+        WHERE q.status = 'queued' AND q.job_id <> e.job_id AND q.available_at <= now()
+    ) w
+), unlocked AS (
+    SELECT i.job_id, CASE WHEN i.unlock THEN pg_advisory_unlock(hashtext(i.lock_key)) END AS unlocked
+    FROM input i
+)
+SELECT i.job_id, e.status::text AS status, e.available_at, u.unlocked,
+       (SELECT count(*) FROM waiters) AS woken
+FROM input i
+LEFT JOIN ended e ON e.job_id = i.job_id
+LEFT JOIN unlocked u ON u.job_id = i.job_id;
