@@ -204,7 +204,10 @@ class QueueWorker:
             # until the process exits, so never reuse or release this connection.
             self.env.quarantine.append(conn)
             return
-        await self.env.pool.release(conn)
+        try:
+            await self.env.pool.release(conn)
+        except Exception:
+            log.debug("release of the control connection failed", exc_info=True)
 
     # -- claim -------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Every SQL statement of the engine lives in a file here, loaded by name.
 
-"Where is the claim query?" → `claim_job.sql`.
+"Where is the claim query?" → `claim_jobs.sql`.
 """
 
 from __future__ import annotations
