@@ -127,3 +127,22 @@ async def test_reaper_cancels_an_expired_job_whose_cancel_was_requested(db):
     row = await job_row(db, job_id)
     assert row["status"] == "canceled" and row["finished_at"] is not None
     assert (await event_kinds(db, job_id))[-1] == "canceled"
+
+
+async def test_a_fenced_off_attempt_still_running_keeps_its_key_from_the_next_attempt(dsn, db):
+    """The reaper (of another node) took the job back while this node's pipeline is still inside a
+    long chunk. The same worker claims the job again at once; its session already holds the key,
+    so it must notice the re-entrant lock and back off instead of running the job twice at once."""
+    async with running_engine(dsn, db, heartbeat_sec=0.1, run_reaper=False, claim_backoff_sec=0.3):
+        job_id = await enqueue(db, "test.recorded_chunks", args={"dsn": dsn, "chunks": 1, "chunk_sec": 1.5})
+        await wait_until(lambda: _run_count(db), timeout=10)
+        await db.execute("UPDATE dl_jobs SET status='queued', lease_expires_at=NULL, available_at=now() "
+                         "WHERE job_id=$1", job_id)
+        await wait_until(lambda: db.fetchval("SELECT count(*) = 2 AND bool_and(ended_at IS NOT NULL) "
+                                             "FROM test_runs"), timeout=15)
+    runs = await db.fetch("SELECT attempt, started_at, ended_at FROM test_runs ORDER BY started_at")
+    assert [r["attempt"] for r in runs] == [1, 2]
+    assert runs[1]["started_at"] >= runs[0]["ended_at"], "the next attempt overlapped the fenced-off one"
+    busy = await db.fetchval("SELECT count(*) FROM dl_job_events WHERE job_id=$1 AND kind='requeue' "
+                             "AND payload->>'reason' = 'lock_busy'", job_id)
+    assert busy >= 1

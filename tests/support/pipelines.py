@@ -105,3 +105,15 @@ def sync_fail_slow(ctx: JobContext) -> None:
     """Ignores stop requests, then fails (retryable)."""
     time.sleep(float(ctx.args.get("seconds", 0.5)))
     raise RuntimeError("failed after a while")
+
+
+@pipeline("test.recorded_chunks")
+async def recorded_chunks(ctx: JobContext):
+    """Like test.recorded_sleep, but records its end however it ends (also when stopped)."""
+    run_id = await _record_start(ctx)
+    try:
+        for _ in range(int(ctx.args.get("chunks", 1))):
+            await asyncio.sleep(float(ctx.args.get("chunk_sec", 1.0)))
+            yield
+    finally:
+        await _record_end(ctx, run_id)
