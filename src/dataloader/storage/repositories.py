@@ -50,6 +50,7 @@ class ClaimedJob:
     wait_sec: float
     lock_hash: int
     locked: bool
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +179,7 @@ class QueueConnection:
                 job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
                 partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
                 max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
-                locked=r["locked"],
+                locked=r["locked"], request_id=r["request_id"],
             )
             for r in rows
         ]

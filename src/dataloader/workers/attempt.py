@@ -67,7 +67,10 @@ class Attempt:
 
     async def run(self) -> None:
         job = self.job
-        with bind_job(job_id=str(job.job_id), queue=job.queue, task=job.task, attempt=job.attempt):
+        fields = {"job_id": str(job.job_id), "queue": job.queue, "task": job.task, "attempt": job.attempt}
+        if job.request_id:
+            fields["request_id"] = job.request_id
+        with bind_job(**fields):
             await self._run()
 
     async def _run(self) -> None:

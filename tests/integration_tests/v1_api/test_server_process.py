@@ -83,3 +83,8 @@ async def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(python, subprocess_e
     assert not any(line["logger"] == "uvicorn.access" for line in log_lines), "uvicorn access log doubles ours"
     messages = [line["message"] for line in log_lines]
     assert "workers stopped" in messages
+    # the request id of the HTTP call that enqueued a job follows it into the worker's log lines
+    worker_lines = [line for line in log_lines if line["logger"] == "dataloader.worker"
+                    and line.get("job_id") == job_id]
+    assert {line["message"] for line in worker_lines} >= {"job started", "job succeeded"}
+    assert all(line.get("request_id") == "proc-1" for line in worker_lines), worker_lines

@@ -43,5 +43,8 @@ SELECT c.job_id, c.queue, c.task, c.args, c.lock_key, c.partition_key, c.lease_t
        c.max_attempts,
        extract(epoch FROM now() - GREATEST(c.created_at, c.available_at))::float8 AS wait_sec,
        hashtext(c.lock_key) AS lock_hash,
+       -- the HTTP request that enqueued the job, so worker log lines carry its request id
+       (SELECT e.payload->>'request_id' FROM dl_job_events e
+        WHERE e.job_id = c.job_id AND e.kind = 'queued' ORDER BY e.event_id LIMIT 1) AS request_id,
        pg_try_advisory_lock(hashtext(c.lock_key)) AS locked
 FROM (SELECT * FROM claimed ORDER BY priority, available_at, created_at) c;
