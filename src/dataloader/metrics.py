@@ -27,13 +27,13 @@ JOB_WAIT_SECONDS = Histogram(
     ["queue"], buckets=_SLOW,
 )
 CLAIM_SECONDS = Histogram(
-    "dl_claim_duration_seconds", "Scanning: one claim statement", ["queue"], buckets=_FAST
+    "dl_claim_duration_seconds", "Scanning: one (batch) claim statement", ["queue"], buckets=_FAST
 )
 HEARTBEAT_SECONDS = Histogram(
-    "dl_heartbeat_duration_seconds", "One heartbeat statement", ["queue"], buckets=_FAST
+    "dl_heartbeat_duration_seconds", "One (batch) heartbeat statement", ["queue"], buckets=_FAST
 )
 FINISH_SECONDS = Histogram(
-    "dl_finish_duration_seconds", "Completion: one finish statement", ["queue"], buckets=_FAST
+    "dl_finish_duration_seconds", "Completion: one (batch) finish statement", ["queue"], buckets=_FAST
 )
 REAPER_SECONDS = Histogram("dl_reaper_duration_seconds", "One reaper pass", buckets=_FAST)
 JOBS_REAPED = Counter(
@@ -43,7 +43,7 @@ NOTIFICATIONS = Counter(
     "dl_notifications_total", "Notification: LISTEN messages received", ["channel"]
 )
 WAKEUPS = Counter(
-    "dl_worker_wakeups_total", "Idle worker wake-ups by source (notify, timer, poll, chain)",
+    "dl_worker_wakeups_total", "Hints of new work to a queue worker by source (notify, timer, poll, reconnect)",
     ["queue", "source"],
 )
 RUNNING_JOBS = Gauge("dl_running_jobs", "Attempts running in this process", ["queue"])
