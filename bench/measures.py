@@ -198,7 +198,11 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
       wall   = N / (spawn of the first worker -> the poll that saw no unfinished job), which also
                includes interpreter start-up, connecting, and up to 50 ms of polling slack.
     Memory: RSS of the worker processes and all their children, sampled every 100 ms; with the
-    done-count sampled every 200 ms to give RSS at 10/50/90 % of the drain."""
+    done-count sampled every 200 ms to give RSS at 10/50/90 % of the drain.
+    Cost per job, from the spawn of the workers to their exit (start-up and shutdown included):
+      tx_per_job  = transactions of the bench database (pg_stat_database, the harness's own
+                    polling subtracted) / N: commits, so fsyncs, are what a durable queue pays for;
+      wal_per_job = bytes of WAL the whole server wrote (pg_current_wal_lsn) / N."""
     sc = ctx.scale
     result = MeasureResult()
     for nprocs in (1, 2):
@@ -210,6 +214,8 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                 await _vacuum_analyze(dsn)
                 marks_dir = ctx.marks_dir(system, "proc")
                 conn = await asyncpg.connect(dsn)
+                xacts0, lsn0 = await _xacts(ctx.server, database_of(dsn)), await _wal_lsn(ctx.server)
+                own = 3  # the harness's own transactions on `conn`: one per statement (+ 3 prepares)
                 deadline = procs.Deadline(sc.timeout)
                 samples: list[tuple[float, int, int]] = []
                 peak = 0
@@ -220,6 +226,7 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                     tick = 0
                     while True:
                         _check_alive(workers, ctx.log(system, "proc-worker"))
+                        own += 1
                         if await conn.fetchval(system.pending_sql) is None:
                             drained = time.monotonic()
                             break
@@ -231,6 +238,7 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                             rss = procs.tree_rss(pids)
                             peak = max(peak, rss)
                             if tick % 4 == 0:
+                                own += 1
                                 remaining = await conn.fetchval(system.count_sql)
                                 samples.append((time.monotonic() - t0, remaining, rss))
                         tick += 1
@@ -239,10 +247,16 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                     final = procs.tree_rss(pids)
                     peak = max(peak, final)
                     samples.append((drained - t0, 0, final))
+                    own += 1
                     span = await conn.fetchrow(system.span_sql)
                 finally:
                     await _stop_workers(workers)
                     await conn.close()
+                # Every backend of the bench database has exited now, and a backend flushes its
+                # statistics on exit; give the last one a moment.
+                await asyncio.sleep(1.0)
+                xacts = await _xacts(ctx.server, database_of(dsn)) - xacts0 - own
+                wal = await _wal_lsn(ctx.server) - lsn0
             wall = drained - t0
             if span["succeeded"] != sc.processing:
                 raise RuntimeError(f"{span['succeeded']} of {sc.processing} jobs succeeded")
@@ -253,7 +267,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                      f"memory.{p}.peak": peak / 2**20,
                      f"memory.{p}.rss10": _rss_at_progress(samples, sc.processing, 0.10),
                      f"memory.{p}.rss50": _rss_at_progress(samples, sc.processing, 0.50),
-                     f"memory.{p}.rss90": _rss_at_progress(samples, sc.processing, 0.90)},
+                     f"memory.{p}.rss90": _rss_at_progress(samples, sc.processing, 0.90),
+                     f"processing.{p}.tx_per_job": xacts / sc.processing,
+                     f"processing.{p}.wal_per_job": wal / sc.processing},
                     {"procs": nprocs, "active_seconds": active, "wall_seconds": wall,
                      "rss_samples": [(round(t, 2), r, round(m / 2**20, 1)) for t, r, m in samples]})
 
@@ -453,6 +469,14 @@ async def _xacts(server: Server, dbname: str) -> int:
     try:
         return await conn.fetchval(
             "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", dbname)
+    finally:
+        await conn.close()
+
+
+async def _wal_lsn(server: Server) -> int:
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        return int(await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"))
     finally:
         await conn.close()
 

@@ -25,6 +25,8 @@ def _metrics() -> dict[str, Metric]:
     for p, what in (("p1", "1 worker ×16"), ("p2", "2 workers ×16")):
         m[f"processing.{p}.active"] = Metric(f"drain no-ops, {what}, first start→last finish", "jobs/s", True)
         m[f"processing.{p}.wall"] = Metric(f"drain no-ops, {what}, spawn→drained (wall)", "jobs/s", True)
+        m[f"processing.{p}.tx_per_job"] = Metric(f"drain no-ops, {what}: DB transactions per job", "tx", False)
+        m[f"processing.{p}.wal_per_job"] = Metric(f"drain no-ops, {what}: WAL bytes per job", "B", False)
     m["latency.p50"] = Metric("enqueue→start latency p50 (idle worker)", "ms", False)
     m["latency.p95"] = Metric("enqueue→start latency p95", "ms", False)
     m["latency.p99"] = Metric("enqueue→start latency p99", "ms", False)
