@@ -75,3 +75,28 @@ async def test_replicas_migrating_at_once_do_not_race(empty_db):
     results = await asyncio.gather(*(migrate.upgrade(empty_db) for _ in range(4)))
     assert {after for _, after in results} == {migrate.head_revision()}
     assert sum(1 for before, _ in results if before is None) == 1
+
+
+def test_revision_ids_fit_alembic_version_column():
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    ids = [rev.revision for rev in script.walk_revisions()]
+    assert ids and all(len(rev) <= 32 for rev in ids), ids  # alembic_version.version_num is varchar(32)
+
+
+async def test_bulk_insert_notifies_each_queue_once(dsn, db):
+    conn = await asyncpg.connect(dsn)
+    got: list[str] = []
+    await conn.add_listener("dl_jobs", lambda *args: got.append(args[3]))
+    try:
+        await db.execute(
+            "INSERT INTO dl_jobs (job_id, queue, task, lock_key) SELECT gen_random_uuid(), "
+            "CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 'dl.noop', g::text FROM generate_series(1, 500) g")
+        await conn.execute("SELECT 1")  # notifications arrive before the reply to a later statement
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(got) < 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert sorted(got) == ["a", "b"]
+    finally:
+        await conn.close()
