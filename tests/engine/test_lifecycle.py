@@ -176,3 +176,16 @@ async def test_replaying_a_trigger_after_the_job_ran_returns_the_same_job(dsn, d
         await wait_until(lambda: _has_requeue(db, first.job["job_id"]), timeout=10)  # it ran and moved
     again = await service.trigger(req)
     assert not again.created and again.job["job_id"] == first.job["job_id"]
+
+
+async def test_batch_enqueue_inserts_in_order_with_journal_and_skips_known_keys(db):
+    service = job_service(db)
+    await service.trigger(JobRequest(queue="default", task="dl.noop", lock_key="k0", idempotency_key="dup"))
+    reqs = [JobRequest(queue="default", task="dl.noop", lock_key=f"k{i}",
+                       idempotency_key="dup" if i == 3 else None, priority=i) for i in range(1, 6)]
+    ids = await service.trigger_many(reqs)
+    assert len(ids) == 4  # the one with a known idempotency_key is skipped
+    rows = {r["job_id"]: r for r in await db.fetch("SELECT * FROM dl_jobs WHERE job_id = ANY($1)", ids)}
+    assert [rows[i]["priority"] for i in ids] == [1, 2, 4, 5]  # input order
+    assert await db.fetchval("SELECT count(*) FROM dl_job_events WHERE kind='queued' AND job_id = ANY($1)",
+                             ids) == 4

@@ -102,16 +102,13 @@ class JobRepository:
         return existing, False
 
     async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None) -> list[uuid.UUID]:
-        """Insert many jobs in one statement; returns the ids of the rows actually inserted."""
+        """Insert many jobs in one statement; returns the ids of the rows actually inserted, in
+        input order (a job without job_id gets one from the database)."""
         if not jobs:
             return []
-        cols: list[list[Any]] = [[] for _ in range(11)]
-        for job in jobs:
-            values = (job.job_id or uuid.uuid4(), job.queue, job.task, job.args, job.idempotency_key,
-                      job.lock_key, job.partition_key, job.priority, job.available_at,
-                      job.max_attempts, job.lease_ttl_sec)
-            for col, value in zip(cols, values, strict=True):
-                col.append(value)
+        cols = list(zip(*((j.job_id, j.queue, j.task, j.args, j.idempotency_key, j.lock_key, j.partition_key,
+                           j.priority, j.available_at, j.max_attempts, j.lease_ttl_sec) for j in jobs),
+                        strict=True))
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql("insert_jobs_batch"), *cols, producer)
         return [row["job_id"] for row in rows]

@@ -1,18 +1,23 @@
 -- Enqueue many jobs in one statement (arrays of equal length), each with its 'queued' journal row.
--- Jobs whose idempotency_key already exists are skipped; the caller reads them back.
-WITH inserted AS (
-    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer)
-    SELECT t.job_id, t.queue, t.task, t.args, t.idempotency_key, t.lock_key, t.partition_key,
-           t.priority, COALESCE(t.available_at, now()), t.max_attempts, t.lease_ttl_sec, $12
+-- A NULL job_id gets a generated one. Jobs whose idempotency_key already exists are skipped.
+-- Returns the inserted job ids in input order.
+WITH input AS (
+    SELECT COALESCE(t.job_id, gen_random_uuid()) AS job_id, t.queue, t.task, t.args, t.idempotency_key,
+           t.lock_key, t.partition_key, t.priority, t.available_at, t.max_attempts, t.lease_ttl_sec, t.n
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
                 $8::int[], $9::timestamptz[], $10::int[], $11::int[])
-         AS t(job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-              priority, available_at, max_attempts, lease_ttl_sec)
+         WITH ORDINALITY AS t(job_id, queue, task, args, idempotency_key, lock_key, partition_key,
+                              priority, available_at, max_attempts, lease_ttl_sec, n)
+), inserted AS (
+    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
+                         priority, available_at, max_attempts, lease_ttl_sec, producer)
+    SELECT job_id, queue, task, args, idempotency_key, lock_key, partition_key,
+           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12
+    FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, 'queued', jsonb_build_object('task', task) FROM inserted
 )
-SELECT job_id FROM inserted;
+SELECT i.job_id FROM input i JOIN inserted USING (job_id) ORDER BY i.n;
