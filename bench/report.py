@@ -132,10 +132,29 @@ def compare(new: dict[str, Any], old: dict[str, Any], old_name: str) -> str:
     return "\n".join(lines)
 
 
+def _is_flat(value: Any) -> bool:
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(value, list) and all(
+        isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar) for x in v)) for v in value)
+
+
+def dumps(value: Any, indent: int = 0) -> str:
+    """JSON, indented, but with lists of numbers (samples, per-run values) on one line each, so a
+    result file stays readable and diffable instead of one number per line."""
+    pad = "  " * indent
+    if isinstance(value, dict) and value:
+        items = [f'{pad}  {json.dumps(str(k))}: {dumps(v, indent + 1)}' for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value and not _is_flat(value):
+        items = [f"{pad}  {dumps(v, indent + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    return json.dumps(value, default=str)
+
+
 def write(results: dict[str, Any], stamp: str) -> Path:
     RESULTS_DIR.mkdir(exist_ok=True)
     path = RESULTS_DIR / f"{stamp}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    tmp.write_text(dumps(results) + "\n")
     tmp.rename(path)
     return path
