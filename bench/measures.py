@@ -410,13 +410,17 @@ async def claim(ctx: Context, systems: list[System], runs: int) -> MeasureResult
 
 def _claim_statement() -> tuple[str, tuple[Any, ...], str]:
     """The engine's claim SQL from the code under test: claim_job.sql ($1 queue, $2 worker), or its
-    batch successor claim_jobs.sql ($3 = how many; 1 here, the cost of claiming one job)."""
+    batch successor claim_jobs.sql (LIMIT 1 here, the cost of claiming one job; older versions
+    took the limit as $3)."""
     queries = dataloader_src() / "dataloader" / "storage" / "queries"
     single, batch = queries / "claim_job.sql", queries / "claim_jobs.sql"
     if single.exists():
         return single.read_text(), ("bench", "bench-claim"), "claim_job.sql"
     if batch.exists():
-        return batch.read_text(), ("bench", "bench-claim", 1), "claim_jobs.sql with $3 = 1"
+        text = batch.read_text()
+        if "{limit}" in text:  # the LIMIT is written into the statement, one per batch size
+            return text.replace("{limit}", "1"), ("bench", "bench-claim"), "claim_jobs.sql with LIMIT 1"
+        return text, ("bench", "bench-claim", 1), "claim_jobs.sql with $3 = 1"
     raise FileNotFoundError(f"no claim_job.sql or claim_jobs.sql in {queries}")
 
 

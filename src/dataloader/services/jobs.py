@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -80,11 +81,6 @@ class JobPage:
     next_before: tuple[datetime, uuid.UUID] | None
 
 
-def _has_nul(value: Any) -> bool:
-    # PostgreSQL jsonb cannot store \u0000 in strings.
-    return "\\u0000" in json.dumps(value)
-
-
 class JobService:
     def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
                  max_args_bytes: int) -> None:
@@ -97,9 +93,10 @@ class JobService:
         if req.task not in self.registry:
             raise UnknownTask(f"unknown task {req.task!r}; registered: {', '.join(self.registry.names())}")
         encoded = json.dumps(req.args)
-        if len(encoded.encode()) > self.max_args_bytes:
-            raise ArgsTooLarge(f"args are {len(encoded.encode())} bytes; the limit is {self.max_args_bytes}")
-        if _has_nul(req.args):
+        size = len(encoded) if encoded.isascii() else len(encoded.encode())
+        if size > self.max_args_bytes:
+            raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
+        if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
             raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
         return NewJob(
             queue=req.queue, task=req.task, lock_key=req.lock_key, args=req.args,
@@ -121,9 +118,14 @@ class JobService:
     async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None) -> list[uuid.UUID]:
         """Enqueue many jobs in one statement (no per-job idempotency check of the body)."""
         jobs = [self.to_new_job(r, producer) for r in reqs]
+        if any(j.idempotency_key for j in jobs):
+            # some may be skipped as known: give every job an id here to tell which were inserted
+            jobs = [replace(j, job_id=uuid.uuid4()) for j in jobs]
         ids = await self.repo.insert_jobs(jobs, producer)
-        for req in reqs:
-            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+        inserted = set(ids) if len(ids) < len(jobs) else None
+        counts = Counter((j.queue, j.task) for j in jobs if inserted is None or j.job_id in inserted)
+        for (queue, task), count in counts.items():
+            metrics.JOBS_ENQUEUED.labels(queue, task).inc(count)
         return ids
 
     @staticmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
 import asyncpg
@@ -162,6 +163,14 @@ class JobRepository:
             return None
 
 
+@cache
+def claim_sql(limit: int) -> str:
+    """claim_jobs.sql with a constant LIMIT (see the note in the file)."""
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"claim limit must be a positive int, got {limit!r}")
+    return sql("claim_jobs").replace("{limit}", str(limit))
+
+
 class QueueConnection:
     """The statements of a queue worker, on its control connection. Advisory locks are session
     locks: the connection that claims a job holds its lock_key until the finish unlocks it there."""
@@ -170,7 +179,7 @@ class QueueConnection:
         self.conn = conn
 
     async def claim(self, queue: str, worker: str, limit: int = 1) -> list[ClaimedJob]:
-        rows = await self.conn.fetch(sql("claim_jobs"), queue, worker, limit)
+        rows = await self.conn.fetch(claim_sql(limit), queue, worker)
         return [
             ClaimedJob(
                 job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],

@@ -68,6 +68,9 @@ class QueueWorker:
         self._work_generation = 1  # bumped by every hint of new work
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._next_heartbeat: float | None = None
+        self._flushed: tuple[list, list[FinishRequest], dict[uuid.UUID, FinishResult]] | None = None
+        self._busy: list[ClaimedJob] = []
+        self._claimed: list[ClaimedJob] = []
 
     # -- signals from outside ----------------------------------------------------------------------
 
@@ -110,12 +113,7 @@ class QueueWorker:
                 self._wake.clear()
                 try:
                     conn = await self._control_connection()
-                    if self._finishes:
-                        await self._flush_finishes(conn)
-                    if self._heartbeat_due():
-                        await self._heartbeat(conn)
-                    if self._want_claim():
-                        await self._claim(conn)
+                    await self._step(conn)
                 except Exception as exc:
                     await self._drop_control()
                     if not is_connection_error(exc):
@@ -136,6 +134,38 @@ class QueueWorker:
                 task.cancel()
             await asyncio.gather(timer, *self._tasks, return_exceptions=True)
             await self._release_control()
+
+    async def _step(self, conn: asyncpg.Connection) -> None:
+        """Flush finished attempts, heartbeat if due, claim if there may be work. When more than one
+        is due they share one transaction: one commit (one WAL flush) instead of one each. A failed
+        step drops the connection (and with it every lock it held), so no partial effect of a
+        rolled-back step survives: session locks ignore rollbacks, terminated sessions do not.
+        Claimed jobs whose lock_key turned out busy are settled after the commit, in statements of
+        their own, so the step's row locks are never held while waiting on another worker."""
+        self._flushed = None
+        self._busy = []
+        self._claimed = []
+        flush, beat, claim = bool(self._finishes), self._heartbeat_due(), self._want_claim()
+        if flush + beat + claim > 1:
+            async with conn.transaction():
+                await self._step_parts(conn, flush, beat, claim)
+        else:
+            await self._step_parts(conn, flush, beat, claim)
+        self._resolve_flushed()
+        claimed, self._claimed = self._claimed, []
+        for job in claimed:
+            self._start(job)
+        busy, self._busy = self._busy, []
+        for job in busy:
+            await self._settle_busy(conn, job)
+
+    async def _step_parts(self, conn: asyncpg.Connection, flush: bool, beat: bool, claim: bool) -> None:
+        if flush:
+            await self._flush_finishes(conn)
+        if beat:
+            await self._heartbeat(conn)
+        if claim:
+            await self._claim(conn)
 
     def _has_work_now(self) -> bool:
         return bool(self._finishes) or self._want_claim() or self._heartbeat_due()
@@ -227,20 +257,26 @@ class QueueWorker:
         for job in jobs:
             if job.locked and job.lock_hash not in self._held:
                 self._held[job.lock_hash] = job.job_id
-                self._start(job)
-            elif job.locked:
-                # Re-entrant: this session already holds the key (a second job of one key in the
-                # batch, or an attempt of ours still stopping). Undo the extra lock count.
-                holder = self.running.get(self._held[job.lock_hash])
-                live_holder = holder is not None and holder.stop_reason != "lease_lost"
-                await self._release_busy(queue_conn, job, undo_lock=True, running_holders=int(live_holder))
+                self._claimed.append(job)  # started once the step has committed
             else:
-                running_holders, locked_now = await queue_conn.lock_holders(job.job_id, job.lock_key)
-                if locked_now:
-                    self._held[job.lock_hash] = job.job_id
-                    self._start(job)
-                else:
-                    await self._release_busy(queue_conn, job, undo_lock=False, running_holders=running_holders)
+                self._busy.append(job)
+
+    async def _settle_busy(self, conn: asyncpg.Connection, job: ClaimedJob) -> None:
+        """A claimed job whose lock_key is not ours to take right now."""
+        queue_conn = QueueConnection(conn)
+        if job.locked:
+            # Re-entrant: this session already holds the key (a second job of one key in the
+            # batch, or an attempt of ours still stopping). Undo the extra lock count.
+            holder = self.running.get(self._held.get(job.lock_hash))  # type: ignore[arg-type]
+            live_holder = holder is not None and holder.stop_reason != "lease_lost"
+            await self._release_busy(queue_conn, job, undo_lock=True, running_holders=int(live_holder))
+            return
+        running_holders, locked_now = await queue_conn.lock_holders(job.job_id, job.lock_key)
+        if locked_now and job.lock_hash not in self._held:
+            self._held[job.lock_hash] = job.job_id
+            self._start(job)
+        else:
+            await self._release_busy(queue_conn, job, undo_lock=locked_now, running_holders=running_holders)
 
     async def _release_busy(self, queue_conn: QueueConnection, job: ClaimedJob, *, undo_lock: bool,
                             running_holders: int) -> None:
@@ -298,10 +334,21 @@ class QueueWorker:
         started = time.perf_counter()
         results = await QueueConnection(conn).finish(requests)
         metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        del self._finishes[:len(batch)]
-        for request, (_, future) in zip(requests, batch, strict=True):
+        # The locks are released: a claim later in this step may take these keys again. (If the
+        # step fails, the connection and all its locks are dropped anyway.)
+        for request in requests:
             if request.unlock:
                 self._held.pop(_lock_hash_of(request, self.running), None)
+        self._flushed = (batch, requests, results)
+
+    def _resolve_flushed(self) -> None:
+        """After the step committed: the finishes are durable, tell their attempts."""
+        if self._flushed is None:
+            return
+        batch, requests, results = self._flushed
+        self._flushed = None
+        del self._finishes[:len(batch)]
+        for request, (_, future) in zip(requests, batch, strict=True):
             result = results[request.job_id]
             if result.status == "queued" and request.delay_sec > 0:
                 self.timer.schedule_in(request.delay_sec)

@@ -1,4 +1,4 @@
--- Claim up to $3 runnable jobs of queue $1 for worker $2, in one statement: mark them running
+-- Claim up to {limit} runnable jobs of queue $1 for worker $2, in one statement: mark them running
 -- (attempt + 1, lease), journal 'picked', and take each lock_key's advisory lock on this
 -- connection (the queue's control connection, which holds the locks of all its running jobs).
 --
@@ -11,6 +11,10 @@
 -- is not claimed and backed off again and again; the advisory lock settles the race between two
 -- claims at the same instant. Advisory locks are re-entrant within a session, so `locked` is also
 -- true for a second job of the same key in one batch: the caller detects that by lock_hash.
+--
+-- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
+-- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
+-- re-planned the claim on every call instead (about half of the claim's time).
 WITH candidate AS (
     SELECT q.job_id
     FROM dl_jobs q
@@ -21,7 +25,7 @@ WITH candidate AS (
           SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key AND r.status = 'running'
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
-    LIMIT $3
+    LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE dl_jobs j
