@@ -170,8 +170,14 @@ class QueueWorker:
     def _has_work_now(self) -> bool:
         return bool(self._finishes) or self._want_claim() or self._heartbeat_due()
 
+    def _busy_slots(self) -> int:
+        """Attempts still executing. One whose finish is waiting to be written has stopped
+        executing: its slot is free, so the step that writes its finish can claim its successor
+        (one commit for both)."""
+        return len(self.running) - len(self._finishes)
+
     def _want_claim(self) -> bool:
-        return (self._claiming and len(self.running) < self.concurrency
+        return (self._claiming and self._busy_slots() < self.concurrency
                 and self._work_generation != self._settled_generation)
 
     async def _pause(self, seconds: float) -> None:
@@ -243,7 +249,7 @@ class QueueWorker:
 
     async def _claim(self, conn: asyncpg.Connection) -> None:
         generation = self._work_generation
-        want = min(self.concurrency - len(self.running), MAX_BATCH)
+        want = min(self.concurrency - self._busy_slots(), MAX_BATCH)
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
         jobs = await queue_conn.claim(self.queue, self.env.worker_name, want)
