@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator
 
 from dataloader import metrics
+from dataloader.base import StrictModel
 from dataloader.exceptions import (
     IdempotencyConflict,
     InvalidJobRequest,
@@ -33,10 +34,8 @@ class ArgsTooLarge(InvalidJobRequest):
     code = "args_too_large"
 
 
-class JobRequest(BaseModel):
+class JobRequest(StrictModel):
     """A request to run `task` on `queue` (003 §5, plus max_attempts and lease_ttl_sec)."""
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
     queue: str = Field(min_length=1, max_length=200, description="Queue the job goes to")
     task: str = Field(min_length=1, max_length=200, description="Registered pipeline name")

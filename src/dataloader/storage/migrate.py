@@ -117,12 +117,3 @@ async def upgrade(dsn: str) -> tuple[str | None, str]:
     if before != after:
         log.info("database schema migrated", extra={"from_revision": before, "to_revision": after})
     return before, after
-
-
-async def current_revision(dsn: str) -> str | None:
-    engine = create_engine(dsn)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(_current_revision)
-    finally:
-        await engine.dispose()

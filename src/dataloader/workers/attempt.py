@@ -38,7 +38,6 @@ class Attempt:
         self._forced = False
         self.ctx: JobContext | None = None
         self.stop_reason: StopReason | None = None
-        self.keeps_lock = False
         self.log = log
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
@@ -196,7 +195,6 @@ class Attempt:
     async def _finish(self, outcome: FinishOutcome, *, keep_lock: bool = False, error: str | None = None,
                       fatal: bool = False, max_attempts: int | None = None, delay_sec: float = 0.0,
                       reason: str | None = None) -> FinishResult:
-        self.keeps_lock = keep_lock
         job = self.job
         return await self._finisher(FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
