@@ -21,6 +21,33 @@ def bind_job(**fields: Any) -> Iterator[None]:
         job_var.reset(token)
 
 
+# Which loggers get the request/job context. A context variable is copied into every task and
+# callback scheduled while it is set, so a library's background work (asyncpg resetting a released
+# connection, a pool warning from a timer, asyncio's own callbacks) logs from a context a request or
+# job happened to leave behind: its lines would carry a request_id/job_id that is not theirs, which
+# misleads more than a missing one. So only loggers whose code runs *for* the request or job get it:
+# ours (`dataloader.*`), uvicorn's (it logs a request's errors from the request's own task) and the
+# user's pipeline modules (registered as they are imported, see load_pipeline_modules), whose lines
+# are written inside the job. Everything else logs without request/job fields.
+_context_loggers: set[str] = {"dataloader", "uvicorn"}
+
+
+def share_log_context_with(logger_prefix: str) -> None:
+    """Let loggers named `logger_prefix` or `logger_prefix.*` carry the request/job context."""
+    _context_loggers.add(logger_prefix)
+
+
+def owns_context(logger_name: str) -> bool:
+    """True when records of `logger_name` may carry the request/job context (see above)."""
+    name = logger_name
+    while True:
+        if name in _context_loggers:
+            return True
+        if "." not in name:
+            return False
+        name = name.rsplit(".", 1)[0]
+
+
 def current_context() -> dict[str, Any]:
     data: dict[str, Any] = {}
     request_id = request_id_var.get()

@@ -9,13 +9,13 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from dataloader.logger.context_vars import current_context
+from dataloader.logger.context_vars import current_context, owns_context
 from dataloader.logger.models import STANDARD_RECORD_ATTRS
 from dataloader.logger.utils import mask, mask_text
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    data = current_context()
+    data = current_context() if owns_context(record.name) else {}
     for key, value in record.__dict__.items():
         if key not in STANDARD_RECORD_ATTRS and not key.startswith("_"):
             data[key] = value

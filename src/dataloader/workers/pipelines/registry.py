@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
+from dataloader.exceptions import ConfigError
+from dataloader.logger.context_vars import share_log_context_with
+
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "dataloader.pipelines"
@@ -100,18 +103,30 @@ def pipeline(
     return decorate
 
 
+def _one_line(exc: BaseException) -> str:
+    """`Type: message` on one line: a configuration error is reported as a single line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def load_pipeline_modules(module_names: list[str]) -> None:
     """Import user modules (DL_PIPELINE_MODULES) and the `dataloader.pipelines` entry points so their
-    @pipeline decorators run. A module that fails to import stops start-up with its name."""
+    @pipeline decorators run. A module that fails to import is a ConfigError naming it (the CLI
+    prints it as one line and exits 2). Modules are looked up on sys.path as it is: the CLI puts
+    the working directory there first, a library user decides for themselves."""
     import dataloader.workers.pipelines.builtin  # noqa: F401  (registers dl.*)
 
     for module_name in module_names:
         try:
             importlib.import_module(module_name)
         except Exception as exc:
-            raise ImportError(f"DL_PIPELINE_MODULES: cannot import {module_name!r}: {exc}") from exc
+            raise ConfigError("DL_PIPELINE_MODULES",
+                              f"cannot import {module_name!r}: {_one_line(exc)}") from exc
+        share_log_context_with(module_name)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()
         except Exception as exc:
-            raise ImportError(f"entry point {ep.name!r} ({ep.value}): {exc}") from exc
+            raise ConfigError(f"entry point {ep.name!r} ({ENTRY_POINT_GROUP})",
+                              f"cannot load {ep.value!r}: {_one_line(exc)}") from exc
+        share_log_context_with(ep.module)
