@@ -1,4 +1,6 @@
-"""Command line: `dataloader serve|worker|db|jobs`."""
+"""Command line: `dataloader serve|worker|db|jobs`. A bare `dataloader` prints help (exit 2, as click
+does for a group called without a command); `python -m dataloader` with no arguments runs the
+service instead (see __main__.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataloader.config import Settings, load_settings
 from dataloader.exceptions import ConfigError, DataloaderError
 
 app = typer.Typer(
-    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Durable background jobs on PostgreSQL.",
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -31,15 +33,29 @@ log = logging.getLogger("dataloader")
 
 
 def _settings() -> Settings:
+    """Settings, logging, and the user's pipelines, all checked before anything is started: any
+    problem is one line `dataloader: configuration error: ...` and exit code 2."""
     from dataloader.logger import setup_logging
+    from dataloader.workers.pipelines.registry import load_pipeline_modules
 
     try:
         settings = load_settings()
+        setup_logging(settings.log_level, settings.log_format)
+        _working_dir_on_sys_path()
+        load_pipeline_modules(settings.pipeline_module_names)
     except ConfigError as exc:
         typer.echo(f"dataloader: configuration error: {exc}", err=True)
         raise typer.Exit(2) from None
-    setup_logging(settings.log_level, settings.log_format)
     return settings
+
+
+def _working_dir_on_sys_path() -> None:
+    """`DL_PIPELINE_MODULES=myjobs` finds ./myjobs.py, as `python -m`, uvicorn and celery find the
+    modules of the directory they are started in. A console script's sys.path starts with the
+    script's own directory (the venv's bin/), not the working directory, so add it first."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -57,13 +73,6 @@ async def _wait_for_signal() -> str:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(signal.Signals(s).name))
     return await stop
-
-
-@app.callback(invoke_without_command=True)
-def _default(ctx: typer.Context) -> None:
-    """With no command, run the service (as `dataloader serve`)."""
-    if ctx.invoked_subcommand is None:
-        ctx.invoke(serve)
 
 
 @app.command()
@@ -250,5 +259,6 @@ def jobs_events(job_id: str) -> None:
     _print(_with_context(run))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `dataloader` script (argv None: sys.argv)."""
+    app(args=argv)
