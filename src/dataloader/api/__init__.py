@@ -6,15 +6,17 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 import dataloader
 from dataloader.api import metric_router, os_router
 from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
 from dataloader.api.runtime import Runtime
-from dataloader.api.v1.exceptions import install_exception_handlers
+from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
+from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.router import router as v1_router
 from dataloader.config import Settings
 
@@ -33,6 +35,33 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(v1_router)
     app.include_router(os_router.router)
     app.include_router(metric_router.router)
+
+
+def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None:
+    """The OpenAPI schema declares bearer auth (and its 401) on /api/ routes only when DL_API_TOKEN
+    is set: without a token none is needed, and a schema that asks for one misleads clients and
+    generated SDKs."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        if settings.api_token:
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer", "description": "The value of DL_API_TOKEN"}
+            unauthorized = error_responses(ErrorCode.unauthorized)[401]
+            body = {"description": unauthorized["description"], "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith("/api/"):
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
+                        operation.setdefault("responses", {})["401"] = body
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(settings: Settings, *, context: AppContext | None = None,
@@ -72,13 +101,16 @@ def create_app(settings: Settings, *, context: AppContext | None = None,
             runtime.context = runtime.manager = None
             await ctx.close(locks_held=workers is not None and workers.holds_stray_locks)
 
-    app = FastAPI(
+    # FastAPIOffline is FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files shipped
+    # in its wheel (mounted at /static-offline-docs) instead of a CDN, so they work offline.
+    app = FastAPIOffline(
         title="dataloader",
         version=dataloader.__version__,
         description="Durable background jobs on PostgreSQL. See docs/http-api.md.",
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    _declare_auth_only_when_configured(app, settings)
     install_exception_handlers(app)
     register_routers(app)
     # Added last = outermost: the request id must be set before anything else logs.

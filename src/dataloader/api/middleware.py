@@ -14,10 +14,11 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader import metrics
@@ -42,6 +43,37 @@ def request_id_from(headers: Headers) -> str:
     if given and _GOOD_REQUEST_ID.match(given):
         return given
     return uuid.uuid4().hex
+
+
+def _flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    # Recent FastAPI keeps an included router as one entry (its routes under `original_router`);
+    # older versions copy the routes into the app's list. Either way, yield the routes themselves.
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _flat_routes(inner.routes)
+        else:
+            yield route
+
+
+def route_template(scope: Scope) -> str:
+    """The route template of a request, for the access log and the HTTP metrics.
+
+    Routing sets scope["route"]; a request refused before routing (ApiGuardMiddleware's 401 and
+    413) has none, so match it here against the app's routes as the router would have (a full
+    match first, else a path that matched with another method). Unknown paths are `unmatched`,
+    which keeps the label's values bounded."""
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return path
+    partial: str | None = None
+    for route in _flat_routes(getattr(getattr(scope.get("app"), "router", None), "routes", ())):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return getattr(route, "path", None) or "unmatched"
+        if match is Match.PARTIAL and partial is None:
+            partial = getattr(route, "path", None)
+    return partial or "unmatched"
 
 
 class RequestContextMiddleware:
@@ -83,8 +115,7 @@ class RequestContextMiddleware:
                 await response(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            route_path = getattr(route, "path", None) or "unmatched"
+            route_path = route_template(scope)
             method = scope.get("method", "")
             metrics.HTTP_REQUESTS.labels(method, route_path, str(status)).inc()
             metrics.HTTP_SECONDS.labels(method, route_path).observe(elapsed)

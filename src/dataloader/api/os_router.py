@@ -77,6 +77,11 @@ async def health(runtime: Runtime = Depends(get_runtime)) -> HealthResponse:
     return HealthResponse(status="ok", version=dataloader.__version__, node=runtime.settings.node_name)
 
 
+# Probes and load balancers often send HEAD. Same handlers, left out of the schema (one operation
+# per path is enough there; HEAD is GET without the body, which the server drops).
+router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+
 @cache
 def _head_revision() -> str:
     # Reads the migration scripts from disk: once per process is enough.
@@ -139,3 +144,6 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
         node=runtime.settings.node_name, database=database, queues=queues, workers=_workers(runtime),
     )
     return JSONResponse(body.model_dump(mode="json"), status_code=200 if database.reachable else 503)
+
+
+router.add_api_route("/status", status, methods=["HEAD"], include_in_schema=False)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dataloader.api.v1.exceptions import ApiError
 from dataloader.api.v1.models import ErrorCode
@@ -60,15 +59,11 @@ def token_matches(expected: str, header_value: str | None) -> bool:
     return hmac.compare_digest(sent, expected.encode("utf-8"))
 
 
-_bearer = HTTPBearer(auto_error=False, description="Needed when DL_API_TOKEN is set")
-
-
-async def require_token(
-    request: Request,
-    _credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
-) -> None:
-    """Declares the bearer scheme in OpenAPI and re-checks it. The middleware checks it first,
-    before the body is read, so an unauthenticated caller learns nothing from validation errors."""
+async def require_token(request: Request) -> None:
+    """Re-checks the bearer token on every /api/v1 route, should the middleware ever be left out.
+    The middleware checks it first, before the body is read, so an unauthenticated caller learns
+    nothing from validation errors. The OpenAPI scheme is declared in create_app, and only when
+    DL_API_TOKEN is set."""
     expected = get_runtime(request).settings.api_token
     if expected and not token_matches(expected, request.headers.get("authorization")):
         raise unauthorized()

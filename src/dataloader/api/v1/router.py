@@ -22,6 +22,7 @@ from dataloader.api.v1.service import ApiJobService
 from dataloader.logger.context_vars import request_id_var
 from dataloader.services.jobs import MAX_LIST_LIMIT
 
+# 401 and the bearer scheme are added to the OpenAPI schema only when DL_API_TOKEN is set (create_app).
 router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(require_token)])
 
 JobId = Annotated[uuid.UUID, Path(description="The job_id returned by trigger")]
@@ -39,7 +40,7 @@ FilterText = Annotated[str | None, Query(min_length=1, max_length=512, pattern=r
         200: {"model": TriggerResponse,
               "description": "idempotency_key already named a job with the same body: that job"},
         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type, ErrorCode.unknown_task,
-                          ErrorCode.invalid_request, ErrorCode.args_too_large, ErrorCode.unauthorized,
+                          ErrorCode.invalid_request, ErrorCode.args_too_large,
                           ErrorCode.idempotency_conflict),
     },
 )
@@ -61,7 +62,7 @@ async def trigger(body: TriggerRequest, response: Response, api: Api) -> Trigger
     "/jobs/{job_id}/status",
     response_model=JobStatusResponse,
     summary="Status of a job",
-    responses=error_responses(ErrorCode.job_not_found, ErrorCode.unauthorized),
+    responses=error_responses(ErrorCode.job_not_found),
 )
 async def job_status(job_id: JobId, api: Api) -> JobStatusResponse:
     return await api.status(job_id)
@@ -71,8 +72,7 @@ async def job_status(job_id: JobId, api: Api) -> JobStatusResponse:
     "/jobs/{job_id}/cancel",
     response_model=JobStatusResponse,
     summary="Cancel a job",
-    responses=error_responses(ErrorCode.job_not_found, ErrorCode.job_already_finished,
-                              ErrorCode.unauthorized),
+    responses=error_responses(ErrorCode.job_not_found, ErrorCode.job_already_finished),
 )
 async def cancel(job_id: JobId, api: Api) -> JobStatusResponse:
     """A queued job is canceled at once. A running one gets `cancel_requested`; its worker stops it
@@ -84,7 +84,7 @@ async def cancel(job_id: JobId, api: Api) -> JobStatusResponse:
     "/jobs",
     response_model=JobListResponse,
     summary="List jobs, newest first",
-    responses=error_responses(ErrorCode.invalid_cursor, ErrorCode.unauthorized),
+    responses=error_responses(ErrorCode.invalid_cursor),
 )
 async def list_jobs(
     api: Api,
@@ -108,7 +108,7 @@ async def list_jobs(
     "/jobs/{job_id}/events",
     response_model=JobEventsResponse,
     summary="The journal of a job (dl_job_events), oldest first",
-    responses=error_responses(ErrorCode.job_not_found, ErrorCode.unauthorized),
+    responses=error_responses(ErrorCode.job_not_found),
 )
 async def job_events(
     job_id: JobId,
