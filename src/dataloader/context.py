@@ -74,5 +74,4 @@ class AppContext:
                 self.pool.terminate()
         await self.engine.dispose()
         if self.embedded is not None:
-            await asyncio.to_thread(self.embedded.stop)
-            log.info("embedded PostgreSQL stopped")
+            await asyncio.to_thread(self.embedded.stop)  # logs whether it stopped or stays up

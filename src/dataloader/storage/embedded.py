@@ -25,8 +25,21 @@ class EmbeddedPostgres:
         log.info("embedded PostgreSQL ready", extra={"data_dir": str(self.data_dir)})
         return dsn
 
-    def stop(self) -> None:
-        """Stop the server unless another process still uses it (pgserver counts its users)."""
-        if self._server is not None:
-            self._server.cleanup()
-            self._server = None
+    def stop(self) -> bool:
+        """Stop the server unless another process still uses it; True when it really stopped.
+
+        pgserver counts the processes using a data directory and stops the server only when the
+        last one leaves, and does not say which happened. A server that stopped has removed its
+        postmaster.pid (what `pg_ctl stop -w` itself waits for); asking the postmaster process is
+        not enough, as it can linger as a zombie where nothing reaps orphans (containers)."""
+        server, self._server = self._server, None
+        if server is None:
+            return False
+        server.cleanup()
+        stopped = not (self.data_dir / "postmaster.pid").exists()
+        if stopped:
+            log.info("embedded PostgreSQL stopped", extra={"data_dir": str(self.data_dir)})
+        else:
+            log.info("embedded PostgreSQL left running for its other users",
+                     extra={"data_dir": str(self.data_dir)})
+        return stopped
