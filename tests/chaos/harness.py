@@ -249,10 +249,14 @@ class ChaosRun:
         t0 = time.time()
         for k in range(cfg.kills):
             await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))  # the schedule's pace
+            # the restart and the SIGTERM get a slot of their own, so the next kill does not
+            # immediately take away the node whose recovery they should exercise
             if k == restart_at:
                 await self._restart_postgres(t0)
+                await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
             if k == sigterm_at:
                 await self._sigterm(t0)
+                await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
             victim = await self._ready_slot()
             inc = victim.kill9()
             self.kills.append({"n": k + 1, "node": inc.name, "at": inc.ended_at,
@@ -300,7 +304,7 @@ class ChaosRun:
         cfg = self.cfg
         mean_burst = sum(cfg.burst) / 2
         bursts = max(1, round(cfg.jobs / mean_burst))
-        span = cfg.kills * sum(cfg.kill_interval) / 2 * 0.85
+        span = (cfg.kills + 2) * sum(cfg.kill_interval) / 2 * 0.85
         pause = span / bursts
         sem = asyncio.Semaphore(cfg.http_parallel)
 
