@@ -34,15 +34,15 @@ class Settings(BaseSettings):
 
     db_dsn: str | None = None
     workers_json: str = Field(default=DEFAULT_WORKERS_JSON, validation_alias="WORKERS_JSON")
-    heartbeat_sec: float = Field(default=10, gt=0)
-    default_lease_ttl_sec: int = Field(default=60, gt=0)
-    reaper_period_sec: float = Field(default=10, gt=0)
-    claim_backoff_sec: float = Field(default=15, ge=0)
+    heartbeat_sec: float = Field(default=10, gt=0, le=3600)
+    default_lease_ttl_sec: int = Field(default=60, gt=0, le=7 * 24 * 3600)
+    reaper_period_sec: float = Field(default=10, gt=0, le=3600)
+    claim_backoff_sec: float = Field(default=15, ge=0, le=24 * 3600)
 
     # Additions (not in 003): documented in README.
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("dataloader")) / "pgdata")
-    shutdown_timeout_sec: float = Field(default=30, ge=0)
-    poll_fallback_sec: float = Field(default=10, gt=0)
+    shutdown_timeout_sec: float = Field(default=30, ge=0, le=24 * 3600)
+    poll_fallback_sec: float = Field(default=10, gt=0, le=3600)
     pipeline_modules: str = ""
     db_pool_extra: int = Field(default=4, ge=1)
     host: str = "127.0.0.1"

@@ -49,7 +49,7 @@ class AppContext:
             if migrate_schema:
                 await migrate.upgrade(dsn)
             concurrency = sum(w.concurrency for w in settings.workers)
-            pool = await create_pool(dsn, min_size=1, max_size=concurrency + settings.db_pool_extra)
+            pool = await create_pool(dsn, min_size=0, max_size=concurrency + settings.db_pool_extra)
         except BaseException:
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)

@@ -117,3 +117,43 @@ async def recorded_chunks(ctx: JobContext):
             yield
     finally:
         await _record_end(ctx, run_id)
+
+
+@pipeline("test.sync_polls_and_returns")
+def sync_polls_and_returns(ctx: JobContext) -> None:
+    """A plain function that polls the stop flag and simply returns when asked to stop (the
+    README's advice), without raising."""
+    deadline = time.monotonic() + float(ctx.args.get("seconds", 30))
+    while time.monotonic() < deadline:
+        if ctx.stop_requested:
+            return
+        time.sleep(0.01)
+
+
+@pipeline("test.async_unaware")
+async def async_unaware(ctx: JobContext) -> None:
+    """A plain coroutine that never looks at the stop flag: when it returns, its work is done."""
+    await asyncio.sleep(float(ctx.args.get("seconds", 0.5)))
+
+
+@pipeline("test.progress_loop")
+async def progress_loop(ctx: JobContext):
+    """Reports progress every `interval` seconds for `seconds` (an async generator)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + float(ctx.args.get("seconds", 3))
+    n = 0
+    while loop.time() < end:
+        n += 1
+        await ctx.progress({"n": n})
+        await asyncio.sleep(float(ctx.args.get("interval", 0.05)))
+        yield
+
+
+@pipeline("test.huge_backoff", backoff=lambda attempt: 1e300)
+async def huge_backoff(ctx: JobContext) -> None:
+    raise RuntimeError("fails; its backoff asks for 1e300 seconds")
+
+
+@pipeline("test.nan_backoff", backoff=lambda attempt: float("nan"))
+async def nan_backoff(ctx: JobContext) -> None:
+    raise RuntimeError("fails; its backoff returns NaN")

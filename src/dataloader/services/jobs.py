@@ -6,7 +6,7 @@ import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -28,6 +28,10 @@ FINISHED_STATUSES = frozenset({"succeeded", "failed", "canceled", "lost"})
 ALL_STATUSES = FINISHED_STATUSES | {"queued", "running"}
 MAX_LIST_LIMIT = 500
 PG_INT_MAX = 2**31 - 1
+# Times a job may be enqueued for. Anything earlier means "now" anyway; anything later is almost
+# surely a mistake (milliseconds given as seconds). The bounds keep every stored value ordinary:
+# datetime.max used to be stored as 'infinity' and broke every reader that subtracted it.
+AVAILABLE_AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
 
 
 class ArgsTooLarge(InvalidJobRequest):
@@ -56,6 +60,20 @@ class JobRequest(StrictModel):
             raise ValueError("must not be blank")
         if "\x00" in value:
             raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("available_at")
+    @classmethod
+    def _storable_time(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return value
+        low, high = AVAILABLE_AT_RANGE
+        try:
+            in_range = low <= value.astimezone(UTC) < high
+        except OverflowError:  # e.g. 9999-12-31T23:00:00-05:00 is past datetime.max in UTC
+            in_range = False
+        if not in_range:
+            raise ValueError(f"must be between {low:%Y-%m-%dT%H:%M:%SZ} and {high:%Y-%m-%dT%H:%M:%SZ}")
         return value
 
     @field_validator("idempotency_key", "partition_key")
@@ -97,10 +115,13 @@ class JobService:
             raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
         if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
             raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
+        # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
+        # that will decide, so status and listings show it.
+        pipeline_max = self.registry.get(req.task).max_attempts  # type: ignore[union-attr]
         return NewJob(
             queue=req.queue, task=req.task, lock_key=req.lock_key, args=req.args,
             idempotency_key=req.idempotency_key, partition_key=req.partition_key, priority=req.priority,
-            available_at=req.available_at, max_attempts=req.max_attempts or 5,
+            available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer,
         )
 
@@ -111,7 +132,7 @@ class JobService:
         if created:
             metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
         else:
-            self._check_same_request(req, row)
+            self._check_same_request(req, new_job, row)
         return TriggerResult(row, created)
 
     async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None) -> list[uuid.UUID]:
@@ -128,14 +149,17 @@ class JobService:
         return ids
 
     @staticmethod
-    def _check_same_request(req: JobRequest, row: asyncpg.Record) -> None:
+    def _check_same_request(req: JobRequest, new_job: NewJob, row: asyncpg.Record) -> None:
         # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
         # faithful replay of the original request would look different after the job ran.
+        # args are compared by the database (jsonb equality), as it stores them.
         differs = [
-            name for name in ("queue", "task", "args", "lock_key", "partition_key", "priority")
+            name for name in ("queue", "task", "lock_key", "partition_key", "priority")
             if getattr(req, name) != row[name]
         ]
-        if req.max_attempts is not None and req.max_attempts != row["max_attempts"]:
+        if not row["same_args"]:
+            differs.insert(2, "args")
+        if req.max_attempts is not None and new_job.max_attempts != row["max_attempts"]:
             differs.append("max_attempts")
         if req.lease_ttl_sec is not None and req.lease_ttl_sec != row["lease_ttl_sec"]:
             differs.append("lease_ttl_sec")

@@ -3,31 +3,88 @@ the spec's engine/sessionmaker for code that prefers the ORM layer)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
-# Errors that mean "the database is not reachable right now" rather than "this statement is wrong".
+# What asyncpg raises for a connection the server closed or that can no longer be used, in every
+# state (seen with real restarts: idle in the pool, mid-query, mid-transaction, mid-cancel):
+# - socket level: OSError/ConnectionError (refused, reset), TimeoutError (an OSError) while connecting;
+# - server said so: class 08 (PostgresConnectionError, incl. ConnectionDoesNotExistError "closed in
+#   the middle of operation"), 57P01-57P03 (admin/crash shutdown, "cannot connect now"), 53300;
+# - client side: InterfaceError ("connection is closed", "released back to the pool") and
+#   InternalClientError ("cannot switch to state N; another operation is in progress": the
+#   protocol lost track of an operation that was cut off by the restart).
+# Not connection errors although InterfaceError subclasses: a value the driver cannot encode
+# (DataError), a bad client option, a missing feature. Those are the caller's input or a bug.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     ConnectionError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.ConnectionFailureError,
     asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
+NOT_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions._base.DataError,
+    asyncpg.exceptions.ClientConfigurationError,
+    asyncpg.exceptions.UnsupportedClientFeatureError,
+    asyncpg.exceptions.UnsupportedServerFeatureError,
 )
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    return isinstance(exc, CONNECTION_ERRORS)
+    """True when `exc` means "the database cannot be used right now" (retry later), not "this
+    statement or value is wrong"."""
+    return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, NOT_CONNECTION_ERRORS)
+
+
+class GuardedConnection(asyncpg.Connection):
+    """A connection that closes itself when an operation leaves its protocol state unknown.
+
+    After a restart, an operation cut off mid-way (the server died, or a timeout cancelled the
+    query while the cancel request could not reach the server) can leave asyncpg's protocol
+    believing that operation is still in progress. Every later use of that connection then fails
+    with InternalClientError. The pool's release does not notice (our reset is a no-op to save a
+    round trip), so without this the broken connection would go back to the pool and fail the
+    next, unrelated caller. Terminating it here makes the pool open a fresh one instead.
+    """
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().execute(*args, **kwargs))
+
+    async def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().executemany(*args, **kwargs))
+
+    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().fetch(*args, **kwargs))
+
+    async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().fetchrow(*args, **kwargs))
+
+    async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().fetchval(*args, **kwargs))
+
+    async def fetchmany(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._guard(super().fetchmany(*args, **kwargs))
+
+    async def _guard(self, operation: Awaitable[Any]) -> Any:
+        try:
+            return await operation
+        except BaseException as exc:
+            cut_off = isinstance(exc, asyncio.CancelledError | TimeoutError)
+            if (cut_off or is_connection_error(exc)) and not self.is_closed():
+                self.terminate()
+            raise
 
 
 def asyncpg_dsn(dsn: str) -> str:
@@ -48,13 +105,44 @@ def redact_dsn(dsn: str) -> str:
     return dsn
 
 
+# timestamptz travels as microseconds since 2000-01-01 UTC (asyncpg's "tuple" format). PostgreSQL
+# holds values Python's datetime cannot (+-infinity, 294276 AD, 4713 BC): asyncpg's own codec
+# raises on those, so one odd row would break every read that touches it (status, list, metrics,
+# the claim). Decoding clamps them to datetime.min/max instead; nothing we write is ever clamped,
+# because the edges refuse times outside dataloader.services.jobs.AVAILABLE_AT_RANGE.
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_MIN_TIME = datetime.min.replace(tzinfo=UTC)
+_MAX_TIME = datetime.max.replace(tzinfo=UTC)
+_MIN_US = (_MIN_TIME - _PG_EPOCH) // _MICROSECOND
+_MAX_US = (_MAX_TIME - _PG_EPOCH) // _MICROSECOND
+
+
+def decode_timestamptz(value: tuple[int]) -> datetime:
+    microseconds = value[0]
+    if microseconds <= _MIN_US:
+        return _MIN_TIME
+    if microseconds >= _MAX_US:
+        return _MAX_TIME
+    return _PG_EPOCH + timedelta(microseconds=microseconds)
+
+
+def encode_timestamptz(value: datetime) -> tuple[int]:
+    # A naive datetime is local time, as with asyncpg's own codec.
+    return ((value.astimezone(UTC) - _PG_EPOCH) // _MICROSECOND,)
+
+
 async def init_connection(conn: asyncpg.Connection) -> None:
-    """jsonb and json columns arrive as Python objects and are sent from them."""
+    """jsonb and json columns arrive as Python objects and are sent from them; timestamptz
+    decodes every value the column can hold (see decode_timestamptz)."""
     for type_name in ("jsonb", "json"):
         await conn.set_type_codec(type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.set_type_codec("timestamptz", encoder=encode_timestamptz, decoder=decode_timestamptz,
+                              schema="pg_catalog", format="tuple")
 
 
 async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+    kwargs.setdefault("connection_class", GuardedConnection)
     conn = await asyncpg.connect(asyncpg_dsn(dsn), **kwargs)
     await init_connection(conn)
     return conn
@@ -67,13 +155,14 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     never released. An open transaction is still rolled back by the pool."""
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any) -> asyncpg.Pool:
+async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, **kwargs: Any) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         asyncpg_dsn(dsn),
         min_size=min_size,
         max_size=max_size,
         init=init_connection,
         reset=_keep_session,
+        connection_class=GuardedConnection,
         # A connection idle for a while is closed so a stopped service holds few sessions.
         max_inactive_connection_lifetime=60.0,
         **kwargs,

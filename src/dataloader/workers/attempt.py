@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
 from dataloader.workers.pipelines.context import JobContext, StopReason
 from dataloader.workers.pipelines.errors import FatalError, JobStopped
-from dataloader.workers.pipelines.registry import Pipeline
+from dataloader.workers.pipelines.registry import Pipeline, default_backoff
 
 if TYPE_CHECKING:
     from dataloader.workers.base import EngineEnv
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("dataloader.worker")
 
 _DONE = object()
+# A progress write waits at most this long (a partitioned network would otherwise hold the
+# pipeline until the driver's own timeouts); the next write will try again.
+PROGRESS_TIMEOUT_SEC = 5.0
+# The longest retry delay a backoff function may ask for (one year).
+MAX_RETRY_DELAY_SEC = 365 * 24 * 3600.0
 _STOP_PRIORITY: dict[str | None, int] = {None: 0, "shutdown": 1, "cancel": 2, "lease_lost": 3}
 
 Finisher = Callable[[FinishRequest], Awaitable[FinishResult]]
@@ -114,6 +120,11 @@ class Attempt:
             self._count("fenced" if result.status is None else "released")
             self.log.warning("attempt lost its lease; result discarded", extra=extra)
             return
+        if exc is None and reason is not None and self.ctx is not None and self.ctx.stop_seen:
+            # The pipeline returned after it saw the stop (a sync function that polled
+            # ctx.stop_requested and returned): it may have stopped early, so the stop decides,
+            # exactly as if it had raised JobStopped. One that never looked finished its work.
+            exc = JobStopped(reason)
         if exc is None:
             result = await self._finish("succeeded")
             outcome = "succeeded" if result.status == "succeeded" else "fenced"
@@ -136,7 +147,7 @@ class Attempt:
 
         error = _describe(exc)
         fatal = isinstance(exc, FatalError)
-        delay = 0.0 if fatal else max(0.0, float(pipeline.backoff(job.attempt)))
+        delay = 0.0 if fatal else retry_delay(pipeline, job.attempt, self.log)
         result = await self._finish("error", error=error, fatal=fatal, max_attempts=pipeline.max_attempts,
                                     delay_sec=delay)
         if result.status == "queued":
@@ -179,12 +190,15 @@ class Attempt:
         if self.stop_reason == "lease_lost":
             raise JobStopped("lease_lost")
         try:
-            cancel = await self.env.repo.set_progress(self.job.job_id, self.job.attempt, data)
+            async with asyncio.timeout(PROGRESS_TIMEOUT_SEC):
+                cancel = await self.env.repo.set_progress(self.job.job_id, self.job.attempt, data)
         except Exception as exc:
             if not is_connection_error(exc):
                 raise
-            # Progress is advisory: the worker keeps the lease through the outage; do not fail the job.
-            self.log.warning("progress not stored: database unreachable", extra={"error": str(exc)})
+            # Progress is advisory: the worker keeps the lease through the outage (heartbeats ride
+            # it out on the control connection), so a database restart must not fail the attempt.
+            self.log.warning("progress not stored: database unreachable",
+                             extra={"error": f"{type(exc).__name__}: {exc}"})
             return
         if cancel is None:
             self.request_stop("lease_lost")
@@ -203,6 +217,21 @@ class Attempt:
 
     def _count(self, outcome: str) -> None:
         metrics.JOBS_FINISHED.labels(self.job.queue, self.job.task, outcome).inc()
+
+
+def retry_delay(pipeline: Pipeline, attempt: int, logger: logging.Logger = log) -> float:
+    """Seconds before the next attempt: the pipeline's backoff, made safe to store. A backoff that
+    raises or returns something that is not a finite number falls back to the default; the result
+    is clamped to [0, MAX_RETRY_DELAY_SEC] so no value can overflow the database's interval."""
+    try:
+        delay = float(pipeline.backoff(attempt))
+    except Exception as exc:
+        logger.error("backoff function failed; using the default", extra={"error": _describe(exc)})
+        delay = default_backoff(attempt)
+    if math.isnan(delay):
+        logger.error("backoff function returned NaN; using the default")
+        delay = default_backoff(attempt)
+    return min(max(delay, 0.0), MAX_RETRY_DELAY_SEC)
 
 
 def _describe(exc: BaseException) -> str:

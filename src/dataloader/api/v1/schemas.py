@@ -87,7 +87,9 @@ class JobStatusResponse(BaseModel):
     finished_at: datetime | None = Field(default=None, description="When the job reached a final status")
     heartbeat_at: datetime | None = Field(default=None, description="Last heartbeat of the running attempt")
     error: str | None = Field(default=None, description="Last error (kept while a retry waits)")
-    progress: dict[str, Any] = Field(default_factory=dict, description="What the pipeline last reported")
+    # Any JSON: dataloader only writes objects, but dl_jobs is shared and a row written by another
+    # producer may hold any jsonb; a status read must not fail on it.
+    progress: Any = Field(default_factory=dict, description="What the pipeline last reported (an object)")
 
 
 class JobSummary(BaseModel):
@@ -106,7 +108,7 @@ class JobSummary(BaseModel):
     cancel_requested: bool
     producer: str | None
     error: str | None
-    progress: dict[str, Any]
+    progress: Any = Field(description="What the pipeline last reported (an object)")
     created_at: datetime
     available_at: datetime
     started_at: datetime | None
@@ -127,7 +129,7 @@ class JobEvent(BaseModel):
     ts: datetime
     kind: str = Field(description="queued, picked, heartbeat, requeue, done, failed, canceled, "
                                   "cancel_requested, lost")
-    payload: dict[str, Any] | None = Field(
+    payload: Any = Field(
         description="Details; a 'queued' event carries the request_id of the HTTP call that enqueued it"
     )
 

@@ -12,6 +12,7 @@ WITH input AS (
          AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock)
 ), target AS (
     SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason,
+           COALESCE(i.max_attempts, j.max_attempts) AS max_attempts,
            CASE
                WHEN i.outcome = 'succeeded' THEN 'succeeded'
                WHEN i.outcome = 'canceled' THEN 'canceled'
@@ -30,13 +31,18 @@ WITH input AS (
         attempt = CASE WHEN t.outcome = 'release' THEN j.attempt - 1 ELSE j.attempt END,
         started_at = CASE WHEN t.outcome = 'release' AND j.attempt = 1 THEN NULL ELSE j.started_at END,
         available_at = CASE WHEN t.new_status = 'queued'
-                            THEN now() + make_interval(secs => t.delay_sec)
+                            -- clamped (a year; NaN counts as 0) so no delay can overflow the interval
+                            THEN now() + make_interval(secs => CASE WHEN t.delay_sec = 'NaN' THEN 0
+                                                                    ELSE LEAST(GREATEST(t.delay_sec, 0), 31536000)
+                                                               END)
                             ELSE j.available_at END,
         error = CASE WHEN t.outcome = 'succeeded' THEN NULL
                      WHEN t.outcome IN ('error', 'canceled') THEN t.error
                      WHEN t.new_status = 'canceled' THEN 'canceled by request'
                      ELSE j.error END,
         lease_expires_at = NULL,
+        -- the pipeline's override decided: keep it, so status, listings and the reaper agree
+        max_attempts = t.max_attempts,
         finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
     FROM target t
     WHERE j.job_id = t.job_id

@@ -1,5 +1,7 @@
 -- Seconds (by the database clock) until the next delayed job of queue $1 becomes runnable;
 -- NULL when none is waiting. Served by ix_dl_jobs_claim (queue, available_at) WHERE queued.
-SELECT extract(epoch FROM min(available_at) - now())::float8 AS due_in
+-- date_part returns float8, so an available_at of 'infinity' gives Infinity instead of an
+-- "interval out of range" error; the answer is capped at a day (the fallback poll comes sooner).
+SELECT LEAST(date_part('epoch', min(available_at)) - date_part('epoch', now()), 86400)::float8 AS due_in
 FROM dl_jobs
 WHERE status = 'queued' AND queue = $1 AND available_at > now();

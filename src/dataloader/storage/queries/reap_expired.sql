@@ -1,11 +1,16 @@
 -- Take back running jobs whose lease ran out: queued again, or lost when no attempt is left.
 -- SKIP LOCKED makes concurrent reapers on several replicas split the work instead of repeating it.
--- $1 batch size.
+-- A running row without a lease (never written by the engine, but the table is shared and the schema
+-- allows it) would otherwise stay running forever: it is reaped once a lease's time has passed
+-- since its last sign of life. $1 batch size.
 WITH expired AS (
     SELECT job_id
     FROM dl_jobs
-    WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < now()
-    ORDER BY lease_expires_at
+    WHERE status = 'running'
+      AND (lease_expires_at < now()
+           OR (lease_expires_at IS NULL
+               AND COALESCE(heartbeat_at, started_at, '-infinity') < now() - make_interval(secs => lease_ttl_sec)))
+    ORDER BY lease_expires_at NULLS FIRST
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), reaped AS (

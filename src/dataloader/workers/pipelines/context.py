@@ -48,13 +48,21 @@ class JobContext:
         self._report_progress = report_progress
         self._loop = loop
         self.stop_reason: StopReason | None = None
+        # Whether the pipeline was told of the stop (read stop_requested as true or called
+        # raise_if_stopped after it was set). A pipeline that returns after seeing it may have
+        # stopped early, so the stop decides the outcome; one that never looked finished its work.
+        self.stop_seen = False
 
     @property
     def stop_requested(self) -> bool:
-        return self.stop_reason is not None
+        if self.stop_reason is not None:
+            self.stop_seen = True
+            return True
+        return False
 
     def raise_if_stopped(self) -> None:
         if self.stop_reason is not None:
+            self.stop_seen = True
             raise JobStopped(self.stop_reason)
 
     async def progress(self, data: dict[str, Any]) -> None:

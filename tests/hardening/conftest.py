@@ -1,0 +1,26 @@
+"""Fixtures for the hardening tests: an AppContext and HTTP client on the test database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+
+from dataloader.api import create_app
+from dataloader.context import AppContext
+from tests.integration_tests.v1_api.conftest import api_settings, client_for
+
+
+@pytest.fixture(scope="session")
+async def hardening_ctx(dsn: str) -> AsyncIterator[AppContext]:
+    ctx = await AppContext.open(api_settings(dsn, workers_json='[{"queue": "poison", "concurrency": 2}]'))
+    yield ctx
+    await ctx.close()
+
+
+@pytest.fixture
+async def http(db: asyncpg.Pool, hardening_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_for(create_app(hardening_ctx.settings, context=hardening_ctx)) as client:
+        yield client
