@@ -46,6 +46,13 @@ WAKEUPS = Counter(
     "dl_worker_wakeups_total", "Hints of new work to a queue worker by source (notify, timer, poll, reconnect)",
     ["queue", "source"],
 )
+CLAIM_SKIPPED = Counter(
+    "dl_claim_skipped_total",
+    "Runnable jobs a claim left queued because of their lock_key: same_key_in_batch (an earlier job of "
+    "the key was claimed), lock_held_by_claim (another node claimed a job of the key at that instant), "
+    "lock_held_by_stray (held back DL_CLAIM_BACKOFF_SEC), lock_held_by_us (put back)",
+    ["queue", "reason"],
+)
 RUNNING_JOBS = Gauge("dl_running_jobs", "Attempts running in this process", ["queue"])
 DB_RECONNECTS = Counter("dl_db_reconnects_total", "Database connection losses recovered", ["component"])
 

@@ -50,8 +50,39 @@ class ClaimedJob:
     max_attempts: int
     wait_sec: float
     lock_hash: int
-    locked: bool
     request_id: str | None = None
+
+    @property
+    def locked(self) -> bool:
+        """Always true: the claim only marks a job running once its lock_key's lock is granted."""
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedCandidate:
+    """A runnable job the claim looked at but left queued and untouched. `lock_busy`: its
+    lock_key's advisory lock is held by another session (a claim racing ours, or a stray holder);
+    otherwise an earlier job of the same key in the batch asked for the lock instead."""
+
+    job_id: uuid.UUID
+    queue: str
+    task: str
+    lock_key: str
+    lock_hash: int
+    lock_busy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement did. `candidates` counts every runnable job it looked at: fewer
+    than asked for means the queue had no more runnable jobs at that moment."""
+
+    claimed: list[ClaimedJob]
+    skipped: list[SkippedCandidate]
+
+    @property
+    def candidates(self) -> int:
+        return len(self.claimed) + len(self.skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +117,8 @@ class JobRepository:
     async def insert_job(self, job: NewJob, request_id: str | None = None) -> tuple[asyncpg.Record, bool]:
         """Insert a job, or return the existing one with the same idempotency_key.
 
-        Returns (row, created).
+        Returns (row, created); an existing row also carries `same_args` (jsonb equality with
+        `job.args`).
         """
         job_id = job.job_id or uuid.uuid4()
         async with self.pool.acquire() as conn:
@@ -97,7 +129,7 @@ class JobRepository:
             )
             if row is not None:
                 return row, True
-            existing = await conn.fetchrow(sql("get_job_by_idempotency_key"), job.idempotency_key)
+            existing = await conn.fetchrow(sql("get_job_by_idempotency_key"), job.idempotency_key, job.args)
         if existing is None:  # the conflicting row was deleted between the two statements
             return await self.insert_job(job, request_id)
         return existing, False
@@ -178,21 +210,35 @@ class QueueConnection:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
 
-    async def claim(self, queue: str, worker: str, limit: int = 1) -> list[ClaimedJob]:
-        rows = await self.conn.fetch(claim_sql(limit), queue, worker)
-        return [
-            ClaimedJob(
-                job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
-                partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
-                max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
-                locked=r["locked"], request_id=r["request_id"],
-            )
-            for r in rows
-        ]
+    async def claim(self, queue: str, worker: str, limit: int = 1) -> ClaimBatch:
+        """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection."""
+        claimed: list[ClaimedJob] = []
+        skipped: list[SkippedCandidate] = []
+        for r in await self.conn.fetch(claim_sql(limit), queue, worker):
+            if r["claimed"]:
+                claimed.append(ClaimedJob(
+                    job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
+                    partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
+                    max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
+                    request_id=r["request_id"],
+                ))
+            else:
+                skipped.append(SkippedCandidate(
+                    job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
+                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"],
+                ))
+        return ClaimBatch(claimed, skipped)
 
     async def claim_one(self, queue: str, worker: str) -> ClaimedJob | None:
-        jobs = await self.claim(queue, worker, 1)
-        return jobs[0] if jobs else None
+        batch = await self.claim(queue, worker, 1)
+        return batch.claimed[0] if batch.claimed else None
+
+    async def delay_lock_busy(self, job_id: uuid.UUID, delay_sec: float) -> datetime | None:
+        """Hold back a queued job whose lock_key a stray session holds; None if it is no longer queued."""
+        return await self.conn.fetchval(sql("delay_lock_busy"), job_id, delay_sec)
+
+    async def unlock(self, lock_key: str) -> bool:
+        return await self.conn.fetchval(sql("unlock_key"), lock_key)
 
     async def next_due_in(self, queue: str) -> float | None:
         """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""

@@ -29,6 +29,7 @@ from dataloader.storage.repositories import (
     FinishResult,
     JobRepository,
     QueueConnection,
+    SkippedCandidate,
 )
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -69,7 +70,8 @@ class QueueWorker:
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._next_heartbeat: float | None = None
         self._flushed: tuple[list, list[FinishRequest], dict[uuid.UUID, FinishResult]] | None = None
-        self._busy: list[ClaimedJob] = []
+        self._busy: list[SkippedCandidate] = []
+        self._reentrant: list[ClaimedJob] = []
         self._claimed: list[ClaimedJob] = []
 
     # -- signals from outside ----------------------------------------------------------------------
@@ -144,6 +146,7 @@ class QueueWorker:
         their own, so the step's row locks are never held while waiting on another worker."""
         self._flushed = None
         self._busy = []
+        self._reentrant = []
         self._claimed = []
         flush, beat, claim = bool(self._finishes), self._heartbeat_due(), self._want_claim()
         if flush + beat + claim > 1:
@@ -155,9 +158,12 @@ class QueueWorker:
         claimed, self._claimed = self._claimed, []
         for job in claimed:
             self._start(job)
+        reentrant, self._reentrant = self._reentrant, []
+        for job in reentrant:
+            await self._settle_reentrant(conn, job)
         busy, self._busy = self._busy, []
-        for job in busy:
-            await self._settle_busy(conn, job)
+        for candidate in busy:
+            await self._settle_busy(conn, candidate)
 
     async def _step_parts(self, conn: asyncpg.Connection, flush: bool, beat: bool, claim: bool) -> None:
         if flush:
@@ -210,7 +216,7 @@ class QueueWorker:
                 self._held[attempt.job.lock_hash] = job_id
             else:
                 if locked:  # taken although fenced off: give it back at once
-                    await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", attempt.job.lock_key)
+                    await QueueConnection(conn).unlock(attempt.job.lock_key)
                 log.warning("after reconnect the attempt is no longer ours; stopping it",
                             extra={"job_id": str(job_id), "fenced": not alive})
                 attempt.request_stop("lease_lost")
@@ -252,51 +258,64 @@ class QueueWorker:
         want = min(self.concurrency - self._busy_slots(), MAX_BATCH)
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
-        jobs = await queue_conn.claim(self.queue, self.env.worker_name, want)
+        batch = await queue_conn.claim(self.queue, self.env.worker_name, want)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        if len(jobs) < want:
+        if batch.candidates < want:
+            # The queue had no more runnable jobs than these: sleep until a new hint. (Skipped
+            # candidates do not count as settled work: a full batch with skips claims again.)
             self._settled_generation = generation
-            if not jobs:
+            if not batch.candidates:
                 due_in = await queue_conn.next_due_in(self.queue)
                 if due_in is not None:
                     self.timer.schedule_in(due_in)
-        for job in jobs:
-            if job.locked and job.lock_hash not in self._held:
+        for job in batch.claimed:
+            if job.lock_hash not in self._held:
                 self._held[job.lock_hash] = job.job_id
                 self._claimed.append(job)  # started once the step has committed
             else:
-                self._busy.append(job)
+                self._reentrant.append(job)
+        for candidate in batch.skipped:
+            if candidate.lock_busy:
+                self._busy.append(candidate)
+            else:
+                metrics.CLAIM_SKIPPED.labels(self.queue, "same_key_in_batch").inc()
 
-    async def _settle_busy(self, conn: asyncpg.Connection, job: ClaimedJob) -> None:
-        """A claimed job whose lock_key is not ours to take right now."""
-        queue_conn = QueueConnection(conn)
-        if job.locked:
-            # Re-entrant: this session already holds the key (a second job of one key in the
-            # batch, or an attempt of ours still stopping). Undo the extra lock count.
-            holder = self.running.get(self._held.get(job.lock_hash))  # type: ignore[arg-type]
-            live_holder = holder is not None and holder.stop_reason != "lease_lost"
-            await self._release_busy(queue_conn, job, undo_lock=True, running_holders=int(live_holder))
-            return
-        running_holders, locked_now = await queue_conn.lock_holders(job.job_id, job.lock_key)
-        if locked_now and job.lock_hash not in self._held:
-            self._held[job.lock_hash] = job.job_id
-            self._start(job)
-        else:
-            await self._release_busy(queue_conn, job, undo_lock=locked_now, running_holders=running_holders)
-
-    async def _release_busy(self, queue_conn: QueueConnection, job: ClaimedJob, *, undo_lock: bool,
-                            running_holders: int) -> None:
-        """Put back a job whose lock_key is taken, without using up an attempt. A running holder's
-        finish wakes it; only a stray holder (a fenced-off pipeline still winding down) earns the
-        full DL_CLAIM_BACKOFF_SEC."""
-        delay = 0.0 if running_holders else self.env.settings.claim_backoff_sec
-        result = await queue_conn.finish_one(FinishRequest(
-            job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=undo_lock,
+    async def _settle_reentrant(self, conn: asyncpg.Connection, job: ClaimedJob) -> None:
+        """A claimed job whose lock this session already held: the re-entrant grant gave the key to
+        a second job (an attempt of ours still stopping after it was fenced off, or two keys with
+        one hashtext). Undo the extra lock count and put the job back without using an attempt."""
+        holder = self.running.get(self._held.get(job.lock_hash))  # type: ignore[arg-type]
+        live_holder = holder is not None and holder.stop_reason != "lease_lost"
+        delay = 0.0 if live_holder else self.env.settings.claim_backoff_sec
+        result = await QueueConnection(conn).finish_one(FinishRequest(
+            job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=True,
             reason="lock_busy", delay_sec=delay))
-        metrics.JOBS_FINISHED.labels(job.queue, job.task, "lock_busy").inc()
-        log.info("lock_key busy, job put back", extra={"job_id": str(job.job_id), "lock_key": job.lock_key,
-                                                       "running_holders": running_holders, "retry_in_sec": delay})
+        metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_us").inc()
+        log.info("lock_key held by this worker, job put back", extra={
+            "job_id": str(job.job_id), "lock_key": job.lock_key, "live_holder": live_holder, "retry_in_sec": delay})
         if delay and result.status == "queued":
+            self.timer.schedule_in(delay)
+
+    async def _settle_busy(self, conn: asyncpg.Connection, candidate: SkippedCandidate) -> None:
+        """A candidate left queued because another session holds its lock_key. If a job of that key
+        runs (or a claim of one was committing), its finish will wake us: nothing to do. If the
+        key is free by now, claim again. If only a stray holds it (a fenced-off pipeline winding
+        down), hold the job back DL_CLAIM_BACKOFF_SEC so it does not head every claim meanwhile."""
+        queue_conn = QueueConnection(conn)
+        running_holders, locked_now = await queue_conn.lock_holders(candidate.job_id, candidate.lock_key)
+        if locked_now:
+            await queue_conn.unlock(candidate.lock_key)
+            self._hint_work()
+            return
+        if running_holders:
+            metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_claim").inc()
+            return
+        delay = self.env.settings.claim_backoff_sec
+        moved = await queue_conn.delay_lock_busy(candidate.job_id, delay)
+        metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_stray").inc()
+        log.info("lock_key held by a session with no running job; job held back", extra={
+            "job_id": str(candidate.job_id), "lock_key": candidate.lock_key, "retry_in_sec": delay})
+        if moved is not None:
             self.timer.schedule_in(delay)
 
     def _start(self, job: ClaimedJob) -> None:

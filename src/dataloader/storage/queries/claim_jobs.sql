@@ -1,22 +1,32 @@
--- Claim up to {limit} runnable jobs of queue $1 for worker $2, in one statement: mark them running
--- (attempt + 1, lease), journal 'picked', and take each lock_key's advisory lock on this
--- connection (the queue's control connection, which holds the locks of all its running jobs).
+-- Claim up to {limit} runnable jobs of queue $1 for worker $2, in one statement: take each job's
+-- lock_key advisory lock on this connection (the queue's control connection, which holds the
+-- locks of all its running jobs), and mark the jobs that got it running (attempt + 1, lease) with
+-- their 'picked' journal rows.
 --
 -- Order: priority, then the time the job became runnable (available_at), then created_at. For a
 -- job enqueued to run now available_at = created_at, so this is the spec's (priority, created_at)
 -- order; a delayed job or a retry queues by its due time, as in Oban and River. It is what lets
 -- ix_dl_jobs_claim_order serve the claim in O(log n) whatever the backlog (see migration 0004).
 --
--- Jobs whose lock_key already has a running job are skipped, so a job waiting behind a busy key
--- is not claimed and backed off again and again; the advisory lock settles the race between two
--- claims at the same instant. Advisory locks are re-entrant within a session, so `locked` is also
--- true for a second job of the same key in one batch: the caller detects that by lock_hash.
+-- Lock keys, without wasted claims:
+-- - jobs whose lock_key already has a running job are not candidates at all;
+-- - of several candidates with one lock_key, only the first asks for the lock (key_rank = 1); the
+--   others stay queued untouched (the CASE fixes the evaluation order, so a later one never takes
+--   a second, re-entrant count of the lock);
+-- - a candidate whose lock is taken (another node claims a job of that key at this very instant)
+--   is not updated either: no attempt, no journal row, nothing to put back. Losing a race costs
+--   nothing but a row lock held until this statement's transaction ends.
+-- Every candidate comes back: claimed ones with their job, skipped ones with claimed = false and
+-- asked_lock telling a lost lock (the caller checks who holds the key) from a duplicate key.
+-- Advisory locks are re-entrant within a session: a key this connection already holds (a
+-- fenced-off attempt of ours still winding down, or two keys with one hashtext) is granted again;
+-- the caller detects that by lock_hash and gives the job back.
 --
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
 -- re-planned the claim on every call instead (about half of the claim's time).
 WITH candidate AS (
-    SELECT q.job_id
+    SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
     WHERE q.status = 'queued'
       AND q.queue = $1
@@ -27,28 +37,42 @@ WITH candidate AS (
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.lock_key
+                                   ORDER BY c.priority, c.available_at, c.created_at) AS key_rank
+    FROM candidate c
+), locked AS MATERIALIZED (
+    SELECT r.job_id
+    FROM ranked r
+    WHERE CASE WHEN r.key_rank = 1 THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
 ), claimed AS (
     UPDATE dl_jobs j
     SET status = 'running',
         started_at = COALESCE(j.started_at, now()),
-        attempt = j.attempt + 1,
+        -- capped so a hand-written attempt of 2^31-1 cannot overflow and fail every claim
+        attempt = LEAST(j.attempt, 2147483646) + 1,
         lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
         heartbeat_at = now()
-    FROM candidate c
-    WHERE j.job_id = c.job_id
-    RETURNING j.job_id, j.queue, j.task, j.args, j.lock_key, j.partition_key, j.lease_ttl_sec,
-              j.attempt, j.max_attempts, j.priority, j.created_at, j.available_at
+    FROM locked l
+    WHERE j.job_id = l.job_id
+    RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'picked', jsonb_build_object('attempt', attempt, 'worker', $2::text)
-    FROM claimed
+    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
+    FROM claimed c JOIN ranked r USING (job_id)
 )
-SELECT c.job_id, c.queue, c.task, c.args, c.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
+SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
        c.max_attempts,
-       extract(epoch FROM now() - GREATEST(c.created_at, c.available_at))::float8 AS wait_sec,
-       hashtext(c.lock_key) AS lock_hash,
+       -- clamped like queue_stats.sql: no stored time may make the subtraction overflow
+       extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
+                                           timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,
+       hashtext(r.lock_key) AS lock_hash,
        -- the HTTP request that enqueued the job, so worker log lines carry its request id
-       (SELECT e.payload->>'request_id' FROM dl_job_events e
-        WHERE e.job_id = c.job_id AND e.kind = 'queued' ORDER BY e.event_id LIMIT 1) AS request_id,
-       pg_try_advisory_lock(hashtext(c.lock_key)) AS locked
-FROM (SELECT * FROM claimed ORDER BY priority, available_at, created_at) c;
+       CASE WHEN c.job_id IS NOT NULL THEN
+           (SELECT e.payload->>'request_id' FROM dl_job_events e
+            WHERE e.job_id = c.job_id AND e.kind = 'queued' ORDER BY e.event_id LIMIT 1)
+       END AS request_id,
+       c.job_id IS NOT NULL AS claimed,
+       r.key_rank = 1 AS asked_lock
+FROM ranked r LEFT JOIN claimed c USING (job_id)
+ORDER BY r.priority, r.available_at, r.created_at;
