@@ -63,13 +63,14 @@ async def test_claim_skips_jobs_whose_lock_key_is_running(db):
 
 
 async def test_delayed_job_starts_on_time_and_not_before(dsn, db):
-    async with running_engine(dsn, db):
+    # The fallback poll is 60 s: a start within 30 s of available_at can only be the due-time timer.
+    async with running_engine(dsn, db, poll_fallback_sec=60):
         available_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
         job_id = await enqueue(db, available_at=available_at)
-        row = await wait_until(lambda: _succeeded(db, job_id), timeout=10)
+        row = await wait_until(lambda: _succeeded(db, job_id), timeout=30)
     assert row["started_at"] >= available_at
     late = (row["started_at"] - available_at).total_seconds()
-    assert late < 1.0, f"started {late:.3f}s after available_at"
+    assert late < 30, f"started {late:.3f}s after available_at: the timer did not wake the worker"
 
 
 async def _succeeded(db, job_id):
@@ -101,8 +102,10 @@ async def _has_event(db, job_id, kind):
     return kind in await event_kinds(db, job_id)
 
 
-async def test_same_lock_key_in_one_process_runs_one_at_a_time_and_hands_off_fast(dsn, db):
-    async with running_engine(dsn, db, queues={"default": 4}):
+async def test_same_lock_key_in_one_process_runs_one_at_a_time_and_hands_off_on_finish(dsn, db):
+    # fallback poll 60 s, claim backoff 15 s: a hand-off within 10 s is the holder's finish waking
+    # the waiters (how fast exactly is measured in bench/)
+    async with running_engine(dsn, db, queues={"default": 4}, poll_fallback_sec=60):
         ids = [await enqueue(db, "test.recorded_sleep", lock_key="serial",
                              args={"dsn": dsn, "seconds": 0.2, "chunks": 2}) for _ in range(4)]
         for job_id in ids:
@@ -111,18 +114,19 @@ async def test_same_lock_key_in_one_process_runs_one_at_a_time_and_hands_off_fas
     assert len(runs) == 4
     for prev, nxt in itertools.pairwise(runs):
         assert nxt["started_at"] >= prev["ended_at"], "two jobs with one lock_key overlapped"
-        assert (nxt["started_at"] - prev["ended_at"]).total_seconds() < 1.0
+        assert (nxt["started_at"] - prev["ended_at"]).total_seconds() < 10
 
 
 async def test_waiter_on_another_queue_is_woken_when_the_key_frees(dsn, db):
-    async with running_engine(dsn, db, queues={"a": 1, "b": 1}):
+    # fallback poll 60 s: starting within 10 s of the holder's finish means the finish woke queue b
+    async with running_engine(dsn, db, queues={"a": 1, "b": 1}, poll_fallback_sec=60):
         first = await enqueue(db, "dl.sleep", queue="a", lock_key="shared", args={"seconds": 0.5, "chunks": 2})
         await wait_until(lambda: _status_is(db, first, "running"))
         second = await enqueue(db, "dl.noop", queue="b", lock_key="shared")
         row1 = await wait_until(lambda: _succeeded(db, first), timeout=10)
         row2 = await wait_until(lambda: _succeeded(db, second), timeout=10)
     assert row2["started_at"] >= row1["finished_at"]
-    assert (row2["started_at"] - row1["finished_at"]).total_seconds() < 1.0
+    assert (row2["started_at"] - row1["finished_at"]).total_seconds() < 10
 
 
 async def _status_is(db, job_id, status):
@@ -130,14 +134,18 @@ async def _status_is(db, job_id, status):
 
 
 async def test_many_jobs_fan_out_over_slots(dsn, db):
+    # Enqueued before the engine starts, so its first claim sees all 8. Parallel means the run
+    # intervals overlap: 4 at once at some point (the slots), never more.
+    ids = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 1.0, "chunks": 2})
+           for _ in range(8)]
     async with running_engine(dsn, db, queues={"default": 4}):
-        ids = [await enqueue(db, "dl.sleep", args={"seconds": 0.4, "chunks": 1}) for _ in range(8)]
-        started = asyncio.get_running_loop().time()
         for job_id in ids:
-            await wait_until(lambda j=job_id: _succeeded(db, j), timeout=10)
-        elapsed = asyncio.get_running_loop().time() - started
-    # 8 jobs x 0.4 s on 4 slots: about 0.8 s if they really run in parallel, 3.2 s if serial.
-    assert elapsed < 2.5
+            await wait_until(lambda j=job_id: _succeeded(db, j), timeout=30)
+    runs = await db.fetch("SELECT started_at, ended_at FROM test_runs")
+    assert len(runs) == 8
+    # the most runs in progress at once: at each start, count the runs that started and did not end
+    at_once = max(sum(1 for r in runs if r["started_at"] <= s["started_at"] < r["ended_at"]) for s in runs)
+    assert at_once == 4, f"{at_once} jobs ran at once on 4 slots"
 
 
 async def test_lock_race_with_an_uncommitted_claim_is_seen_as_a_running_holder(db):

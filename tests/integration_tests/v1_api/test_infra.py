@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -39,12 +38,15 @@ def finished_count(page: dict, task: str, outcome: str) -> float:
     return page.get(key, 0.0)
 
 
-async def test_health_is_fast_and_needs_no_database(client, db):
-    started = time.perf_counter()
+async def test_health_needs_no_database(client, db, app_ctx, monkeypatch):
+    # What keeps /health cheap is that it never touches the database (speed itself is for bench/).
+    def no_database(*args, **kwargs):
+        raise AssertionError("/health used the database")
+
+    monkeypatch.setattr(type(app_ctx.pool), "acquire", no_database)  # every asyncpg pool, while patched
     response = await client.get("/health")
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
-    assert time.perf_counter() - started < 0.5
 
 
 async def test_status_reports_database_queues_and_workers(worker_client, manager, db):
