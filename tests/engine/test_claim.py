@@ -2,7 +2,7 @@ import asyncio
 import datetime as dt
 import itertools
 
-from dataloader.storage.repositories import QueueConnection
+from dataloader.storage.queue_connection import QueueConnection
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, running_engine
 

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from prometheus_client import REGISTRY
 
 from dataloader import JobContext, pipeline
-from dataloader.storage.repositories import FinishRequest, JobRepository, QueueConnection
+from dataloader.storage.queue_connection import FinishRequest, QueueConnection
+from dataloader.storage.repositories import JobRepository
 from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, running_engine

@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from dataloader.services.jobs import JobRequest
-from dataloader.storage.repositories import JobRepository, QueueConnection
+from dataloader.storage.queue_connection import QueueConnection
+from dataloader.storage.repositories import JobRepository
 from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, job_service, running_engine

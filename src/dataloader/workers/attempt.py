@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from dataloader import metrics
 from dataloader.logger.context_vars import bind_job
 from dataloader.storage.db import is_connection_error
-from dataloader.storage.repositories import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
+from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
 from dataloader.workers.pipelines.context import JobContext, StopReason
 from dataloader.workers.pipelines.errors import FatalError, JobStopped
 from dataloader.workers.pipelines.registry import Pipeline, default_backoff

@@ -23,14 +23,14 @@ import asyncpg
 from dataloader import metrics
 from dataloader.config import Settings
 from dataloader.storage.db import is_connection_error
-from dataloader.storage.repositories import (
+from dataloader.storage.queue_connection import (
     ClaimedJob,
     FinishRequest,
     FinishResult,
-    JobRepository,
     QueueConnection,
     SkippedCandidate,
 )
+from dataloader.storage.repositories import JobRepository
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.pipelines.registry import PipelineRegistry
 from dataloader.workers.wakeup import DueTimer

@@ -1,0 +1,176 @@
+"""The statements of a queue worker, on its control connection.
+
+The advisory lock of a job's lock_key is a session lock, so the claim that takes it, the
+heartbeats and the finish that releases it all go through that same connection, in batches.
+All statements come from `queries/`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any, Literal
+
+import asyncpg
+
+from dataloader.storage.queries import sql
+
+FinishOutcome = Literal["succeeded", "canceled", "error", "release"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    job_id: uuid.UUID
+    queue: str
+    task: str
+    args: dict[str, Any]
+    lock_key: str
+    partition_key: str
+    lease_ttl_sec: int
+    attempt: int
+    max_attempts: int
+    wait_sec: float
+    lock_hash: int
+    request_id: str | None = None
+
+    @property
+    def locked(self) -> bool:
+        """Always true: the claim only marks a job running once its lock_key's lock is granted."""
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedCandidate:
+    """A runnable job the claim looked at but left queued and untouched. `lock_busy`: its
+    lock_key's advisory lock is held by another session (a claim racing ours, or a stray holder);
+    otherwise an earlier job of the same key in the batch asked for the lock instead."""
+
+    job_id: uuid.UUID
+    queue: str
+    task: str
+    lock_key: str
+    lock_hash: int
+    lock_busy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement did. `candidates` counts every runnable job it looked at: fewer
+    than asked for means the queue had no more runnable jobs at that moment."""
+
+    claimed: list[ClaimedJob]
+    skipped: list[SkippedCandidate]
+
+    @property
+    def candidates(self) -> int:
+        return len(self.claimed) + len(self.skipped)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """How one attempt ends. `unlock`: release its lock_key's advisory lock in the same statement."""
+
+    job_id: uuid.UUID
+    attempt: int
+    outcome: FinishOutcome
+    lock_key: str
+    unlock: bool
+    error: str | None = None
+    fatal: bool = False
+    max_attempts: int | None = None
+    delay_sec: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishResult:
+    """status is None when the write was refused: the attempt had been fenced off."""
+
+    status: str | None
+    available_at: datetime | None
+    woken_queues: int
+
+
+@cache
+def claim_sql(limit: int) -> str:
+    """claim_jobs.sql with a constant LIMIT (see the note in the file)."""
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"claim limit must be a positive int, got {limit!r}")
+    return sql("claim_jobs").replace("{limit}", str(limit))
+
+
+class QueueConnection:
+    """The statements of a queue worker, on its control connection. Advisory locks are session
+    locks: the connection that claims a job holds its lock_key until the finish unlocks it there."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    async def claim(self, queue: str, worker: str, limit: int = 1) -> ClaimBatch:
+        """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection."""
+        claimed: list[ClaimedJob] = []
+        skipped: list[SkippedCandidate] = []
+        for r in await self.conn.fetch(claim_sql(limit), queue, worker):
+            if r["claimed"]:
+                claimed.append(ClaimedJob(
+                    job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
+                    partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
+                    max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
+                    request_id=r["request_id"],
+                ))
+            else:
+                skipped.append(SkippedCandidate(
+                    job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
+                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"],
+                ))
+        return ClaimBatch(claimed, skipped)
+
+    async def claim_one(self, queue: str, worker: str) -> ClaimedJob | None:
+        batch = await self.claim(queue, worker, 1)
+        return batch.claimed[0] if batch.claimed else None
+
+    async def delay_lock_busy(self, job_id: uuid.UUID, delay_sec: float) -> datetime | None:
+        """Hold back a queued job whose lock_key a stray session holds; None if it is no longer queued."""
+        return await self.conn.fetchval(sql("delay_lock_busy"), job_id, delay_sec)
+
+    async def unlock(self, lock_key: str) -> bool:
+        return await self.conn.fetchval(sql("unlock_key"), lock_key)
+
+    async def next_due_in(self, queue: str) -> float | None:
+        """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""
+        return await self.conn.fetchval(sql("next_due_in"), queue)
+
+    async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
+        """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""
+        rows = await self.conn.fetch(sql("heartbeat_jobs"), [a[0] for a in attempts], [a[1] for a in attempts])
+        return {r["job_id"]: r["cancel_requested"] for r in rows}
+
+    async def finish(self, requests: list[FinishRequest]) -> dict[uuid.UUID, FinishResult]:
+        rows = await self.conn.fetch(
+            sql("finish_jobs"),
+            [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
+            [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
+            [float(r.delay_sec) for r in requests], [r.reason for r in requests],
+            [r.lock_key for r in requests], [r.unlock for r in requests],
+        )
+        return {
+            r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])
+            for r in rows
+        }
+
+    async def finish_one(self, request: FinishRequest) -> FinishResult:
+        return (await self.finish([request]))[request.job_id]
+
+    async def relock(self, attempts: list[tuple[uuid.UUID, int, str]]) -> dict[uuid.UUID, tuple[bool, bool]]:
+        """Retake locks after a reconnect: (still ours in the table, lock taken) per attempt."""
+        rows = await self.conn.fetch(sql("relock_jobs"), [a[0] for a in attempts], [a[1] for a in attempts],
+                                     [a[2] for a in attempts])
+        return {r["job_id"]: (r["alive"], bool(r["locked"])) for r in rows}
+
+    async def lock_holders(self, job_id: uuid.UUID, lock_key: str) -> tuple[int, bool]:
+        """After a failed lock: (running jobs holding the key, whether the lock is ours now)."""
+        row = await self.conn.fetchrow(sql("lock_holders"), job_id, lock_key)
+        assert row is not None
+        return row["running_holders"], row["locked_now"]
