@@ -1,0 +1,126 @@
+"""Time as a dependency: the engine's time-based rules (when a heartbeat is due, when a delayed
+job's timer fires, how long a backoff pause lasts) ask a `Clock` instead of the `time` module, so a
+unit test can drive them with `ManualClock` and check each decision without sleeping.
+
+`SYSTEM_CLOCK` is the default everywhere; nothing in production needs to pass a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import heapq
+import itertools
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Monotonic time for deadlines, wall time for humans and rows, and the two ways to pass time."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (the event loop's clock for the real one)."""
+        ...
+
+    def wall(self) -> dt.datetime:
+        """The current UTC time."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass."""
+        ...
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        """Wait until `event` is set (True) or `timeout` seconds passed (False); None: no deadline."""
+        ...
+
+
+class SystemClock:
+    """The real clock: `time.monotonic` (what asyncio's loop uses) and asyncio's own timers."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        if timeout is None:
+            await event.wait()
+            return True
+        try:
+            await asyncio.wait_for(event.wait(), timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class ManualClock:
+    """A clock that moves only when told (`advance`), for tests. A task in `wait`/`sleep` is
+    parked until its event is set or the clock is advanced past its deadline; `deadlines()` shows
+    what the parked tasks wait for and `parked()` lets a test wait until a task has parked, so a
+    test synchronises on the code under test, never on real time."""
+
+    def __init__(self, start: float = 1_000.0,
+                 wall_start: dt.datetime = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)) -> None:
+        self._start = start
+        self._now = start
+        self._wall_start = wall_start
+        self._timers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._parked_changed = asyncio.Event()
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def wall(self) -> dt.datetime:
+        return self._wall_start + dt.timedelta(seconds=self._now - self._start)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.wait(asyncio.Event(), seconds)
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        if event.is_set():
+            return True
+        if timeout is not None and timeout <= 0:
+            return False
+        due: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self._now + timeout if timeout is not None else float("inf"), next(self._seq), due)
+        heapq.heappush(self._timers, entry)
+        self._parked_changed.set()
+        setter = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait([setter, due], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            setter.cancel()
+            if entry in self._timers:
+                self._timers.remove(entry)
+                heapq.heapify(self._timers)
+            self._parked_changed.set()
+        return event.is_set()
+
+    def deadlines(self) -> list[float]:
+        """The deadlines (monotonic seconds) of the tasks parked now, earliest first."""
+        return sorted(at for at, _, fut in self._timers if not fut.done())
+
+    async def parked(self, count: int = 1) -> list[float]:
+        """Wait (on the event loop, not on time) until at least `count` tasks are parked; their deadlines."""
+        while len(self.deadlines()) < count:
+            self._parked_changed.clear()
+            await self._parked_changed.wait()
+        return self.deadlines()
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward and wake every task whose deadline has come."""
+        if seconds < 0:
+            raise ValueError("a monotonic clock does not go back")
+        self._now += seconds
+        for at, _, fut in list(self._timers):
+            if at <= self._now and not fut.done():
+                fut.set_result(None)
