@@ -76,6 +76,16 @@ class Settings(BaseSettings):
     def pipeline_module_names(self) -> list[str]:
         return [name.strip() for name in self.pipeline_modules.split(",") if name.strip()]
 
+    # --- Maintenance services (issue 8; dataloader.maintenance, docs/maintenance.md) -------------
+    # How often a follower asks for the leader lock, and how often the leader probes its session:
+    # the fail-over after a leader dies is bounded by this (plus jitter and a round trip).
+    leader_retry_sec: float = Field(default=5, ge=0.05, le=300)
+    # A leader whose probe gets no answer in this time steps down (a half-open connection).
+    leader_probe_timeout_sec: float = Field(default=5, ge=0.05, le=300)
+    # A crashed service is restarted after base × 2^(n-1) seconds (n-th crash in a row), at most max.
+    service_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
+    service_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
+
 
 def parse_workers_json(raw: str) -> list[WorkerConfig]:
     """Parse WORKERS_JSON, raising ConfigError with a one-line explanation."""

@@ -65,3 +65,16 @@ HTTP_REQUESTS = Counter(
 HTTP_SECONDS = Histogram(
     "dl_http_request_duration_seconds", "HTTP request handling time", ["method", "route"], buckets=_FAST
 )
+
+# Maintenance services (dataloader.maintenance): what the supervisor runs on this node.
+SERVICE_UP = Gauge("dl_service_up", "1 while a maintenance service runs on this node, else 0", ["service"])
+SERVICE_RESTARTS = Counter(
+    "dl_service_restarts_total", "Restarts of a maintenance service after it crashed", ["service"]
+)
+SERVICE_TICK_SECONDS = Histogram(
+    "dl_service_tick_seconds", "One tick of a periodic maintenance service (failed ticks included)", ["service"],
+    buckets=(*_FAST, 5.0, 10.0, 30.0, 60.0),
+)
+LEADER = Gauge(
+    "dl_leader", "1 while this node holds the maintenance leader lock, else 0 (absent: no election runs)", ["node"]
+)

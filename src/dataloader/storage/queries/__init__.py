@@ -1,15 +1,22 @@
 """Every SQL statement of the engine lives in a file here, loaded by name.
 
-"Where is the claim query?" → `claim_jobs.sql`.
+"Where is the claim query?" → `claim_jobs.sql`. A concern with several statements of its own gets a
+folder, named with a slash: `sql("maintenance/leader_try_lock")` → `maintenance/leader_try_lock.sql`.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
+
+# Lower-case words joined by `_`, in at most one folder: no `..`, no absolute paths.
+_NAME = re.compile(r"[a-z0-9_]+(/[a-z0-9_]+)?")
 
 
 @cache
 def sql(name: str) -> str:
     """Text of `queries/<name>.sql`."""
-    return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"not a query name: {name!r}")
+    return resources.files(__package__).joinpath(*f"{name}.sql".split("/")).read_text(encoding="utf-8")
