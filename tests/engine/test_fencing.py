@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 from prometheus_client import REGISTRY
 
 from dataloader import JobContext, pipeline
+from dataloader.maintenance.reaper import Reaper
 from dataloader.storage.queue_connection import FinishRequest, QueueConnection
 from dataloader.storage.repositories import JobRepository
-from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, running_engine
 from tests.support.pipelines import _record_end, _record_start

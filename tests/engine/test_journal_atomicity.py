@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import asyncpg
 import pytest
 
+from dataloader.maintenance.reaper import Reaper
 from dataloader.services.jobs import JobRequest
 from dataloader.storage.queue_connection import QueueConnection
 from dataloader.storage.repositories import JobRepository
-from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, job_service, running_engine
 

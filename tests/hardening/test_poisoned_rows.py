@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
+from dataloader.maintenance.reaper import Reaper
 from dataloader.storage.queue_connection import QueueConnection
 from dataloader.storage.repositories import JobRepository
-from dataloader.workers.reaper import Reaper
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, job_row, running_engine
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
@@ -63,6 +64,19 @@ class WorkersStatus(BaseModel):
     running_jobs: list[dict[str, Any]]
 
 
+class ServiceInfo(BaseModel):
+    """One maintenance service of this node (dataloader.maintenance; docs/maintenance.md)."""
+
+    name: str
+    scope: Literal["every_node", "leader"] = Field(description="Runs on every node, or only on the leader")
+    state: Literal["running", "stopped", "crashed", "backoff", "standby"] = Field(
+        description="standby: leader-only and this node does not lead; backoff: crashed, restart pending")
+    restarts: int = Field(description="Restarts after a crash since this process started")
+    last_error: str | None = Field(description="Last crash or failed tick")
+    last_error_at: datetime | None
+    last_tick_at: datetime | None = Field(description="End of the last tick (periodic services, the elector)")
+
+
 class StatusResponse(BaseModel):
     status: str = Field(description="'ok', or 'unavailable' (with HTTP 503) when the database is down")
     version: str
@@ -70,6 +84,9 @@ class StatusResponse(BaseModel):
     database: DatabaseStatus
     queues: list[QueueStatus] = Field(description="Across all nodes sharing the database")
     workers: WorkersStatus | None = Field(description="null when this process runs no workers")
+    leader: bool | None = Field(default=None, description="Whether this node holds the maintenance leader "
+                                "lock; null when it runs no election (no leader-only service)")
+    services: list[ServiceInfo] = Field(default_factory=list, description="This node's maintenance services")
 
 
 @router.get("/health", response_model=HealthResponse, summary="Liveness: the process answers")
@@ -101,6 +118,18 @@ def _workers(runtime: Runtime) -> WorkersStatus | None:
                 for w in manager.settings.workers],
         running_jobs=running,
     )
+
+
+def _services(runtime: Runtime) -> tuple[bool | None, list[ServiceInfo]]:
+    manager = runtime.manager
+    if manager is None:
+        return None, []
+    return manager.is_leader, [
+        ServiceInfo(name=s.name, scope=s.scope.value, state=s.state.value, restarts=s.restarts,
+                    last_error=safe_text(s.last_error) if s.last_error else None,
+                    last_error_at=s.last_error_at, last_tick_at=s.last_tick_at)
+        for s in manager.services_status()
+    ]
 
 
 @router.get(
@@ -139,9 +168,11 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
                 if row["status"] == "queued":
                     entry.oldest_runnable_age_sec = row["oldest_runnable_age_sec"]
             queues = list(by_queue.values())
+    leader, services = _services(runtime)
     body = StatusResponse(
         status="ok" if database.reachable else "unavailable", version=dataloader.__version__,
         node=runtime.settings.node_name, database=database, queues=queues, workers=_workers(runtime),
+        leader=leader, services=services,
     )
     return JSONResponse(body.model_dump(mode="json"), status_code=200 if database.reachable else 503)
 

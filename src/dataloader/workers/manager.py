@@ -1,20 +1,34 @@
-"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the reaper of one
-process, started together and stopped gracefully."""
+"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the maintenance
+services (the reaper, the leader elector when a leader-only service exists, and any registered or
+given service) of one process, started together and stopped gracefully."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 
 import asyncpg
 
 from dataloader.config import Settings
+from dataloader.maintenance import (
+    BackoffPolicy,
+    LeaderElector,
+    LeaderSettings,
+    Reaper,
+    ReaperSettings,
+    Scope,
+    Service,
+    ServiceDeps,
+    ServiceStatus,
+    Supervisor,
+    registered_services,
+)
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.base import EngineEnv, QueueWorker
 from dataloader.workers.notifier import Notifier
 from dataloader.workers.pipelines.registry import PipelineRegistry
-from dataloader.workers.reaper import Reaper
 
 log = logging.getLogger("dataloader.manager")
 
@@ -30,6 +44,7 @@ class WorkerManager:
         registry: PipelineRegistry,
         *,
         run_reaper: bool = True,
+        services: Sequence[Service] = (),
     ) -> None:
         self.settings = settings
         self.env = EngineEnv(pool=pool, repo=JobRepository(pool), registry=registry, settings=settings,
@@ -38,7 +53,18 @@ class WorkerManager:
         self.notifier = Notifier(dsn, on_queue=self._on_queue_notified, on_cancel=self._on_cancel,
                                  on_connected=self._wake_all,
                                  check_period=max(settings.poll_fallback_sec * 3, 5.0))
-        self.reaper = Reaper(self.env.repo, settings.reaper_period_sec) if run_reaper else None
+        self.reaper = Reaper(self.env.repo, ReaperSettings.from_settings(settings)) if run_reaper else None
+        deps = ServiceDeps(settings=settings, dsn=dsn, pool=pool, repo=self.env.repo)
+        extra = [*(factory(deps) for factory in registered_services()), *services]
+        duties: list[Service] = ([self.reaper] if self.reaper is not None else []) + extra
+        # No leader-only duty, no election: a node spends no connection on a lock nobody needs.
+        self.elector = (LeaderElector(dsn, LeaderSettings.from_settings(settings), node_name=settings.node_name)
+                        if any(s.scope is Scope.LEADER for s in duties) else None)
+        self.supervisor = Supervisor(
+            duties, elector=self.elector,
+            backoff=BackoffPolicy(base_sec=settings.service_restart_backoff_sec,
+                                  cap_sec=max(settings.service_restart_backoff_max_sec,
+                                              settings.service_restart_backoff_sec)))
         self._worker_tasks: list[asyncio.Task[None]] = []
         self._service_tasks: list[asyncio.Task[None]] = []
 
@@ -51,6 +77,15 @@ class WorkerManager:
     def queues(self) -> list[str]:
         return list(self.workers)
 
+    def services_status(self) -> list[ServiceStatus]:
+        """Each maintenance service's state, for /status (no I/O)."""
+        return self.supervisor.status()
+
+    @property
+    def is_leader(self) -> bool | None:
+        """Whether this node leads; None when it runs no election (no leader-only service)."""
+        return self.supervisor.leading
+
     def running_jobs(self) -> list[dict[str, object]]:
         return [
             {"job_id": str(a.job.job_id), "queue": a.job.queue, "task": a.job.task, "attempt": a.job.attempt}
@@ -59,23 +94,24 @@ class WorkerManager:
 
     async def start(self) -> None:
         self._service_tasks.append(asyncio.create_task(self.notifier.run(), name="listener"))
-        if self.reaper is not None:
-            self._service_tasks.append(asyncio.create_task(self.reaper.run(), name="reaper"))
+        await self.supervisor.start()
         for worker in self.workers.values():
             self._worker_tasks.append(asyncio.create_task(self._supervise(worker), name=f"worker-{worker.queue}"))
         log.info("workers started", extra={
             "queues": {w.queue: w.concurrency for w in self.workers.values()},
-            "reaper": self.reaper is not None, "worker_name": self.env.worker_name})
+            "reaper": self.reaper is not None, "worker_name": self.env.worker_name,
+            "services": [s.name for s in self.supervisor.services]})
 
     async def wait_listening(self, timeout: float = 10.0) -> None:
         await asyncio.wait_for(self.notifier.connected.wait(), timeout)
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop the reaper, stop claiming, ask running pipelines to stop at their next chunk, wait
-        up to `timeout`, then interrupt what is left; unfinished jobs go back to the queue."""
+        """Stop the maintenance services, stop claiming, ask running pipelines to stop at their next
+        chunk, wait up to `timeout`, then interrupt what is left; unfinished jobs go back to the queue."""
         timeout = self.settings.shutdown_timeout_sec if timeout is None else timeout
-        if self.reaper is not None:
-            self.reaper.stop()
+        # In parallel with the workers' stop: a service finishing its tick must not delay the stop
+        # requests to running pipelines (the shutdown timeout is theirs).
+        services_stopped = asyncio.create_task(self.supervisor.stop(), name="maintenance-stop")
         running = sum(len(w.running) for w in self.workers.values())
         log.info("stopping workers", extra={"running_jobs": running, "timeout_sec": timeout})
         for worker in self.workers.values():
@@ -93,7 +129,7 @@ class WorkerManager:
         for task in pending:
             task.cancel()
         self.notifier.stop()
-        await asyncio.gather(*self._worker_tasks, *self._service_tasks, return_exceptions=True)
+        await asyncio.gather(*self._worker_tasks, *self._service_tasks, services_stopped, return_exceptions=True)
         log.info("workers stopped")
 
     async def _supervise(self, worker: QueueWorker) -> None:
