@@ -1,8 +1,58 @@
-"""dataloader: durable background jobs on PostgreSQL."""
+"""dataloader: durable background jobs on PostgreSQL.
 
+Everything a user needs is importable from here; anything else may change between versions.
+"""
+
+from dataloader.app import App
+from dataloader.config import Queue, Settings
+from dataloader.exceptions import (
+    ArgsTooLarge,
+    ConfigError,
+    DatabaseUnavailable,
+    DataloaderError,
+    FatalError,
+    IdempotencyConflict,
+    InvalidCursor,
+    InvalidJobRequest,
+    JobAlreadyFinished,
+    JobNotFound,
+    JobNotRetryable,
+    JobStopped,
+    SchemaMismatch,
+    SchemaNotReady,
+    UnknownTask,
+)
+from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.services.jobs import JobRequest
 from dataloader.workers.pipelines.context import JobContext
-from dataloader.workers.pipelines.errors import FatalError, JobStopped
-from dataloader.workers.pipelines.registry import pipeline
+from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 
-__all__ = ["FatalError", "JobContext", "JobStopped", "pipeline"]
+__all__ = [
+    "App",
+    "ArgsTooLarge",
+    "ConfigError",
+    "DatabaseUnavailable",
+    "DataloaderError",
+    "FatalError",
+    "IdempotencyConflict",
+    "InvalidCursor",
+    "InvalidJobRequest",
+    "Job",
+    "JobAlreadyFinished",
+    "JobContext",
+    "JobEvent",
+    "JobNotFound",
+    "JobNotRetryable",
+    "JobPage",
+    "JobRequest",
+    "JobStatus",
+    "JobStopped",
+    "PipelineRegistry",
+    "Queue",
+    "SchemaMismatch",
+    "SchemaNotReady",
+    "Settings",
+    "UnknownTask",
+    "pipeline",
+]
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import signal
 import sys
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -20,12 +20,15 @@ from pydantic import ValidationError
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import ConfigError, DataloaderError
 
+if TYPE_CHECKING:
+    from dataloader.app import App
+
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Durable background jobs on PostgreSQL.",
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-jobs_app = typer.Typer(help="Enqueue, inspect and cancel jobs.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 
@@ -97,16 +100,31 @@ def worker(
     _exit(run_until_stopped(_run_worker(settings, reaper)))
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The loop every command runs on: uvloop where installed (as uvicorn picks for `serve`), so
+    `serve` and `worker` run the engine on the same loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def run_until_stopped(main: Any) -> int:
     """asyncio.run without its final wait for the default thread pool: a sync pipeline still
     running in a thread after the shutdown timeout would block exit forever, and its job was
     already handed back to the queue."""
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(main)
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+def _run(main: Any) -> Any:
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)
 
 
 def _exit(code: int) -> None:
@@ -117,23 +135,27 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-async def _run_worker(settings: Settings, run_reaper: bool) -> int:
-    from dataloader.context import AppContext
-    from dataloader.workers.manager import WorkerManager
+def _cli_app(settings: Settings) -> App:
+    """The CLI is a tool of the service, so like `serve` it uses the embedded PostgreSQL (the same
+    data directory) when DL_DB_DSN is unset."""
+    from dataloader.app import App
 
+    return App(settings, embedded=True)
+
+
+async def _run_worker(settings: Settings, run_reaper: bool) -> int:
+    app = _cli_app(settings)
     try:
-        ctx = await AppContext.open(settings)
+        await app.open(migrate_schema=True)
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         return 1
-    manager = WorkerManager(settings, ctx.dsn, ctx.pool, ctx.registry, run_reaper=run_reaper)
     try:
-        await manager.start()
-        sig = await _wait_for_signal()
-        log.info("received %s, shutting down", sig)
-        await manager.stop()
+        async with app.running(reaper=run_reaper):
+            sig = await _wait_for_signal()
+            log.info("received %s, shutting down", sig)
     finally:
-        await ctx.close(locks_held=manager.holds_stray_locks)
+        await app.close()
     return 0
 
 
@@ -143,37 +165,34 @@ def db_upgrade() -> None:
     settings = _settings()
 
     async def run() -> tuple[str | None, str]:
-        from dataloader.context import AppContext
-
-        ctx = await AppContext.open(settings, migrate_schema=False)
+        app = _cli_app(settings)
+        # open() itself migrates here: a database that was never migrated is what this is for
+        await app.open(migrate_schema=True)
         try:
-            from dataloader.storage import migrate
-
-            return await migrate.upgrade(ctx.dsn)
+            return await app.migrate()
         finally:
-            await ctx.close()
+            await app.close()
 
     try:
-        before, after = asyncio.run(run())
+        before, after = _run(run())
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     _print({"from_revision": before, "to_revision": after})
 
 
-def _with_context(fn: Any) -> Any:
+def _with_app(fn: Any) -> Any:
     settings = _settings()
 
     async def run() -> Any:
-        from dataloader.context import AppContext
-
-        ctx = await AppContext.open(settings)
+        app = _cli_app(settings)
+        await app.open(migrate_schema=True)
         try:
-            return await fn(ctx)
+            return await fn(app)
         finally:
-            await ctx.close()
+            await app.close()
 
     try:
-        return asyncio.run(run())
+        return _run(run())
     except DataloaderError as exc:
         _fail(f"{exc.code}: {exc}")
 
@@ -215,11 +234,11 @@ def jobs_trigger(
                                  else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                                 for e in exc.errors())) from None
 
-    async def run(ctx: Any) -> dict[str, Any]:
-        result = await ctx.jobs.trigger(req, producer="cli")
+    async def run(app: App) -> dict[str, Any]:
+        result = await app.jobs.trigger(req, producer="cli")
         return {**status_view(result.job), "created": result.created}
 
-    _print(_with_context(run))
+    _print(_with_app(run))
 
 
 @jobs_app.command("status")
@@ -229,10 +248,10 @@ def jobs_status(job_id: str) -> None:
 
     jid = _job_id(job_id)
 
-    async def run(ctx: Any) -> dict[str, Any]:
-        return status_view(await ctx.jobs.get(jid))
+    async def run(app: App) -> dict[str, Any]:
+        return status_view(await app.get(jid))
 
-    _print(_with_context(run))
+    _print(_with_app(run))
 
 
 @jobs_app.command("cancel")
@@ -242,10 +261,41 @@ def jobs_cancel(job_id: str) -> None:
 
     jid = _job_id(job_id)
 
-    async def run(ctx: Any) -> dict[str, Any]:
-        return status_view(await ctx.jobs.cancel(jid))
+    async def run(app: App) -> dict[str, Any]:
+        return status_view(await app.cancel(jid))
 
-    _print(_with_context(run))
+    _print(_with_app(run))
+
+
+@jobs_app.command("retry")
+def jobs_retry(job_id: str) -> None:
+    """Put a failed, canceled or lost job back to the queue, with a fresh attempt budget."""
+    from dataloader.services.jobs import status_view
+
+    jid = _job_id(job_id)
+
+    async def run(app: App) -> dict[str, Any]:
+        return status_view(await app.retry(jid))
+
+    _print(_with_app(run))
+
+
+@jobs_app.command("list")
+def jobs_list(
+    queue: Annotated[str | None, typer.Option()] = None,
+    task: Annotated[str | None, typer.Option()] = None,
+    status: Annotated[list[str] | None, typer.Option(help="Repeat for several")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+) -> None:
+    """List jobs, newest first (without args)."""
+
+    async def run(app: App) -> dict[str, Any]:
+        page = await app.list(queue=queue, task=task, status=status, limit=limit, cursor=cursor)
+        return {"jobs": [{k: v for k, v in job.to_dict().items() if k != "args"} for job in page.jobs],
+                "next_cursor": page.next_cursor}
+
+    _print(_with_app(run))
 
 
 @jobs_app.command("events")
@@ -253,10 +303,10 @@ def jobs_events(job_id: str) -> None:
     """Print a job's journal."""
     jid = _job_id(job_id)
 
-    async def run(ctx: Any) -> list[dict[str, Any]]:
-        return [dict(r) for r in await ctx.jobs.events(jid)]
+    async def run(app: App) -> list[dict[str, Any]]:
+        return [event.to_dict() for event in await app.events(jid)]
 
-    _print(_with_context(run))
+    _print(_with_app(run))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""Settings from the environment (003 §8 names plus our additions).
+"""Settings: built in code (`Settings(workers=[Queue("load", concurrency=4)])`) or read from the
+environment (003 §8 names plus our additions), validated the same way either way.
 
 Every problem is reported as a `ConfigError` naming the variable, so the CLI can exit with one
 clear line instead of a traceback.
@@ -10,30 +11,48 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Any
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
 
 DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
 
-class WorkerConfig(BaseModel):
-    """One entry of WORKERS_JSON: a queue and how many jobs of it run at once in this process."""
+class Queue(BaseModel):
+    """A queue this process works on, and how many of its jobs run at once here (one entry of
+    WORKERS_JSON)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     queue: str = Field(min_length=1, max_length=200)
-    concurrency: int = Field(ge=1, le=1000)
+    concurrency: int = Field(default=4, ge=1, le=1000)
+
+    def __init__(self, queue: str | None = None, concurrency: int | None = None, **data: Any) -> None:
+        # Positional form for code: Queue("load", 4); keyword and JSON forms work as for any model.
+        if queue is not None:
+            data["queue"] = queue
+        if concurrency is not None:
+            data["concurrency"] = concurrency
+        super().__init__(**data)
+
+
+WorkerConfig = Queue  # the name used before Queue
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DL_", extra="ignore", populate_by_name=True)
 
     db_dsn: str | None = None
-    workers_json: str = Field(default=DEFAULT_WORKERS_JSON, validation_alias="WORKERS_JSON")
+    # From the environment: WORKERS_JSON (a JSON list); in code: workers=[Queue(...)] or the JSON
+    # text as workers_json=. NoDecode: our parser gives the one-line errors, not pydantic-settings'.
+    workers: Annotated[list[Queue], NoDecode] = Field(
+        default_factory=lambda: parse_workers_json(DEFAULT_WORKERS_JSON),
+        validation_alias=AliasChoices("workers", "workers_json", "WORKERS_JSON"),
+    )
     heartbeat_sec: float = Field(default=10, gt=0, le=3600)
     default_lease_ttl_sec: int = Field(default=60, gt=0, le=7 * 24 * 3600)
     reaper_period_sec: float = Field(default=10, gt=0, le=3600)
@@ -68,9 +87,15 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return value
 
-    @cached_property
-    def workers(self) -> list[WorkerConfig]:
-        return parse_workers_json(self.workers_json)
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _parse_workers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_workers_json(value)
+        if isinstance(value, list | tuple):
+            return check_workers([item if isinstance(item, Queue) else _queue_from(index, item)
+                                  for index, item in enumerate(value)])
+        return value
 
     @cached_property
     def pipeline_module_names(self) -> list[str]:
@@ -87,7 +112,7 @@ class Settings(BaseSettings):
     service_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
 
 
-def parse_workers_json(raw: str) -> list[WorkerConfig]:
+def parse_workers_json(raw: str) -> list[Queue]:
     """Parse WORKERS_JSON, raising ConfigError with a one-line explanation."""
     try:
         data = json.loads(raw)
@@ -95,20 +120,25 @@ def parse_workers_json(raw: str) -> list[WorkerConfig]:
         raise ConfigError("WORKERS_JSON", f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
     if not isinstance(data, list):
         raise ConfigError("WORKERS_JSON", f"must be a JSON list of objects, got {type(data).__name__}")
-    workers: list[WorkerConfig] = []
+    return check_workers([_queue_from(index, item) for index, item in enumerate(data)])
+
+
+def _queue_from(index: int, item: Any) -> Queue:
+    if not isinstance(item, dict):
+        raise ConfigError("WORKERS_JSON", f"item {index} must be an object like "
+                          '{"queue": "q", "concurrency": 1}')
+    try:
+        return Queue.model_validate(item)
+    except ValidationError as exc:
+        raise ConfigError("WORKERS_JSON", f"item {index}: {_first_error(exc)}") from None
+
+
+def check_workers(workers: list[Queue]) -> list[Queue]:
     seen: set[str] = set()
-    for index, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise ConfigError("WORKERS_JSON", f"item {index} must be an object like "
-                              '{"queue": "q", "concurrency": 1}')
-        try:
-            worker = WorkerConfig.model_validate(item)
-        except ValidationError as exc:
-            raise ConfigError("WORKERS_JSON", f"item {index}: {_first_error(exc)}") from None
+    for worker in workers:
         if worker.queue in seen:
             raise ConfigError("WORKERS_JSON", f"queue {worker.queue!r} is listed twice")
         seen.add(worker.queue)
-        workers.append(worker)
     return workers
 
 
@@ -123,11 +153,9 @@ def _first_error(exc: ValidationError) -> str:
 def load_settings(**overrides: object) -> Settings:
     """Read and validate settings; any problem becomes a ConfigError naming the variable."""
     try:
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
-        env_name = "WORKERS_JSON" if field in ("workers_json", "WORKERS_JSON") else f"DL_{field.upper()}"
-        raise ConfigError(env_name, err["msg"]) from None
-    _ = settings.workers  # validate eagerly so a bad WORKERS_JSON fails at start, not at first use
-    return settings
+        env_name = "WORKERS_JSON" if field in ("workers", "workers_json", "WORKERS_JSON") else f"DL_{field.upper()}"
+        raise ConfigError(env_name, err["msg"].removeprefix("Value error, ")) from None

@@ -172,7 +172,7 @@ async def test_postgres_restart_during_progress_on_the_last_attempt_fails_nothin
     restarts, and API calls keep coming in: no attempt may fail (the job would end `failed`), and
     the API answers 503 while the database is away, never 500."""
     from dataloader.api import create_app
-    from dataloader.context import AppContext
+    from dataloader.app import App
     from tests.integration_tests.v1_api.conftest import api_settings, client_for
     from tests.integration_tests.v1_api.constants import OTHER_QUEUE, TRIGGER, job_body
 
@@ -181,7 +181,7 @@ async def test_postgres_restart_during_progress_on_the_last_attempt_fails_nothin
     ids = [await enqueue(db, "dl.sleep", max_attempts=1, args={"seconds": 5, "chunks": 500}) for _ in range(8)]
     await wait_until(lambda: db.fetchval("SELECT count(*) = 8 FROM dl_jobs WHERE status='running' "
                                          "AND progress ? 'chunks_done'"), timeout=10)
-    ctx = await AppContext.open(api_settings(dsn))
+    ctx = await App(api_settings(dsn)).open()
     answers: list[tuple[str, int, str]] = []
     restarting = asyncio.Event()
     try:

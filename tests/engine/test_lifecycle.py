@@ -73,8 +73,8 @@ async def test_fatal_error_fails_at_once(dsn, db):
 
 async def test_cancel_queued_job_cancels_at_once_and_it_never_runs(dsn, db):
     job_id = await enqueue(db, "dl.noop")
-    row = await job_service(db).cancel(job_id)
-    assert row["status"] == "canceled" and row["finished_at"] is not None
+    job = await job_service(db).cancel(job_id)
+    assert job.status == "canceled" and job.finished_at is not None
     async with running_engine(dsn, db):
         await asyncio.sleep(0)  # the engine wakes all queues on start; nothing may be claimed
         other = await enqueue(db, "dl.noop")
@@ -91,8 +91,8 @@ async def test_cancel_running_generator_stops_at_next_chunk(dsn, db):
         await wait_until(lambda: _progressed(db, job_id), timeout=10)
         loop = asyncio.get_running_loop()
         asked = loop.time()
-        row = await job_service(db).cancel(job_id)
-        assert row["status"] == "running"
+        job = await job_service(db).cancel(job_id)
+        assert job.status == "running"
         row = await wait_until(lambda: _ended(db, job_id), timeout=15)
         took = loop.time() - asked
     assert row["status"] == "canceled" and row["error"] == "canceled by request"
@@ -143,7 +143,7 @@ async def test_idempotent_enqueue_returns_the_same_job(db):
     first = await service.trigger(req)
     again = await service.trigger(req)
     assert first.created and not again.created
-    assert first.job["job_id"] == again.job["job_id"]
+    assert first.job.id == again.job.id
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 1
     assert await db.fetchval("SELECT count(*) FROM dl_job_events") == 1
 
@@ -152,7 +152,7 @@ async def test_concurrent_idempotent_enqueues_make_one_job(db):
     service = job_service(db)
     req = JobRequest(queue="default", task="dl.noop", lock_key="k", idempotency_key="race")
     results = await asyncio.gather(*(service.trigger(req) for _ in range(10)))
-    assert len({r.job["job_id"] for r in results}) == 1
+    assert len({r.job.id for r in results}) == 1
     assert sum(r.created for r in results) == 1
 
 
@@ -174,9 +174,9 @@ async def test_replaying_a_trigger_after_the_job_ran_returns_the_same_job(dsn, d
                      args={"message": "x"}, available_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
     first = await service.trigger(req)
     async with running_engine(dsn, db):
-        await wait_until(lambda: _has_requeue(db, first.job["job_id"]), timeout=10)  # it ran and moved
+        await wait_until(lambda: _has_requeue(db, first.job.id), timeout=10)  # it ran and moved
     again = await service.trigger(req)
-    assert not again.created and again.job["job_id"] == first.job["job_id"]
+    assert not again.created and again.job.id == first.job.id
 
 
 async def test_batch_enqueue_inserts_in_order_with_journal_and_skips_known_keys(db):

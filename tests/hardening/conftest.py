@@ -1,4 +1,4 @@
-"""Fixtures for the hardening tests: an AppContext and HTTP client on the test database."""
+"""Fixtures for the hardening tests: an App and HTTP client on the test database."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import httpx
 import pytest
 
 from dataloader.api import create_app
-from dataloader.context import AppContext
+from dataloader.app import App
 from tests.integration_tests.v1_api.conftest import api_settings, client_for
 
 
 @pytest.fixture(scope="session")
-async def hardening_ctx(dsn: str) -> AsyncIterator[AppContext]:
-    ctx = await AppContext.open(api_settings(dsn, workers_json='[{"queue": "poison", "concurrency": 2}]'))
+async def hardening_ctx(dsn: str) -> AsyncIterator[App]:
+    ctx = await App(api_settings(dsn, workers_json='[{"queue": "poison", "concurrency": 2}]')).open()
     yield ctx
     await ctx.close()
 
 
 @pytest.fixture
-async def http(db: asyncpg.Pool, hardening_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+async def http(db: asyncpg.Pool, hardening_ctx: App) -> AsyncIterator[httpx.AsyncClient]:
     async with client_for(create_app(hardening_ctx.settings, context=hardening_ctx)) as client:
         yield client

@@ -16,7 +16,7 @@ async def test_replaying_exotic_floats_returns_the_same_job(db):
     first = await service.trigger(req)
     again = await service.trigger(req)
     assert first.created and not again.created
-    assert again.job["job_id"] == first.job["job_id"]
+    assert again.job.id == first.job.id
 
 
 async def test_replaying_exotic_floats_over_http_answers_200(db, http):
@@ -32,7 +32,7 @@ async def test_the_pipelines_max_attempts_is_stored_and_a_replay_with_the_jobs_o
     service = job_service(db)
     req = JobRequest(queue="q", task="test.flaky", lock_key="k", idempotency_key="att", max_attempts=7)
     first = await service.trigger(req)
-    assert first.job["max_attempts"] == 3  # test.flaky overrides it to 3
+    assert first.job.max_attempts == 3  # test.flaky overrides it to 3
     again = await service.trigger(req)
     assert not again.created
 

@@ -42,7 +42,7 @@ async def enqueue(pool: asyncpg.Pool, task: str = "dl.noop", *, lock_key: str | 
                   queue: str = "default", **fields: Any) -> uuid.UUID:
     req = JobRequest(queue=queue, task=task, lock_key=lock_key or uuid.uuid4().hex, **fields)
     result = await job_service(pool).trigger(req)
-    return result.job["job_id"]
+    return result.job.id
 
 
 async def job_row(pool: asyncpg.Pool, job_id: uuid.UUID) -> asyncpg.Record:

@@ -1,5 +1,5 @@
 """The FastAPI application: routes (v1, os_router, metric_router), middleware, error handlers, and
-the lifespan that opens the AppContext and runs the WorkerManager next to the HTTP server."""
+the lifespan that opens the App and runs its workers next to the HTTP server."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataloader.api.v1.router import router as v1_router
 from dataloader.config import Settings
 
 if TYPE_CHECKING:
-    from dataloader.context import AppContext
+    from dataloader.app import App
     from dataloader.workers.manager import WorkerManager
 
 log = logging.getLogger("dataloader.api")
@@ -64,15 +64,16 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(settings: Settings, *, context: AppContext | None = None,
+def create_app(settings: Settings, *, context: App | None = None,
                manager: WorkerManager | None = None) -> FastAPI:
     """Build the app.
 
-    Without `context`, the app owns its resources: start-up opens the AppContext (the embedded
-    PostgreSQL when DL_DB_DSN is unset) and starts a WorkerManager for WORKERS_JSON; shutdown stops
-    the workers (draining running jobs up to DL_SHUTDOWN_TIMEOUT_SEC) and then closes the context.
-    With `context` (tests, embedding), the app uses it and the given `manager` (None: this process
-    runs no workers) and leaves opening and closing them to the caller.
+    Without `context`, the app owns its resources: start-up opens an App (the embedded PostgreSQL
+    when DL_DB_DSN is unset, migrating the schema) and runs its workers for WORKERS_JSON; shutdown
+    stops the workers (draining running jobs up to DL_SHUTDOWN_TIMEOUT_SEC) and closes the App.
+    With `context` (an open App: tests, embedding in your own program), the app uses it and the
+    given `manager` (None: workers of `app.running()` if any) and leaves opening and closing them
+    to the caller.
     """
     runtime = Runtime(settings=settings, context=context, manager=manager)
 
@@ -81,25 +82,22 @@ def create_app(settings: Settings, *, context: AppContext | None = None,
         if context is not None:
             yield
             return
-        from dataloader.context import AppContext
-        from dataloader.workers.manager import WorkerManager
+        from dataloader.app import App
 
-        ctx = await AppContext.open(settings)
-        workers: WorkerManager | None = None
+        app = App(settings, embedded=True)
+        await app.open(migrate_schema=True)
         try:
-            workers = WorkerManager(settings, ctx.dsn, ctx.pool, ctx.registry)
-            await workers.start()
-            runtime.context, runtime.manager = ctx, workers
-            log.info("service ready", extra={"node": settings.node_name,
-                                             "queues": [w.queue for w in settings.workers]})
-            try:
-                yield
-            finally:
-                log.info("shutting down: draining workers")
-                await workers.stop()
+            async with app.running() as workers:
+                runtime.context, runtime.manager = app, workers
+                log.info("service ready", extra={"node": settings.node_name,
+                                                 "queues": [w.queue for w in settings.workers]})
+                try:
+                    yield
+                finally:
+                    log.info("shutting down: draining workers")
         finally:
             runtime.context = runtime.manager = None
-            await ctx.close(locks_held=workers is not None and workers.holds_stray_locks)
+            await app.close()
 
     # FastAPIOffline is FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files shipped
     # in its wheel (mounted at /static-offline-docs) instead of a CDN, so they work offline.

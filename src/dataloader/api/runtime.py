@@ -1,5 +1,5 @@
-"""What the routes of one app share: settings, the AppContext, this process's WorkerManager, and the
-dependencies that hand them to a request (plus the optional bearer-token check)."""
+"""What the routes of one app share: settings, the App (`context`), this process's WorkerManager,
+and the dependencies that hand them to a request (plus the optional bearer-token check)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,23 @@ from dataloader.api.v1.service import ApiJobService
 from dataloader.config import Settings
 
 if TYPE_CHECKING:
-    from dataloader.context import AppContext
+    from dataloader.app import App
     from dataloader.workers.manager import WorkerManager
 
 
 @dataclass
 class Runtime:
     settings: Settings
-    context: AppContext | None = None
+    context: App | None = None
     manager: WorkerManager | None = None
 
     @property
     def served_queues(self) -> frozenset[str]:
-        return frozenset(self.manager.queues) if self.manager is not None else frozenset()
+        if self.manager is not None:
+            return frozenset(self.manager.queues)
+        return self.context.served_queues() if self.context is not None else frozenset()
 
-    def require_context(self) -> AppContext:
+    def require_context(self) -> App:
         if self.context is None:  # only while the lifespan opens or has closed the context
             raise ApiError(ErrorCode.database_unavailable, "the service is starting or stopping")
         return self.context

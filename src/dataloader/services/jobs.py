@@ -1,41 +1,42 @@
-"""Jobs: enqueue (idempotent), read, cancel. Used by the HTTP API and the CLI alike."""
+"""Jobs: enqueue (idempotent, optionally in the caller's transaction), read, list, cancel, retry.
+The business rules behind the Python API (`dataloader.App`), the HTTP API and the CLI alike."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 from pydantic import AwareDatetime, Field, field_validator
 
 from dataloader import metrics
 from dataloader.base import StrictModel
 from dataloader.exceptions import (
+    ArgsTooLarge,
     IdempotencyConflict,
+    InvalidCursor,
     InvalidJobRequest,
     JobAlreadyFinished,
     JobNotFound,
+    JobNotRetryable,
     UnknownTask,
 )
+from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
-FINISHED_STATUSES = frozenset({"succeeded", "failed", "canceled", "lost"})
-ALL_STATUSES = FINISHED_STATUSES | {"queued", "running"}
 MAX_LIST_LIMIT = 500
 PG_INT_MAX = 2**31 - 1
 # Times a job may be enqueued for. Anything earlier means "now" anyway; anything later is almost
 # surely a mistake (milliseconds given as seconds). The bounds keep every stored value ordinary:
 # datetime.max used to be stored as 'infinity' and broke every reader that subtracted it.
 AVAILABLE_AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
-
-
-class ArgsTooLarge(InvalidJobRequest):
-    code = "args_too_large"
 
 
 class JobRequest(StrictModel):
@@ -86,29 +87,29 @@ class JobRequest(StrictModel):
 
 @dataclass(frozen=True)
 class TriggerResult:
-    job: asyncpg.Record
+    job: Job
     created: bool
 
 
-@dataclass(frozen=True)
-class JobPage:
-    """One page of a job listing; `next_before` is None on the last page."""
-
-    jobs: list[asyncpg.Record]
-    next_before: tuple[datetime, uuid.UUID] | None
-
-
 class JobService:
+    """`served_queues()` names the queues whose workers run in this process right now: a task with
+    no pipeline here is refused for those (this process would fail it) and accepted for any other
+    queue (a process with that pipeline will run it), the same rule for every producer face."""
+
     def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
-                 max_args_bytes: int) -> None:
+                 max_args_bytes: int, served_queues: Callable[[], frozenset[str]] = frozenset) -> None:
         self.repo = repo
         self.registry = registry
         self.default_lease_ttl_sec = default_lease_ttl_sec
         self.max_args_bytes = max_args_bytes
+        self.served_queues = served_queues
 
-    def to_new_job(self, req: JobRequest, producer: str | None = None) -> NewJob:
-        if req.task not in self.registry:
-            raise UnknownTask(f"unknown task {req.task!r}; registered: {', '.join(self.registry.names())}")
+    def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
+        pipeline = self.registry.get(req.task)
+        if pipeline is None and req.queue in self.served_queues():
+            raise UnknownTask(
+                f"unknown task {req.task!r}: this process serves queue {req.queue!r} and has no pipeline "
+                f"for it (registered: {', '.join(self.registry.names())})")
         encoded = json.dumps(req.args)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         if size > self.max_args_bytes:
@@ -116,32 +117,37 @@ class JobService:
         if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
             raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
         # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
-        # that will decide, so status and listings show it.
-        pipeline_max = self.registry.get(req.task).max_attempts  # type: ignore[union-attr]
+        # that will decide, so status and listings show it (a producer without the pipeline
+        # stores the job's, and the worker's finish corrects it).
+        pipeline_max = pipeline.max_attempts if pipeline is not None else None
         return NewJob(
-            queue=req.queue, task=req.task, lock_key=req.lock_key, args=req.args,
+            queue=req.queue, task=req.task, lock_key=req.lock_key, args_json=encoded,
             idempotency_key=req.idempotency_key, partition_key=req.partition_key, priority=req.priority,
             available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
-            lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer,
+            lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
         )
 
-    async def trigger(self, req: JobRequest, *, producer: str | None = None,
-                      request_id: str | None = None) -> TriggerResult:
-        new_job = self.to_new_job(req, producer)
-        row, created = await self.repo.insert_job(new_job, request_id)
-        if created:
+    async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
+                      job_id: uuid.UUID | None = None, conn: Any = None) -> TriggerResult:
+        """Enqueue one job. With `conn` (the caller's connection), the job commits or rolls back
+        with the caller's transaction."""
+        new_job = self.to_new_job(req, producer, job_id)
+        inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
+        if inserted.created:
             metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
         else:
-            self._check_same_request(req, new_job, row)
-        return TriggerResult(row, created)
+            self._check_same_request(req, new_job, inserted.job, inserted.same_args)
+        return TriggerResult(inserted.job, inserted.created)
 
-    async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None) -> list[uuid.UUID]:
-        """Enqueue many jobs in one statement (no per-job idempotency check of the body)."""
+    async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None, conn: Any = None
+                           ) -> list[uuid.UUID]:
+        """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
+        the ids of the jobs inserted, in input order (a known idempotency_key is skipped)."""
         jobs = [self.to_new_job(r, producer) for r in reqs]
         if any(j.idempotency_key for j in jobs):
             # some may be skipped as known: give every job an id here to tell which were inserted
             jobs = [replace(j, job_id=uuid.uuid4()) for j in jobs]
-        ids = await self.repo.insert_jobs(jobs, producer)
+        ids = await self.repo.insert_jobs(jobs, producer, conn=conn)
         inserted = set(ids) if len(ids) < len(jobs) else None
         counts = Counter((j.queue, j.task) for j in jobs if inserted is None or j.job_id in inserted)
         for (queue, task), count in counts.items():
@@ -149,33 +155,31 @@ class JobService:
         return ids
 
     @staticmethod
-    def _check_same_request(req: JobRequest, new_job: NewJob, row: asyncpg.Record) -> None:
+    def _check_same_request(req: JobRequest, new_job: NewJob, job: Job, same_args: bool) -> None:
         # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
         # faithful replay of the original request would look different after the job ran.
         # args are compared by the database (jsonb equality), as it stores them.
-        differs = [
-            name for name in ("queue", "task", "lock_key", "partition_key", "priority")
-            if getattr(req, name) != row[name]
-        ]
-        if not row["same_args"]:
+        differs = [name for name in ("queue", "task", "lock_key", "partition_key", "priority")
+                   if getattr(req, name) != getattr(job, name)]
+        if not same_args:
             differs.insert(2, "args")
-        if req.max_attempts is not None and new_job.max_attempts != row["max_attempts"]:
+        if req.max_attempts is not None and new_job.max_attempts != job.max_attempts:
             differs.append("max_attempts")
-        if req.lease_ttl_sec is not None and req.lease_ttl_sec != row["lease_ttl_sec"]:
+        if req.lease_ttl_sec is not None and req.lease_ttl_sec != job.lease_ttl_sec:
             differs.append("lease_ttl_sec")
         if differs:
             raise IdempotencyConflict(
-                f"idempotency_key {req.idempotency_key!r} already names job {row['job_id']} "
+                f"idempotency_key {req.idempotency_key!r} already names job {job.id} "
                 f"with a different {', '.join(differs)}"
             )
 
-    async def get(self, job_id: uuid.UUID) -> asyncpg.Record:
-        row = await self.repo.get_job(job_id)
-        if row is None:
+    async def get(self, job_id: uuid.UUID) -> Job:
+        job = await self.repo.get_job(job_id)
+        if job is None:
             raise JobNotFound(f"no job {job_id}")
-        return row
+        return job
 
-    async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> asyncpg.Record:
+    async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
         previous = await self.repo.cancel_job(job_id, request_id)
         if previous is None:
             raise JobNotFound(f"no job {job_id}")
@@ -183,8 +187,18 @@ class JobService:
             raise JobAlreadyFinished(f"job {job_id} already ended as {previous}; nothing to cancel")
         return await self.get(job_id)
 
-    async def events(self, job_id: uuid.UUID, *, after_event_id: int = 0, limit: int = 1000
-                     ) -> list[asyncpg.Record]:
+    async def retry(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
+        """A failed, canceled or lost job back to `queued`, with a fresh attempt budget (journaled
+        as a `requeue` with reason `manual_retry`)."""
+        previous, retried = await self.repo.retry_job(job_id, request_id)
+        if previous is None:
+            raise JobNotFound(f"no job {job_id}")
+        if not retried:
+            raise JobNotRetryable(
+                f"job {job_id} is {previous}; only {', '.join(sorted(RETRYABLE_STATUSES))} jobs can be retried")
+        return await self.get(job_id)
+
+    async def events(self, job_id: uuid.UUID, *, after_event_id: int = 0, limit: int = 1000) -> list[JobEvent]:
         await self.get(job_id)
         return await self.repo.list_events(job_id, after_event_id, limit)
 
@@ -196,36 +210,56 @@ class JobService:
         statuses: list[str] | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
-        before: tuple[datetime, uuid.UUID] | None = None,
+        cursor: str | None = None,
         limit: int = 100,
     ) -> JobPage:
-        """Jobs newest first, `limit` at a time; pass the page's `next_before` to get the next one."""
+        """Jobs newest first, `limit` at a time (without args); pass the page's `next_cursor` to
+        get the next one."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-        unknown = sorted(set(statuses or ()) - ALL_STATUSES)
+        known = {status.value for status in JobStatus}
+        unknown = sorted({str(s) for s in statuses or ()} - known)
         if unknown:
-            raise InvalidJobRequest(
-                f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(ALL_STATUSES))}")
+            raise InvalidJobRequest(f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         # One row more than asked tells whether another page exists without a count(*).
-        rows = await self.repo.list_jobs(
-            queue=queue, task=task, statuses=statuses, created_from=created_from, created_to=created_to,
-            before=before, limit=limit + 1,
+        jobs = await self.repo.list_jobs(
+            queue=queue, task=task, statuses=[str(s) for s in statuses] if statuses else None,
+            created_from=created_from, created_to=created_to,
+            before=decode_cursor(cursor) if cursor else None, limit=limit + 1,
         )
-        if len(rows) <= limit:
-            return JobPage(rows, None)
-        last = rows[limit - 1]
-        return JobPage(rows[:limit], (last["created_at"], last["job_id"]))
+        if len(jobs) <= limit:
+            return JobPage(jobs, None)
+        last = jobs[limit - 1]
+        return JobPage(jobs[:limit], encode_cursor(last.created_at, last.id))
 
 
-def status_view(row: asyncpg.Record) -> dict[str, Any]:
+def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    """An opaque listing cursor: the (created_at, job_id) of a page's last job."""
+    raw = json.dumps([created_at.isoformat(), str(job_id)], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, job_id = json.loads(raw)
+        when = datetime.fromisoformat(created_at)
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        return when, uuid.UUID(job_id)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise InvalidCursor("cursor is not one this API returned; start again without it") from None
+
+
+def status_view(job: Job) -> dict[str, Any]:
     """The 003 §5 status body."""
     return {
-        "job_id": str(row["job_id"]),
-        "status": row["status"],
-        "attempt": row["attempt"],
-        "started_at": row["started_at"].isoformat() if row["started_at"] else None,
-        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
-        "heartbeat_at": row["heartbeat_at"].isoformat() if row["heartbeat_at"] else None,
-        "error": row["error"],
-        "progress": row["progress"],
+        "job_id": str(job.id),
+        "status": job.status.value,
+        "attempt": job.attempt,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
+        "error": job.error,
+        "progress": job.progress,
     }

@@ -12,6 +12,9 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.job import Job, JobEvent
+from dataloader.storage import caller_connection
+from dataloader.storage.caller_connection import json_value
 from dataloader.storage.queries import sql
 
 
@@ -20,7 +23,7 @@ class NewJob:
     queue: str
     task: str
     lock_key: str
-    args: dict[str, Any]
+    args_json: str  # the args, already encoded (the size check encodes them anyway)
     idempotency_key: str | None = None
     partition_key: str = ""
     priority: int = 100
@@ -31,53 +34,84 @@ class NewJob:
     job_id: uuid.UUID | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """What an enqueue found: the job, whether this call created it, and for an existing one
+    whether its stored args equal the request's (jsonb equality)."""
+
+    job: Job
+    created: bool
+    same_args: bool = True
+
+
+def _job(row: dict[str, Any]) -> Job:
+    """A row read on any connection (a caller's may leave jsonb as text)."""
+    row["args"] = json_value(row.get("args"))
+    row["progress"] = json_value(row.get("progress"))
+    return Job.from_row(row)
+
+
 class JobRepository:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def insert_job(self, job: NewJob, request_id: str | None = None) -> tuple[asyncpg.Record, bool]:
-        """Insert a job, or return the existing one with the same idempotency_key.
-
-        Returns (row, created); an existing row also carries `same_args` (jsonb equality with
-        `job.args`).
-        """
+    async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None) -> Inserted:
+        """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
+        caller's connection), inside the caller's transaction."""
         job_id = job.job_id or uuid.uuid4()
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(
-                sql("insert_job"), job_id, job.queue, job.task, job.args, job.idempotency_key,
-                job.lock_key, job.partition_key, job.priority, job.available_at, job.max_attempts,
-                job.lease_ttl_sec, job.producer, request_id,
-            )
-            if row is not None:
-                return row, True
-            existing = await conn.fetchrow(sql("get_job_by_idempotency_key"), job.idempotency_key, job.args)
-        if existing is None:  # the conflicting row was deleted between the two statements
-            return await self.insert_job(job, request_id)
-        return existing, False
+        params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
+                  job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
+                  job.producer, request_id)
+        if conn is not None:
+            rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
+            if rows:
+                return Inserted(_job(rows[0]), True)
+            existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
+                                                     job.idempotency_key, job.args_json)
+        else:
+            async with self.pool.acquire() as pool_conn:
+                row = await pool_conn.fetchrow(sql("insert_job"), *params)
+                if row is not None:
+                    return Inserted(Job.from_row(row), True)
+                existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
+                                                                   job.idempotency_key, job.args_json)]
+        if not existing:  # the conflicting row was deleted between the two statements
+            return await self.insert_job(job, request_id, conn=conn)
+        return Inserted(_job(existing[0]), False, bool(existing[0]["same_args"]))
 
-    async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None) -> list[uuid.UUID]:
+    async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None, *, conn: Any = None
+                          ) -> list[uuid.UUID]:
         """Insert many jobs in one statement; returns the ids of the rows actually inserted, in
         input order (a job without job_id gets one from the database)."""
         if not jobs:
             return []
-        cols = list(zip(*((j.job_id, j.queue, j.task, j.args, j.idempotency_key, j.lock_key, j.partition_key,
-                           j.priority, j.available_at, j.max_attempts, j.lease_ttl_sec) for j in jobs),
-                        strict=True))
-        async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql("insert_jobs_batch"), *cols, producer)
+        cols = list(zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key, j.lock_key,
+                           j.partition_key, j.priority, j.available_at, j.max_attempts, j.lease_ttl_sec)
+                          for j in jobs), strict=True))
+        if conn is not None:
+            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *cols, producer)
+        else:
+            rows = await self.pool.fetch(sql("insert_jobs_batch"), *cols, producer)
         return [row["job_id"] for row in rows]
 
-    async def get_job(self, job_id: uuid.UUID) -> asyncpg.Record | None:
-        return await self.pool.fetchrow(sql("get_job"), job_id)
+    async def get_job(self, job_id: uuid.UUID) -> Job | None:
+        row = await self.pool.fetchrow(sql("get_job"), job_id)
+        return None if row is None else Job.from_row(row)
 
     async def cancel_job(self, job_id: uuid.UUID, request_id: str | None = None) -> str | None:
         """Request cancellation. Returns the status before the call, or None if no such job."""
         row = await self.pool.fetchrow(sql("cancel_job"), job_id, request_id)
         return None if row is None else row["previous_status"]
 
-    async def list_events(self, job_id: uuid.UUID, after_event_id: int = 0, limit: int = 1000
-                          ) -> list[asyncpg.Record]:
-        return await self.pool.fetch(sql("list_job_events"), job_id, after_event_id, limit)
+    async def retry_job(self, job_id: uuid.UUID, request_id: str | None = None) -> tuple[str | None, bool]:
+        """Back to the queue with a fresh attempt budget. (status before, whether it was retried);
+        status None: no such job."""
+        row = await self.pool.fetchrow(sql("retry_job"), job_id, request_id)
+        return (None, False) if row is None else (row["previous_status"], row["retried"])
+
+    async def list_events(self, job_id: uuid.UUID, after_event_id: int = 0, limit: int = 1000) -> list[JobEvent]:
+        rows = await self.pool.fetch(sql("list_job_events"), job_id, after_event_id, limit)
+        return [JobEvent.from_row(row) for row in rows]
 
     async def reap_expired(self, batch_size: int = 1000) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("reap_expired"), batch_size)
@@ -100,13 +134,15 @@ class JobRepository:
         created_to: datetime | None = None,
         before: tuple[datetime, uuid.UUID] | None = None,
         limit: int = 100,
-    ) -> list[asyncpg.Record]:
-        """Jobs newest first; `before` is the (created_at, job_id) of the previous page's last row."""
+    ) -> list[Job]:
+        """Jobs newest first, without args; `before` is the (created_at, job_id) of the previous
+        page's last row."""
         before_at, before_id = before if before is not None else (None, None)
-        return await self.pool.fetch(
+        rows = await self.pool.fetch(
             sql("list_jobs"), queue, task, statuses or None, created_from, created_to,
             before_at, before_id, limit,
         )
+        return [Job.from_row(row) for row in rows]
 
     async def schema_revision(self) -> str | None:
         """The migration revision of the database, or None when it was never migrated."""

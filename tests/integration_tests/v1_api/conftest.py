@@ -1,4 +1,4 @@
-"""Fixtures for the HTTP API tests: one AppContext on the test database for the whole run, apps
+"""Fixtures for the HTTP API tests: one App on the test database for the whole run, apps
 built around it with `create_app(context=...)`, and in-process workers where a test needs them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from dataloader.api import create_app
+from dataloader.app import App
 from dataloader.config import Settings
-from dataloader.context import AppContext
 from dataloader.workers.manager import WorkerManager
 from tests.integration_tests.v1_api.constants import MAX_ARGS_BYTES, WORKER_QUEUE
 
@@ -37,9 +37,9 @@ def api_settings(dsn: str, **overrides: object) -> Settings:
 
 
 @pytest.fixture(scope="session")
-async def app_ctx(dsn: str) -> AsyncIterator[AppContext]:
+async def app_ctx(dsn: str) -> AsyncIterator[App]:
     # db_dsn is set, so this starts no server: it migrates (already at head) and opens a pool.
-    ctx = await AppContext.open(api_settings(dsn))
+    ctx = await App(api_settings(dsn)).open()
     yield ctx
     await ctx.close()
 
@@ -49,23 +49,20 @@ def client_for(app) -> httpx.AsyncClient:
 
 
 @pytest.fixture
-async def client(db: asyncpg.Pool, app_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+async def client(db: asyncpg.Pool, app_ctx: App) -> AsyncIterator[httpx.AsyncClient]:
     """An app without workers in this process (jobs stay queued)."""
     async with client_for(create_app(app_ctx.settings, context=app_ctx)) as c:
         yield c
 
 
 @pytest.fixture
-async def manager(db: asyncpg.Pool, app_ctx: AppContext) -> AsyncIterator[WorkerManager]:
-    workers = WorkerManager(app_ctx.settings, app_ctx.dsn, app_ctx.pool, app_ctx.registry)
-    await workers.start()
-    await workers.wait_listening()
-    yield workers
-    await workers.stop(timeout=5)
+async def manager(db: asyncpg.Pool, app_ctx: App) -> AsyncIterator[WorkerManager]:
+    async with app_ctx.running() as workers:
+        yield workers
 
 
 @pytest.fixture
-async def worker_client(manager: WorkerManager, app_ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+async def worker_client(manager: WorkerManager, app_ctx: App) -> AsyncIterator[httpx.AsyncClient]:
     """An app whose process runs workers for WORKER_QUEUE."""
     async with client_for(create_app(app_ctx.settings, context=app_ctx, manager=manager)) as c:
         yield c

@@ -64,7 +64,6 @@ BAD_BODIES: list[tuple[str, bytes, int, str]] = [
     ("partition_key NUL", raw(job_body(partition_key="a\x00")), 422, "validation_error"),
     ("args too deep", raw(job_body(args=nested(80))), 422, "validation_error"),
     ("args over DL_MAX_ARGS_BYTES", raw(job_body(args={"blob": "x" * MAX_ARGS_BYTES})), 413, "args_too_large"),
-    ("unknown task", raw(job_body(task="no.such.task")), 422, "unknown_task"),
     ("unknown field", raw({**job_body(), "colour": "red"}), 422, "validation_error"),
     ("unknown field typo", raw({**job_body(), "lockkey": "k"}), 422, "validation_error"),
     ("body a list", raw([job_body()]), 422, "validation_error"),
@@ -90,10 +89,24 @@ async def test_bad_trigger_body_is_refused_and_writes_nothing(client, db, body, 
     assert await table_counts(db) == before
 
 
-async def test_unknown_task_lists_registered_tasks(client, db):
-    response = await client.post(TRIGGER, json=job_body(task="dl.slep"))
+async def test_unknown_task_for_a_served_queue_is_refused_and_lists_registered_tasks(worker_client, db):
+    """This process runs workers for the queue and has no pipeline for the task: they would fail
+    the job, so it is refused (the same rule as app.enqueue)."""
+    before = await table_counts(db)
+    response = await worker_client.post(TRIGGER, json=job_body(task="dl.slep"))
     assert response.status_code == 422
+    assert response.json()["error"] == "unknown_task"
     assert "dl.sleep" in response.json()["detail"] and "dl.noop" in response.json()["detail"]
+    assert await table_counts(db) == before
+
+
+async def test_unknown_task_for_a_queue_served_elsewhere_is_accepted(worker_client, client, db):
+    """No worker of this process serves the queue: a replica with the pipeline will run it, so a
+    producer needs no pipeline code."""
+    elsewhere = await worker_client.post(TRIGGER, json=job_body(queue="other-team", task="their.task"))
+    assert elsewhere.status_code == 201 and elsewhere.json()["served"] is False
+    api_only = await client.post(TRIGGER, json=job_body(task="their.task", lock_key="k2"))
+    assert api_only.status_code == 201, "a node running no workers serves no queue"
 
 
 async def test_validation_error_names_the_field(client, db):

@@ -91,7 +91,7 @@ async def test_openapi_declares_bearer_auth_on_the_api_with_a_token(token_client
                     "$ref": "#/components/schemas/ErrorResponse"}
             else:  # probes, metrics and docs stay open
                 assert "security" not in operation, (method, path)
-    assert api_ops == 5
+    assert api_ops == 6
 
 
 @pytest.mark.parametrize("path", ["/health", "/status"])

@@ -12,11 +12,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataloader.api import create_app
-from dataloader.context import AppContext
+from dataloader.app import App
 from dataloader.logger.logger import JsonFormatter
 from dataloader.services.jobs import JobService
 from dataloader.storage import migrate
-from dataloader.storage.db import create_engine, create_pool, create_sessionmaker
+from dataloader.storage.db import create_pool
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import registry
 from tests.conftest import wait_until
@@ -51,6 +51,8 @@ async def test_health_needs_no_database(client, db, app_ctx, monkeypatch):
 
 async def test_status_reports_database_queues_and_workers(worker_client, manager, db):
     await worker_client.post(TRIGGER, json=job_body(queue="status-q", available_at="2000-01-01T00:00:00Z"))
+    # enqueued two hours ago (it waits from then, not from its available_at in 2000)
+    await db.execute("UPDATE dl_jobs SET created_at = now() - interval '2 hours' WHERE queue = 'status-q'")
     await worker_client.post(TRIGGER, json=job_body(task="dl.sleep", args={"seconds": 30, "chunks": 300},
                                                     lock_key="status-run"))
     await wait_until(lambda: manager.running_jobs(), timeout=10, message="job to start")
@@ -64,8 +66,8 @@ async def test_status_reports_database_queues_and_workers(worker_client, manager
     assert body["database"]["schema_current"] is True
     queues = {q["queue"]: q for q in body["queues"]}
     assert queues["status-q"]["counts"] == {"queued": 1}
-    # available_at in 2000: the oldest runnable job has waited for decades.
-    assert queues["status-q"]["oldest_runnable_age_sec"] > 3600 * 24 * 365
+    # runnable since its enqueue two hours ago: the later of available_at (2000) and created_at
+    assert 2 * 3600 <= queues["status-q"]["oldest_runnable_age_sec"] < 3 * 3600
     assert queues[WORKER_QUEUE]["counts"]["running"] == 1
     assert body["workers"]["queues"] == [{"queue": WORKER_QUEUE, "concurrency": 2, "running": 1}]
     assert body["workers"]["running_jobs"][0]["task"] == "dl.sleep"
@@ -102,9 +104,10 @@ async def test_metrics_report_queue_depth(client, db):
     for i in range(3):
         await client.post(TRIGGER, json=job_body(queue="depth-q", lock_key=f"d{i}",
                                                  available_at="2000-01-01T00:00:00Z"))
+    await db.execute("UPDATE dl_jobs SET created_at = now() - interval '2 hours' WHERE lock_key = 'd0'")
     page = samples((await client.get("/metrics")).text)
     assert page[("dl_queue_jobs", (("queue", "depth-q"), ("status", "queued")))] == 3
-    assert page[("dl_queue_oldest_runnable_age_seconds", (("queue", "depth-q"),))] > 3600
+    assert 2 * 3600 <= page[("dl_queue_oldest_runnable_age_seconds", (("queue", "depth-q"),))] < 3 * 3600
 
 
 def closed_port() -> int:
@@ -120,14 +123,14 @@ async def dead_db_client(dsn: str) -> AsyncIterator:
     settings = api_settings(dead)
     pool = await create_pool(dead, min_size=0, max_size=2)  # min_size=0: connects only when used
     repo = JobRepository(pool)
-    engine = create_engine(dead)
-    ctx = AppContext(settings=settings, dsn=dead, pool=pool, engine=engine,
-                     sessionmaker=create_sessionmaker(engine), repo=repo, registry=registry,
-                     jobs=JobService(repo, registry, default_lease_ttl_sec=60, max_args_bytes=1024))
+    # An App that opened fine and whose database then went away (open() itself would refuse).
+    ctx = App(settings)
+    ctx._dsn, ctx._pool = dead, pool
+    ctx.repo = repo
+    ctx.jobs = JobService(repo, registry, default_lease_ttl_sec=60, max_args_bytes=1024)
     async with client_for(create_app(settings, context=ctx)) as c:
         yield c
     await pool.close()
-    await engine.dispose()
 
 
 async def test_health_up_status_503_when_database_is_down(dead_db_client):

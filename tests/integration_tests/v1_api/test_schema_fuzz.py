@@ -124,6 +124,7 @@ async def test_every_route_follows_its_schema_and_refusals_write_nothing(client,
 def test_the_fuzzed_schema_covers_every_route():
     labels = {op.label for op in OPERATIONS}
     assert labels == {"POST /api/v1/jobs/trigger", "GET /api/v1/jobs/{job_id}/status",
-                      "POST /api/v1/jobs/{job_id}/cancel", "GET /api/v1/jobs", "GET /api/v1/jobs/{job_id}/events",
+                      "POST /api/v1/jobs/{job_id}/cancel", "POST /api/v1/jobs/{job_id}/retry",
+                      "GET /api/v1/jobs", "GET /api/v1/jobs/{job_id}/events",
                       "GET /health", "GET /status", "GET /metrics"}
 

@@ -1,19 +1,12 @@
-"""Vocabulary of the HTTP API: job statuses, journal kinds and error codes, each with its HTTP status."""
+"""Vocabulary of the HTTP API: error codes, each with its HTTP status. (Job statuses: `dataloader.job.JobStatus`.)"""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from dataloader.job import JobStatus
 
-class JobStatus(StrEnum):
-    """The 003 §4 `dl_status` values."""
-
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    canceled = "canceled"
-    lost = "lost"
+__all__ = ["HTTP_STATUS", "ErrorCode", "JobStatus"]
 
 
 class ErrorCode(StrEnum):
@@ -33,6 +26,8 @@ class ErrorCode(StrEnum):
     method_not_allowed = "method_not_allowed"
     idempotency_conflict = "idempotency_conflict"
     job_already_finished = "job_already_finished"
+    job_not_retryable = "job_not_retryable"
+    schema_not_ready = "schema_not_ready"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
 
@@ -52,6 +47,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.method_not_allowed: 405,
     ErrorCode.idempotency_conflict: 409,
     ErrorCode.job_already_finished: 409,
+    ErrorCode.job_not_retryable: 409,
+    ErrorCode.schema_not_ready: 503,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,
 }

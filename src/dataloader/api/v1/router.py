@@ -80,6 +80,19 @@ async def cancel(job_id: JobId, api: Api) -> JobStatusResponse:
     return await api.cancel(job_id, request_id=request_id_var.get())
 
 
+@router.post(
+    "/jobs/{job_id}/retry",
+    response_model=JobStatusResponse,
+    summary="Retry a failed, canceled or lost job",
+    responses=error_responses(ErrorCode.job_not_found, ErrorCode.job_not_retryable),
+)
+async def retry(job_id: JobId, api: Api) -> JobStatusResponse:
+    """Back to `queued` with a fresh attempt budget (the attempt number keeps counting: it fences
+    every write of the job). Journaled as a `requeue` with reason `manual_retry`. 409 for a job
+    that is queued, running or succeeded."""
+    return await api.retry(job_id, request_id=request_id_var.get())
+
+
 @router.get(
     "/jobs",
     response_model=JobListResponse,

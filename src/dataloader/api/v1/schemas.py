@@ -16,13 +16,13 @@ from pydantic import (
     field_validator,
 )
 
-from dataloader.api.v1.models import JobStatus
 from dataloader.api.v1.utils import (
     check_rfc3339,
     check_utc_representable,
     json_storage_problem,
     storable_text_problem,
 )
+from dataloader.job import Job, JobStatus
 from dataloader.services.jobs import JobRequest
 
 Rfc3339Time = Annotated[
@@ -115,6 +115,11 @@ class JobSummary(BaseModel):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     lease_expires_at: datetime | None
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobSummary:
+        data = {name: getattr(job, name) for name in cls.model_fields if name != "job_id"}
+        return cls(job_id=job.id, **data)
 
 
 class JobListResponse(BaseModel):

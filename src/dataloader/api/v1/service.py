@@ -21,7 +21,6 @@ from dataloader.api.v1.schemas import (
     TriggerRequest,
     TriggerResponse,
 )
-from dataloader.api.v1.utils import decode_cursor, encode_cursor
 from dataloader.services.jobs import JobService, status_view
 
 log = logging.getLogger("dataloader.api")
@@ -37,47 +36,48 @@ class ApiJobService:
 
     async def trigger(self, req: TriggerRequest, *, request_id: str | None) -> TriggerResponse:
         result = await self.jobs.trigger(req, producer="http", request_id=request_id)
-        row = result.job
-        served = row["queue"] in self.served_queues
+        job = result.job
+        served = job.queue in self.served_queues
         args_size = len(json.dumps(req.args))
         log.info(
             "job enqueued" if result.created else "job already enqueued (idempotency_key)",
             extra={
-                "job_id": str(row["job_id"]), "queue": row["queue"], "task": row["task"],
-                "lock_key": row["lock_key"], "served": served,
+                "job_id": str(job.id), "queue": job.queue, "task": job.task,
+                "lock_key": job.lock_key, "served": served,
                 # The formatter masks sensitive keys (password, token, ...) inside args.
                 **({"job_args": req.args} if args_size <= MAX_LOGGED_ARGS else {"job_args_size": args_size}),
             },
         )
         if not served:
             log.warning("no worker of this process serves the queue; another replica must",
-                        extra={"queue": row["queue"], "served_queues": sorted(self.served_queues)})
-        return TriggerResponse(job_id=row["job_id"], status=row["status"], created=result.created,
-                               served=served)
+                        extra={"queue": job.queue, "served_queues": sorted(self.served_queues)})
+        return TriggerResponse(job_id=job.id, status=job.status, created=result.created, served=served)
 
     async def status(self, job_id: uuid.UUID) -> JobStatusResponse:
         return JobStatusResponse.model_validate(status_view(await self.jobs.get(job_id)))
 
     async def cancel(self, job_id: uuid.UUID, *, request_id: str | None) -> JobStatusResponse:
-        row = await self.jobs.cancel(job_id, request_id=request_id)
-        log.info("cancel requested", extra={"job_id": str(job_id), "status": row["status"]})
-        return JobStatusResponse.model_validate(status_view(row))
+        job = await self.jobs.cancel(job_id, request_id=request_id)
+        log.info("cancel requested", extra={"job_id": str(job_id), "status": job.status.value})
+        return JobStatusResponse.model_validate(status_view(job))
+
+    async def retry(self, job_id: uuid.UUID, *, request_id: str | None) -> JobStatusResponse:
+        job = await self.jobs.retry(job_id, request_id=request_id)
+        log.info("job retried", extra={"job_id": str(job_id), "attempt": job.attempt})
+        return JobStatusResponse.model_validate(status_view(job))
 
     async def list(self, *, queue: str | None, task: str | None, statuses: list[str] | None,
                    created_from: datetime | None, created_to: datetime | None, cursor: str | None,
                    limit: int) -> JobListResponse:
         page = await self.jobs.list(
             queue=queue, task=task, statuses=statuses, created_from=created_from, created_to=created_to,
-            before=decode_cursor(cursor) if cursor else None, limit=limit,
+            cursor=cursor, limit=limit,
         )
-        return JobListResponse(
-            jobs=[JobSummary.model_validate(dict(row)) for row in page.jobs],
-            next_cursor=encode_cursor(*page.next_before) if page.next_before else None,
-        )
+        return JobListResponse(jobs=[JobSummary.from_job(job) for job in page.jobs], next_cursor=page.next_cursor)
 
     async def events(self, job_id: uuid.UUID, *, after: int, limit: int) -> JobEventsResponse:
         rows = await self.jobs.events(job_id, after_event_id=after, limit=limit)
-        events = [JobEvent.model_validate(dict(row)) for row in rows]
+        events = [JobEvent.model_validate(row.to_dict()) for row in rows]
         return JobEventsResponse(
             job_id=job_id, events=events, next_after=events[-1].event_id if events else after,
             has_more=len(events) == limit,

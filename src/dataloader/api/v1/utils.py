@@ -1,4 +1,4 @@
-"""Helpers of the HTTP adapter: the opaque list cursor and the checks that keep input storable.
+"""Helpers of the HTTP adapter: the checks that keep input storable.
 
 PostgreSQL refuses some values Python's JSON parser accepts (NaN, lone UTF-16 surrogates, NUL
 characters), and very deep nesting overflows the recursion of json.dumps further down. Refusing
@@ -7,42 +7,15 @@ them here turns what would be a 500 from the driver into a 422 that names the fi
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import math
 import re
-import uuid
 from datetime import UTC, datetime
 from typing import Any
-
-from dataloader.exceptions import InvalidJobRequest
 
 MAX_ARGS_DEPTH = 64
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
-
-
-class InvalidCursor(InvalidJobRequest):
-    code = "invalid_cursor"
-
-
-def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(job_id)], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, job_id = json.loads(raw)
-        when = datetime.fromisoformat(created_at)
-        if when.tzinfo is None:
-            raise ValueError("naive time")
-        return when, uuid.UUID(job_id)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
-        raise InvalidCursor("cursor is not one this API returned; start again without it") from None
 
 
 def check_rfc3339(value: Any) -> Any:

@@ -19,7 +19,9 @@ WITH input AS (
                -- a cancel asked for while it ran wins over a retry or a hand-back
                WHEN j.cancel_requested THEN 'canceled'
                WHEN i.outcome = 'release' THEN 'queued'
-               WHEN NOT i.fatal AND j.attempt < COALESCE(i.max_attempts, j.max_attempts) THEN 'queued'
+               -- attempts since the last manual retry (0006) against the budget
+               WHEN NOT i.fatal AND j.attempt - j.attempts_before_retry < COALESCE(i.max_attempts, j.max_attempts)
+                   THEN 'queued'
                ELSE 'failed'
            END::dl_status AS new_status
     FROM dl_jobs j JOIN input i ON i.job_id = j.job_id

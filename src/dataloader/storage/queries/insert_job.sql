@@ -1,9 +1,10 @@
 -- Enqueue one job with its 'queued' journal row. An existing idempotency_key inserts nothing
--- (the caller then reads the existing job). $1..$12 as in JobRepository.insert_job.
+-- (the caller then reads the existing job). $1..$13 as in JobRepository.insert_job; $4 (args) is
+-- JSON text, so the statement also runs on a caller's connection that has no jsonb codec of ours.
 WITH inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
                          priority, available_at, max_attempts, lease_ttl_sec, producer)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12)
+    VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 ), journal AS (

@@ -1,10 +1,11 @@
 -- Enqueue many jobs in one statement (arrays of equal length), each with its 'queued' journal row.
 -- A NULL job_id gets a generated one. Jobs whose idempotency_key already exists are skipped.
--- Returns the inserted job ids in input order.
+-- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also
+-- runs on a caller's connection that has no jsonb codec of ours.
 WITH input AS (
     SELECT COALESCE(t.job_id, gen_random_uuid()) AS job_id, t.queue, t.task, t.args, t.idempotency_key,
            t.lock_key, t.partition_key, t.priority, t.available_at, t.max_attempts, t.lease_ttl_sec, t.n
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::text[],
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::text[], $7::text[],
                 $8::int[], $9::timestamptz[], $10::int[], $11::int[])
          WITH ORDINALITY AS t(job_id, queue, task, args, idempotency_key, lock_key, partition_key,
                               priority, available_at, max_attempts, lease_ttl_sec, n)

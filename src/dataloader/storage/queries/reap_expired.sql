@@ -16,12 +16,13 @@ WITH expired AS (
 ), reaped AS (
     UPDATE dl_jobs j
     SET status = CASE WHEN j.cancel_requested THEN 'canceled'
-                      WHEN j.attempt < j.max_attempts THEN 'queued'
+                      WHEN j.attempt - j.attempts_before_retry < j.max_attempts THEN 'queued'
                       ELSE 'lost' END::dl_status,
         available_at = now(),
         lease_expires_at = NULL,
         error = 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')',
-        finished_at = CASE WHEN j.attempt < j.max_attempts AND NOT j.cancel_requested THEN NULL ELSE now() END
+        finished_at = CASE WHEN j.attempt - j.attempts_before_retry < j.max_attempts AND NOT j.cancel_requested
+                           THEN NULL ELSE now() END
     FROM expired e
     WHERE j.job_id = e.job_id
     RETURNING j.job_id, j.queue, j.task, j.status, j.attempt

@@ -1,10 +1,6 @@
-"""Exceptions a pipeline raises to steer the outcome of its job."""
+"""Kept for imports written before the errors moved to `dataloader.exceptions` (the one errors
+module); import from `dataloader` instead."""
 
+from dataloader.exceptions import FatalError, JobStopped
 
-class FatalError(Exception):
-    """The job fails at once, without retries (bad input, a permanent refusal, ...)."""
-
-
-class JobStopped(Exception):
-    """Raised inside a pipeline by `JobContext.raise_if_stopped()` once the job was asked to stop
-    (cancel, shutdown, or the lease was lost). The worker then ends the attempt accordingly."""
+__all__ = ["FatalError", "JobStopped"]

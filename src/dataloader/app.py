@@ -1,0 +1,290 @@
+"""`App`: the one object that wires dataloader — settings, the database (external, or the embedded
+server when asked for), the pool, the pipeline registry and the services. The CLI, the HTTP
+service, the tests and `bench/` all start from it, and so does user code:
+
+    app = App(Settings(db_dsn="postgresql://…"))
+    async with app:
+        job = await app.enqueue("load.cbr", {"rows": 10}, queue="load", lock_key="cbr")
+        async with app.running(queues=[Queue("load", concurrency=4)]):
+            ...
+
+A library App without a DSN is an error, never a private database: a producer whose DSN is missing
+would otherwise enqueue into a database no worker reads. `App.embedded()` (and the `serve` and
+`worker` commands) start the embedded PostgreSQL explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from dataloader.config import Queue, Settings, load_settings
+from dataloader.exceptions import ConfigError, SchemaNotReady
+from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.services.jobs import JobRequest, JobService
+from dataloader.storage import migrate
+from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
+from dataloader.storage.embedded import EmbeddedPostgres
+from dataloader.storage.repositories import JobRepository
+from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules, registry
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+    from dataloader.workers.manager import WorkerManager
+
+log = logging.getLogger("dataloader")
+
+
+class App:
+    def __init__(self, settings: Settings | None = None, *, pipelines: PipelineRegistry | None = None,
+                 embedded: bool = False) -> None:
+        """No I/O here; `await app.open()` (or `async with app`) connects. `settings` default to
+        the environment (DL_* and WORKERS_JSON)."""
+        self.settings = settings if settings is not None else load_settings()
+        self.registry = pipelines if pipelines is not None else registry
+        self._use_embedded = embedded
+        self._embedded: EmbeddedPostgres | None = None
+        self._dsn: str | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._engine: AsyncEngine | None = None
+        self._sessionmaker: async_sessionmaker | None = None
+        self._managers: list[WorkerManager] = []
+        self.repo: JobRepository
+        self.jobs: JobService
+
+    @classmethod
+    def embedded(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
+                 pipelines: PipelineRegistry | None = None) -> App:
+        """An App on the embedded PostgreSQL (started on open, in `data_dir` or DL_DATA_DIR) when
+        DL_DB_DSN is unset; with a DSN it uses that server like any App."""
+        settings = settings if settings is not None else load_settings()
+        if data_dir is not None:
+            settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+        return cls(settings, pipelines=pipelines, embedded=True)
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    async def open(self, *, migrate_schema: bool = False) -> App:
+        """Connect. With `migrate_schema`, bring the schema to head first (the service commands
+        do); otherwise a database that was never migrated is a clear error."""
+        settings = self.settings
+        dsn = settings.db_dsn
+        if dsn:
+            log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
+        elif self._use_embedded:
+            self._embedded = EmbeddedPostgres(settings.data_dir)
+            dsn = await asyncio.to_thread(self._embedded.start)
+            log.info("using embedded PostgreSQL (DL_DB_DSN unset)",
+                     extra={"data_dir": str(self._embedded.data_dir), "dsn": dsn})
+        else:
+            raise ConfigError("DL_DB_DSN", "is not set: an App needs the database its workers read "
+                              "(use App.embedded() for a local development server)")
+        try:
+            load_pipeline_modules(settings.pipeline_module_names)
+            if migrate_schema:
+                await migrate.upgrade(dsn)
+            concurrency = sum(w.concurrency for w in settings.workers)
+            pool = await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
+            try:
+                await self._check_schema(pool)
+            except BaseException:
+                await pool.close()
+                raise
+        except BaseException:
+            await self._stop_embedded()
+            raise
+        self._dsn, self._pool = dsn, pool
+        self.repo = JobRepository(pool)
+        self.jobs = JobService(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
+                               max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
+        return self
+
+    async def _check_schema(self, pool: asyncpg.Pool) -> None:
+        revision = await JobRepository(pool).schema_revision()
+        if revision is None:
+            raise SchemaNotReady("the database has no dataloader schema: run `dataloader db upgrade` "
+                                 "(or App.open(migrate_schema=True))")
+        head = migrate.head_revision()
+        if revision != head:
+            log.warning("database schema is not at this code's revision", extra={
+                "schema_revision": revision, "code_revision": head})
+
+    async def close(self, *, locks_held: bool = False) -> None:
+        """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some
+        connections still hold the lock_key of a sync pipeline that could not be interrupted; do
+        not wait for them."""
+        for manager in list(self._managers):
+            await manager.stop()
+            locks_held = locks_held or manager.holds_stray_locks
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            if locks_held:
+                pool.terminate()
+            else:
+                try:
+                    await asyncio.wait_for(pool.close(), timeout=10)
+                except TimeoutError:
+                    pool.terminate()
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = self._sessionmaker = None
+        await self._stop_embedded()
+
+    async def _stop_embedded(self) -> None:
+        embedded, self._embedded = self._embedded, None
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+    async def __aenter__(self) -> App:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def dsn(self) -> str:
+        if self._dsn is None:
+            raise RuntimeError("the App is not open: await app.open() or use `async with app`")
+        return self._dsn
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the App is not open: await app.open() or use `async with app`")
+        return self._pool
+
+    @property
+    def sessionmaker(self) -> async_sessionmaker:
+        """SQLAlchemy async sessions on the same database (made on first use)."""
+        if self._sessionmaker is None:
+            self._engine = create_engine(self.dsn)
+            self._sessionmaker = create_sessionmaker(self._engine)
+        return self._sessionmaker
+
+    async def migrate(self) -> tuple[str | None, str]:
+        """Bring the schema to head; returns (revision before, revision after)."""
+        return await migrate.upgrade(self.dsn)
+
+    # -- producing -------------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        lock_key: str | None = None,
+        idempotency_key: str | None = None,
+        partition_key: str = "",
+        priority: int = 100,
+        available_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        lease_ttl_sec: int | None = None,
+        conn: Any = None,
+    ) -> Job:
+        """Enqueue a job and return it (the existing one for a known `idempotency_key`).
+
+        `lock_key` defaults to the job's own id (no serialization with other jobs). `delay`
+        (seconds or a timedelta) and `available_at` are alternatives. With `conn` (your asyncpg
+        connection, or SQLAlchemy AsyncConnection / AsyncSession), the job is inserted in your
+        transaction: it exists if and only if your transaction commits.
+        """
+        job_id = uuid.uuid4()
+        request = self._request(task, args, queue=queue, lock_key=lock_key or str(job_id),
+                                idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
+                                available_at=available_at, delay=delay, max_attempts=max_attempts,
+                                lease_ttl_sec=lease_ttl_sec)
+        result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn)
+        return result.job
+
+    async def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None
+                           ) -> list[uuid.UUID]:
+        """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
+        mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
+        inserted, in input order; a known `idempotency_key` is skipped."""
+        requests = [item if isinstance(item, JobRequest) else self._request(**dict(item)) for item in jobs]
+        return await self.jobs.trigger_many(requests, producer="python", conn=conn)
+
+    def _request(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
+                 lock_key: str | None = None, delay: float | timedelta | None = None,
+                 available_at: datetime | None = None, **fields: Any) -> JobRequest:
+        if delay is not None:
+            if available_at is not None:
+                raise ValueError("give available_at or delay, not both")
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            available_at = datetime.now(UTC) + timedelta(seconds=seconds)
+        return JobRequest(task=task, args=dict(args or {}), queue=queue, lock_key=lock_key or str(uuid.uuid4()),
+                          available_at=available_at, **{k: v for k, v in fields.items() if v is not None})
+
+    async def get(self, job_id: uuid.UUID | str) -> Job:
+        return await self.jobs.get(_uuid(job_id))
+
+    async def list(self, *, queue: str | None = None, task: str | None = None,
+                   status: JobStatus | str | Sequence[JobStatus | str] | None = None,
+                   created_from: datetime | None = None, created_to: datetime | None = None,
+                   cursor: str | None = None, limit: int = 100) -> JobPage:
+        """Jobs newest first (without args); `page.next_cursor` gets the next page."""
+        statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
+        return await self.jobs.list(queue=queue, task=task, statuses=statuses, created_from=created_from,
+                                    created_to=created_to, cursor=cursor, limit=limit)
+
+    async def cancel(self, job_id: uuid.UUID | str) -> Job:
+        """A queued job is canceled at once; a running one stops at its next chunk."""
+        return await self.jobs.cancel(_uuid(job_id))
+
+    async def retry(self, job_id: uuid.UUID | str) -> Job:
+        """A failed, canceled or lost job back to the queue with a fresh attempt budget."""
+        return await self.jobs.retry(_uuid(job_id))
+
+    async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
+        """The job's journal, oldest first."""
+        return await self.jobs.events(_uuid(job_id), after_event_id=after, limit=limit)
+
+    # -- working ---------------------------------------------------------------------------------
+
+    def served_queues(self) -> frozenset[str]:
+        """Queues whose workers run in this process right now."""
+        return frozenset(queue for manager in self._managers for queue in manager.queues)
+
+    @asynccontextmanager
+    async def running(self, queues: Sequence[Queue | str] | None = None, *, reaper: bool = True
+                      ) -> AsyncIterator[WorkerManager]:
+        """Run workers in this process for the block: the same engine as `dataloader worker`, with
+        no signal handlers of its own. `queues` default to the settings' workers. Leaving the block
+        stops them gracefully (running jobs stop at their next chunk; unfinished ones go back to
+        the queue)."""
+        from dataloader.workers.manager import WorkerManager
+
+        settings = self.settings
+        if queues is not None:
+            settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
+                                                               for q in queues]})
+        manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper)
+        await manager.start()
+        self._managers.append(manager)
+        try:
+            await manager.wait_listening()
+            yield manager
+        finally:
+            self._managers.remove(manager)
+            await manager.stop()
+
+    async def work(self, stop: asyncio.Event | None = None, queues: Sequence[Queue | str] | None = None,
+                   *, reaper: bool = True) -> None:
+        """Run workers until `stop` is set (forever without one; cancel the task to end it)."""
+        async with self.running(queues, reaper=reaper):
+            await (stop.wait() if stop is not None else asyncio.Event().wait())
+
+
+def _uuid(value: uuid.UUID | str) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

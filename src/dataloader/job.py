@@ -1,0 +1,124 @@
+"""The job as users and every layer above storage see it: one typed, immutable value, and the one
+status vocabulary (003 §4's `dl_status`). Storage turns rows into these; services, the HTTP API, the
+CLI and user code only ever handle them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    """The 003 §4 `dl_status` values."""
+
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    canceled = "canceled"
+    lost = "lost"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATUSES
+
+
+FINISHED_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.canceled, JobStatus.lost})
+ACTIVE_STATUSES = frozenset({JobStatus.queued, JobStatus.running})
+# What `retry` may bring back to the queue.
+RETRYABLE_STATUSES = frozenset({JobStatus.failed, JobStatus.canceled, JobStatus.lost})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A row of `dl_jobs`. `args` is None in listings (they leave it out: it can be large or
+    secret); every other read carries it."""
+
+    id: uuid.UUID
+    queue: str
+    task: str
+    args: Any
+    lock_key: str
+    status: JobStatus
+    attempt: int
+    max_attempts: int
+    priority: int
+    available_at: datetime
+    created_at: datetime
+    idempotency_key: str | None = None
+    partition_key: str = ""
+    lease_ttl_sec: int = 60
+    lease_expires_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    cancel_requested: bool = False
+    progress: Any = None
+    error: str | None = None
+    producer: str | None = None
+    consumer_group: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def job_id(self) -> uuid.UUID:
+        """The spec's name for `id`."""
+        return self.id
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        """From a `dl_jobs` row (any subset of columns that includes the required ones)."""
+        get = row.get if hasattr(row, "get") else lambda key, default=None: row[key]
+        return cls(
+            id=row["job_id"], queue=row["queue"], task=row["task"], args=get("args"),
+            lock_key=row["lock_key"], status=JobStatus(row["status"]), attempt=row["attempt"],
+            max_attempts=row["max_attempts"], priority=row["priority"], available_at=row["available_at"],
+            created_at=row["created_at"], idempotency_key=get("idempotency_key"),
+            partition_key=get("partition_key", "") or "", lease_ttl_sec=get("lease_ttl_sec", 60),
+            lease_expires_at=get("lease_expires_at"), heartbeat_at=get("heartbeat_at"),
+            cancel_requested=bool(get("cancel_requested", False)), progress=get("progress"),
+            error=get("error"), producer=get("producer"), consumer_group=get("consumer_group"),
+            started_at=get("started_at"), finished_at=get("finished_at"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ids and times as strings, the status as its value."""
+        data = asdict(self)
+        data["job_id"] = str(data.pop("id"))
+        data["status"] = self.status.value
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                data[key] = value.isoformat()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A row of the journal, `dl_job_events`."""
+
+    event_id: int
+    job_id: uuid.UUID
+    queue: str
+    ts: datetime
+    kind: str
+    payload: Any
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobEvent:
+        return cls(event_id=row["event_id"], job_id=row["job_id"], queue=row["queue"], ts=row["ts"],
+                   kind=row["kind"], payload=row["payload"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "job_id": str(self.job_id), "queue": self.queue,
+                "ts": self.ts.isoformat(), "kind": self.kind, "payload": self.payload}
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing, newest first. Pass `next_cursor` back to get the next page; it is
+    None on the last one."""
+
+    jobs: list[Job]
+    next_cursor: str | None
