@@ -12,6 +12,7 @@ import datetime as dt
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -26,8 +27,8 @@ class Clock(Protocol):
         """The current UTC time."""
         ...
 
-    async def sleep(self, seconds: float) -> None:
-        """Let `seconds` pass."""
+    async def sleep(self, seconds: float, wake: asyncio.Event | None = None) -> bool:
+        """Let `seconds` pass, or less if `wake` is set meanwhile (True then)."""
         ...
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
@@ -44,8 +45,11 @@ class SystemClock:
     def wall(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC)
 
-    async def sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float, wake: asyncio.Event | None = None) -> bool:
+        if wake is not None:
+            return await self.wait(wake, seconds)
         await asyncio.sleep(seconds)
+        return False
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
         if timeout is None:
@@ -82,8 +86,8 @@ class ManualClock:
     def wall(self) -> dt.datetime:
         return self._wall_start + dt.timedelta(seconds=self._now - self._start)
 
-    async def sleep(self, seconds: float) -> None:
-        await self.wait(asyncio.Event(), seconds)
+    async def sleep(self, seconds: float, wake: asyncio.Event | None = None) -> bool:
+        return await self.wait(wake if wake is not None else asyncio.Event(), seconds)
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
         if event.is_set():
@@ -111,10 +115,14 @@ class ManualClock:
 
     async def parked(self, count: int = 1) -> list[float]:
         """Wait (on the event loop, not on time) until at least `count` tasks are parked; their deadlines."""
-        while len(self.deadlines()) < count:
+        await self.until(lambda: len(self.deadlines()) >= count)
+        return self.deadlines()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait until `condition()` holds, re-checking whenever a task parks or unparks."""
+        while not condition():
             self._parked_changed.clear()
             await self._parked_changed.wait()
-        return self.deadlines()
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every task whose deadline has come."""

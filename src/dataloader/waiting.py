@@ -40,10 +40,7 @@ class Backoff:
         """Record a failure and wait the current delay, or less if `interrupt` is set meanwhile
         (True then). The next pause is twice as long, up to `cap`."""
         delay, self.delay = self.delay, min(self.delay * 2, self.cap)
-        if interrupt is None:
-            await self._clock.sleep(delay)
-            return False
-        return await wait_event(interrupt, delay, clock=self._clock)
+        return await self._clock.sleep(delay, interrupt)
 
     def succeeded(self) -> bool:
         """Record a success; True if it ended a streak of failures."""

@@ -19,7 +19,7 @@ from dataloader.workers.pipelines.errors import FatalError, JobStopped
 from dataloader.workers.pipelines.registry import Pipeline, default_backoff
 
 if TYPE_CHECKING:
-    from dataloader.workers.base import EngineEnv
+    from dataloader.workers.env import EngineEnv
 
 log = logging.getLogger("dataloader.worker")
 

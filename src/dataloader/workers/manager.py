@@ -26,9 +26,10 @@ from dataloader.maintenance import (
     registered_services,
 )
 from dataloader.storage.repositories import JobRepository
-from dataloader.workers.base import EngineEnv, QueueWorker
+from dataloader.workers.env import EngineEnv
 from dataloader.workers.notifier import Notifier
 from dataloader.workers.pipelines.registry import PipelineRegistry
+from dataloader.workers.queue_worker import QueueWorker
 
 log = logging.getLogger("dataloader.manager")
 

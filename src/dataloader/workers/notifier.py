@@ -13,6 +13,8 @@ import asyncpg
 
 from dataloader import metrics
 from dataloader.storage.db import connect, is_connection_error
+from dataloader.storage.queries import sql
+from dataloader.waiting import Backoff
 
 log = logging.getLogger("dataloader.notifier")
 
@@ -43,7 +45,7 @@ class Notifier:
         self._stopping.set()
 
     async def run(self) -> None:
-        delay = 0.1
+        backoff = Backoff()
         first = True
         while not self._stopping.is_set():
             try:
@@ -51,12 +53,11 @@ class Notifier:
             except Exception as exc:
                 if not is_connection_error(exc):
                     log.exception("listener: cannot connect")
-                elif delay == 0.1:
+                elif not backoff.failing:
                     log.warning("listener: database unreachable, retrying", extra={"error": str(exc)})
-                await self._sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await backoff.pause(self._stopping)
                 continue
-            delay = 0.1
+            backoff.succeeded()
             try:
                 await self._listen(conn, first)
                 first = False
@@ -87,7 +88,7 @@ class Notifier:
                 waiter.cancel()
             if not lost.is_set() and not self._stopping.is_set():
                 # A half-open TCP connection never reports its death: probe it now and then.
-                await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=10)
+                await asyncio.wait_for(conn.fetchval(sql("listener_ping")), timeout=10)
         if lost.is_set():
             log.warning("listener lost its database connection; reconnecting")
 
@@ -102,9 +103,3 @@ class Notifier:
                 self._on_cancel(uuid.UUID(payload))
             except ValueError:
                 log.warning("ignored malformed cancel notification", extra={"payload": payload[:100]})
-
-    async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-        except TimeoutError:
-            pass

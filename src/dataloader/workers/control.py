@@ -1,0 +1,134 @@
+"""A queue worker's control connection and its lock ledger.
+
+A lock_key's advisory lock is a session lock: the claim that takes it, the heartbeats and the
+finish that releases it must use one connection. This module owns that connection and the ledger
+of which job holds which lock hash on it. When the connection dies its locks die with it: the
+ledger remembers them, and the next connection takes them again (`relock_jobs.sql`), stopping an
+attempt that was fenced off meanwhile or whose key someone else took. A connection that still
+holds a lock when the worker ends (a forced-stopped sync pipeline runs on in its thread) is
+quarantined: never released, so the key stays taken until the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+
+import asyncpg
+
+from dataloader import metrics
+from dataloader.storage.queue_connection import QueueConnection
+from dataloader.workers.attempt import Attempt
+
+log = logging.getLogger("dataloader.worker")
+
+
+class LockLedger:
+    """Which job holds which lock hash on the control connection."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, uuid.UUID] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, lock_hash: object) -> bool:
+        return lock_hash in self._held
+
+    def holder(self, lock_hash: int | None) -> uuid.UUID | None:
+        return self._held.get(lock_hash) if lock_hash is not None else None
+
+    def take(self, lock_hash: int, job_id: uuid.UUID) -> None:
+        self._held[lock_hash] = job_id
+
+    def release(self, lock_hash: int | None) -> None:
+        self._held.pop(lock_hash, None)  # type: ignore[arg-type]
+
+    def holders(self) -> dict[uuid.UUID, int]:
+        """job_id -> lock hash, for every lock held."""
+        return {job_id: lock_hash for lock_hash, job_id in self._held.items()}
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def snapshot(self) -> dict[int, uuid.UUID]:
+        return dict(self._held)
+
+
+class ControlConnection:
+    """The one connection of a queue worker that holds its jobs' advisory locks."""
+
+    def __init__(self, queue: str, pool: asyncpg.Pool, quarantine: list[asyncpg.Connection],
+                 running: Mapping[uuid.UUID, Attempt]) -> None:
+        self.queue = queue
+        self.ledger = LockLedger()
+        self._pool = pool
+        self._quarantine = quarantine
+        self._running = running
+        self._conn: asyncpg.Connection | None = None
+        self._locks_lost = False
+
+    async def get(self) -> asyncpg.Connection:
+        """The connection, acquired (and the ledger's locks retaken) if the last one was dropped."""
+        if self._conn is None:
+            self._conn = await self._pool.acquire()
+            if self._locks_lost:
+                await self._relock(self._conn)
+        return self._conn
+
+    async def _relock(self, conn: asyncpg.Connection) -> None:
+        """The previous connection died and its advisory locks with it: take them again. An
+        attempt fenced off meanwhile, or whose key someone else took, is stopped."""
+        holders = self.ledger.holders()
+        attempts = [(a.job.job_id, a.job.attempt, a.job.lock_key) for a in self._running.values()
+                    if a.job.job_id in holders]
+        results = await QueueConnection(conn).relock(attempts) if attempts else {}
+        self._locks_lost = False
+        self.ledger.clear()
+        for job_id, (alive, locked) in results.items():
+            attempt = self._running[job_id]
+            if alive and locked:
+                self.ledger.take(attempt.job.lock_hash, job_id)
+            else:
+                if locked:  # taken although fenced off: give it back at once
+                    await QueueConnection(conn).unlock(attempt.job.lock_key)
+                log.warning("after reconnect the attempt is no longer ours; stopping it",
+                            extra={"job_id": str(job_id), "fenced": not alive})
+                attempt.request_stop("lease_lost")
+        metrics.DB_RECONNECTS.labels("locks").inc()
+        log.info("reconnected and retook lock_keys", extra={"queue": self.queue, "held": len(self.ledger)})
+
+    async def drop(self) -> None:
+        """A step failed: close the connection (its locks go with it, so nothing of a rolled-back
+        step survives); the ledger keeps them to be retaken on the next connection."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self.ledger:
+            self._locks_lost = True
+        # After a connection loss asyncpg may already have detached it from the pool; then both
+        # calls refuse, and there is nothing left to close.
+        try:
+            conn.terminate()
+            await self._pool.release(conn)
+        except Exception:
+            log.debug("dropping the control connection failed", exc_info=True)
+
+    async def release(self) -> None:
+        """The worker ends: give the connection back, or quarantine it if it still holds a lock."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self.ledger:
+            # A forced-stopped sync pipeline still runs in its thread: keep its lock_key locked
+            # until the process exits, so never reuse or release this connection.
+            self._quarantine.append(conn)
+            return
+        try:
+            await self._pool.release(conn)
+        except Exception:
+            log.debug("release of the control connection failed", exc_info=True)
