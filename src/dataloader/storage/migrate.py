@@ -3,7 +3,8 @@
 Several replicas starting together serialize on MIGRATION_LOCK_ID; the first one migrates, the
 others find the schema current. A database where the 003 DDL was applied by hand (no
 alembic_version table, but dl_jobs present with the spec's columns) is stamped at the first
-revision instead of failing on CREATE TABLE.
+revision instead of failing on CREATE TABLE. Its statements are in `queries/` like every other
+(`schema_tables.sql`, `dl_jobs_columns.sql`, `migration_lock.sql`, `migration_unlock.sql`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from dataloader.storage.db import create_engine
+from dataloader.storage.queries import sql
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +60,14 @@ def _current_revision(conn: Connection) -> str | None:
 
 def _adopt_hand_applied_schema(conn: Connection) -> bool:
     """Stamp a database whose dl_jobs was created by hand from the 003 DDL. Returns True if stamped."""
-    has_version_table = conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
-    has_jobs = conn.execute(text("SELECT to_regclass('dl_jobs') IS NOT NULL")).scalar()
+    tables = conn.execute(text(sql("schema_tables"))).one()
+    has_version_table, has_jobs, has_events = tables.has_version_table, tables.has_jobs, tables.has_events
     if has_version_table or not has_jobs:
         return False
-    rows = conn.execute(
-        text(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_name = 'dl_jobs' AND table_schema = current_schema()"
-        )
-    ).all()
+    rows = conn.execute(text(sql("dl_jobs_columns"))).all()
     found = {name: dtype for name, dtype in rows}
     missing = sorted(set(SPEC_JOB_COLUMNS) - set(found))
     wrong = sorted(c for c, t in SPEC_JOB_COLUMNS.items() if c in found and found[c] != t)
-    has_events = conn.execute(text("SELECT to_regclass('dl_job_events') IS NOT NULL")).scalar()
     if missing or wrong or not has_events:
         raise SchemaMismatch(
             "dl_jobs exists but does not match the 003 schema "
@@ -86,7 +82,7 @@ def _adopt_hand_applied_schema(conn: Connection) -> bool:
 
 
 def _upgrade_locked(conn: Connection) -> tuple[str | None, str]:
-    conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+    conn.execute(text(sql("migration_lock")), {"lock_id": MIGRATION_LOCK_ID})
     try:
         conn.commit()
         before = _current_revision(conn)
@@ -102,7 +98,7 @@ def _upgrade_locked(conn: Connection) -> tuple[str | None, str]:
         return before, after
     finally:
         conn.rollback()  # leave a failed transaction before unlocking
-        conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID})
+        conn.execute(text(sql("migration_unlock")), {"lock_id": MIGRATION_LOCK_ID})
         conn.commit()
 
 
