@@ -1,21 +1,23 @@
-"""Diagnostic pipelines that every worker has: dl.noop, dl.sleep, dl.fail."""
+"""Diagnostic pipelines that every worker has: dl.noop, dl.sleep, dl.fail.
+
+Plain functions listed in `BUILTIN_PIPELINES`; the registry registers them when it loads the
+pipeline modules (this module does not import the registry, so the two cannot import each other).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.errors import FatalError
-from dataloader.workers.pipelines.registry import pipeline
 
 
-@pipeline("dl.noop")
 async def noop(ctx: JobContext) -> None:
     """Succeeds at once."""
 
 
-@pipeline("dl.sleep")
 async def sleep(ctx: JobContext) -> AsyncIterator[None]:
     """Sleeps `seconds` (default 1) in `chunks` parts (default 10), reporting progress after each
     part; a cancel or shutdown stops it at the next part."""
@@ -29,10 +31,12 @@ async def sleep(ctx: JobContext) -> AsyncIterator[None]:
         yield
 
 
-@pipeline("dl.fail")
 async def fail(ctx: JobContext) -> None:
     """Raises: a FatalError (no retries) when `fatal` is true, else a RuntimeError (retried)."""
     message = str(ctx.args.get("message", "dl.fail was asked to fail"))
     if ctx.args.get("fatal"):
         raise FatalError(message)
     raise RuntimeError(message)
+
+
+BUILTIN_PIPELINES: dict[str, Callable[..., Any]] = {"dl.noop": noop, "dl.sleep": sleep, "dl.fail": fail}

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from dataloader.exceptions import ConfigError
 from dataloader.logger.context_vars import share_log_context_with
+from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,8 @@ def load_pipeline_modules(module_names: list[str]) -> None:
     @pipeline decorators run. A module that fails to import is a ConfigError naming it (the CLI
     prints it as one line and exits 2). Modules are looked up on sys.path as it is: the CLI puts
     the working directory there first, a library user decides for themselves."""
-    import dataloader.workers.pipelines.builtin  # noqa: F401  (registers dl.*)
-
+    for name, func in BUILTIN_PIPELINES.items():
+        registry.register(name, func)
     for module_name in module_names:
         try:
             importlib.import_module(module_name)
