@@ -1,0 +1,260 @@
+"""Every query gets exactly the parameters it uses, checked without a database: for each
+`storage/queries/**/*.sql`, the `$n` placeholders must be 1..n with none skipped, and every call
+site must pass n arguments (a `:name` statement run through SQLAlchemy's `text()` must get exactly
+those names). Call sites are found by parsing the package: a call with a `sql("name")` (or
+`claim_sql(...)`, or `text(sql("name"))`) argument passes the positional arguments after it, and a
+helper that forwards `sql(<its parameter>)` with `*args` makes its own callers call sites. A
+mismatch would otherwise only show as a driver error at run time, on the path that runs it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import dataloader
+
+PACKAGE_ROOT = Path(dataloader.__file__).parent
+QUERIES = PACKAGE_ROOT / "storage" / "queries"
+
+_COMMENT = re.compile(r"--[^\n]*")
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+_POSITIONAL = re.compile(r"\$(\d+)")
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    where: str
+    query: str
+    positional: int | None  # None: arguments that cannot be counted
+    named: frozenset[str] | None = None  # text() calls: the bind names passed
+
+
+def placeholders(text: str) -> tuple[set[int], set[str]]:
+    """The `$n` numbers and `:name` binds a statement uses (comments and string literals aside)."""
+    body = _LITERAL.sub("''", _COMMENT.sub("", text))
+    return {int(n) for n in _POSITIONAL.findall(body)}, set(_NAMED.findall(body))
+
+
+def query_files(root: Path = QUERIES) -> dict[str, str]:
+    return {p.relative_to(root).with_suffix("").as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(root.rglob("*.sql"))}
+
+
+def _func_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _query_of(node: ast.expr) -> str | None:
+    """The query name an argument loads: sql("name"), claim_sql(n), text(sql("name"))."""
+    if not isinstance(node, ast.Call):
+        return None
+    name = _func_name(node.func)
+    if name == "sql" and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    if name == "claim_sql":
+        return "claim_jobs"
+    if name == "text" and node.args:
+        return _query_of(node.args[0])
+    return None
+
+
+def _width(node: ast.expr, assigned: dict[str, ast.expr], depth: int = 0) -> int | None:
+    """How many values a starred expression spreads, when the code says so literally."""
+    if depth > 5:
+        return None
+    if isinstance(node, ast.Tuple | ast.List):
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return None
+        return len(node.elts)
+    if isinstance(node, ast.Name) and node.id in assigned:
+        return _width(assigned[node.id], assigned, depth + 1)
+    if isinstance(node, ast.Call) and _func_name(node.func) in {"list", "tuple", "zip"} and len(node.args) == 1:
+        return _width(node.args[0], assigned, depth + 1)
+    if isinstance(node, ast.Starred):
+        return _width(node.value, assigned, depth + 1)
+    if isinstance(node, ast.GeneratorExp | ast.ListComp):
+        return _width(node.elt, assigned, depth + 1)
+    return None
+
+
+def _count(args: list[ast.expr], assigned: dict[str, ast.expr]) -> int | None:
+    total = 0
+    for arg in args:
+        if isinstance(arg, ast.Starred):
+            width = _width(arg.value, assigned)
+            if width is None:
+                return None
+            total += width
+        else:
+            total += 1
+    return total
+
+
+def _assignments(func: ast.AST) -> dict[str, ast.expr]:
+    assigned: dict[str, ast.expr] = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned[node.targets[0].id] = node.value
+    return assigned
+
+
+def _forwarders(tree: ast.Module) -> dict[str, int]:
+    """Helpers `def f(self, conn, query, *args): ... sql(query), *args ...`: name -> index of the
+    query among the arguments a caller passes (self/cls not counted)."""
+    found: dict[str, int] = {}
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) or func.args.vararg is None:
+            continue
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]
+        if params and params[0] in {"self", "cls"}:
+            params = params[1:]
+        for call in ast.walk(func):
+            if not isinstance(call, ast.Call):
+                continue
+            for i, arg in enumerate(call.args):
+                if (isinstance(arg, ast.Call) and _func_name(arg.func) == "sql" and arg.args
+                        and isinstance(arg.args[0], ast.Name) and arg.args[0].id in params
+                        and call.args[i + 1:] and isinstance(call.args[-1], ast.Starred)
+                        and isinstance(call.args[-1].value, ast.Name)
+                        and call.args[-1].value.id == func.args.vararg.arg):
+                    found[func.name] = params.index(arg.args[0].id)
+    return found
+
+
+def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
+    trees = {p: ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) for p in sorted(root.rglob("*.py"))}
+    forwarders: dict[str, int] = {}
+    for tree in trees.values():
+        forwarders.update(_forwarders(tree))
+    sites: list[CallSite] = []
+    for path, tree in trees.items():
+        rel = path.relative_to(root.parent).as_posix()
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        scopes = [(f, _assignments(f)) for f in functions] + [(tree, {})]
+        seen: set[int] = set()
+        for scope, assigned in scopes:
+            for call in ast.walk(scope):
+                if (not isinstance(call, ast.Call) or id(call) in seen
+                        or _func_name(call.func) in {"sql", "claim_sql", "text"}):
+                    continue
+                where = f"{rel}:{call.lineno}"
+                for i, arg in enumerate(call.args):
+                    query = _query_of(arg)
+                    if query is None:
+                        continue
+                    seen.add(id(call))
+                    rest = call.args[i + 1:]
+                    if isinstance(arg, ast.Call) and _func_name(arg.func) == "text":
+                        named: frozenset[str] | None = frozenset()
+                        if rest:
+                            mapping = rest[0]
+                            named = (frozenset(k.value for k in mapping.keys if isinstance(k, ast.Constant))
+                                     if isinstance(mapping, ast.Dict) and all(
+                                         isinstance(k, ast.Constant) for k in mapping.keys) else None)
+                        sites.append(CallSite(where, query, 0, named))
+                    else:
+                        sites.append(CallSite(where, query, _count(rest, assigned)))
+                index = forwarders.get(_func_name(call.func) or "")
+                if index is not None and len(call.args) > index:
+                    arg = call.args[index]
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        seen.add(id(call))
+                        sites.append(CallSite(where, arg.value, _count(call.args[index + 1:], assigned)))
+    return sites
+
+
+def mismatches(queries: dict[str, str], sites: list[CallSite]) -> list[str]:
+    problems: list[str] = []
+    by_query: dict[str, list[CallSite]] = {}
+    for site in sites:
+        by_query.setdefault(site.query, []).append(site)
+        if site.query not in queries:
+            problems.append(f"{site.where}: no query file {site.query}.sql")
+    for name, text in queries.items():
+        numbers, names = placeholders(text)
+        highest = max(numbers, default=0)
+        if numbers != set(range(1, highest + 1)):
+            problems.append(f"{name}.sql: uses {sorted(numbers)}, "
+                            f"not all of $1..${highest} (missing {sorted(set(range(1, highest + 1)) - numbers)})")
+        if not by_query.get(name):
+            problems.append(f"{name}.sql: no call site found (unused, or called in a way this test cannot see)")
+        for site in by_query.get(name, []):
+            if site.named is not None or (names and not numbers):
+                if site.named != frozenset(names):
+                    problems.append(f"{site.where}: {name}.sql binds {sorted(names)}, the call passes "
+                                    f"{'uncountable names' if site.named is None else sorted(site.named)}")
+            elif site.positional is None:
+                problems.append(f"{site.where}: {name}.sql takes {highest} arguments; the call's cannot be "
+                                "counted (spread a literal tuple, or name the arguments)")
+            elif site.positional != highest:
+                problems.append(f"{site.where}: {name}.sql takes {highest} arguments, the call passes "
+                                f"{site.positional}")
+    return problems
+
+
+def test_every_query_gets_the_parameters_it_uses() -> None:
+    queries = query_files()
+    sites = call_sites()
+    assert {"claim_jobs", "finish_jobs", "heartbeat_jobs"} <= {s.query for s in sites}, \
+        "the parse did not find the engine's call sites"
+    problems = mismatches(queries, sites)
+    assert not problems, "queries and their callers disagree:\n" + "\n".join(problems)
+
+
+def test_the_check_catches_each_kind_of_mismatch(tmp_path: Path) -> None:
+    """The guard can fail: a skipped $n, a call with one argument too many or too few, a text()
+    call with the wrong bind name, a query nobody calls and a call of a missing file."""
+    queries = {
+        "two": "-- $9 in a comment does not count\nSELECT $1, '$7', $2;",
+        "gap": "SELECT $1, $3;",
+        "named": "SELECT pg_advisory_lock(:lock_id)::bigint;",
+        "forwarded": "SELECT $1;",
+        "spread": "SELECT $1, $2, $3;",
+        "orphan": "SELECT 1;",
+    }
+    pkg = tmp_path / "dataloader"
+    pkg.mkdir()
+    (pkg / "callers.py").write_text('''
+async def calls(conn, caller_connection, a, b, rows):
+    await conn.fetch(sql("two"), a, b)
+    await conn.fetch(sql("two"), a)
+    await caller_connection.fetch(conn, sql("two"), a, b, b)
+    await conn.fetchval(sql("gap"), a, b, a)
+    conn.execute(text(sql("named")), {"id": 1})
+    params = (a, b, a)
+    cols = list(zip(*((r.x, r.y) for r in rows)))
+    await conn.fetch(sql("spread"), *params)
+    await conn.fetch(sql("spread"), *cols, a)
+    await conn.fetch(sql("spread"), *rows)
+    await conn.fetch(sql("missing"))
+
+class Probe:
+    async def _fetchval(self, conn, query, *args):
+        return await conn.fetchval(sql(query), *args)
+
+    async def go(self, conn):
+        await self._fetchval(conn, "forwarded", 1, 2)
+''')
+    problems = mismatches(queries, call_sites(pkg))
+    text = "\n".join(problems)
+    expected = [
+        "callers.py:4: two.sql takes 2 arguments, the call passes 1",
+        "callers.py:5: two.sql takes 2 arguments, the call passes 3",
+        "gap.sql: uses [1, 3], not all of $1..$3 (missing [2])",
+        "callers.py:7: named.sql binds ['lock_id'], the call passes ['id']",
+        "callers.py:12: spread.sql takes 3 arguments; the call's cannot be counted",
+        "callers.py:13: no query file missing.sql",
+        "callers.py:20: forwarded.sql takes 1 arguments, the call passes 2",
+        "orphan.sql: no call site found",
+    ]
+    for line in expected:
+        assert line in text, f"{line!r} not reported in:\n{text}"
+    assert "callers.py:3:" not in text and "callers.py:10:" not in text and "callers.py:11:" not in text
+    assert len(problems) == len(expected), text
