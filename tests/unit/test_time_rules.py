@@ -10,15 +10,10 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
-
 from dataloader.clock import ManualClock
 from dataloader.waiting import Backoff, wait_event
 from dataloader.workers.heartbeat import HeartbeatSchedule, heartbeat_period
 from dataloader.workers.wakeup import DueTimer
-
-pytestmark = pytest.mark.asyncio
-
 
 # A bound for each wait on the code under test, so a broken rule fails fast instead of hanging.
 STEP_TIMEOUT = 5.0
