@@ -204,7 +204,8 @@ class App:
                                 idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
                                 available_at=available_at, delay=delay, max_attempts=max_attempts,
                                 lease_ttl_sec=lease_ttl_sec)
-        result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn)
+        result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn,
+                                         lock_key_given=lock_key is not None)
         return result.job
 
     async def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None

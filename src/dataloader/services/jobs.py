@@ -128,15 +128,17 @@ class JobService:
         )
 
     async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
-                      job_id: uuid.UUID | None = None, conn: Any = None) -> TriggerResult:
+                      job_id: uuid.UUID | None = None, conn: Any = None,
+                      lock_key_given: bool = True) -> TriggerResult:
         """Enqueue one job. With `conn` (the caller's connection), the job commits or rolls back
-        with the caller's transaction."""
+        with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
+        made for this call (the job's own id), so a replay is not compared on it."""
         new_job = self.to_new_job(req, producer, job_id)
         inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
         if inserted.created:
             metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
         else:
-            self._check_same_request(req, new_job, inserted.job, inserted.same_args)
+            self._check_same_request(req, new_job, inserted.job, inserted.same_args, lock_key_given)
         return TriggerResult(inserted.job, inserted.created)
 
     async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None, conn: Any = None
@@ -155,12 +157,14 @@ class JobService:
         return ids
 
     @staticmethod
-    def _check_same_request(req: JobRequest, new_job: NewJob, job: Job, same_args: bool) -> None:
+    def _check_same_request(req: JobRequest, new_job: NewJob, job: Job, same_args: bool,
+                            lock_key_given: bool = True) -> None:
         # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
         # faithful replay of the original request would look different after the job ran.
         # args are compared by the database (jsonb equality), as it stores them.
-        differs = [name for name in ("queue", "task", "lock_key", "partition_key", "priority")
-                   if getattr(req, name) != getattr(job, name)]
+        compared = ("queue", "task", "lock_key", "partition_key", "priority") if lock_key_given else (
+            "queue", "task", "partition_key", "priority")
+        differs = [name for name in compared if getattr(req, name) != getattr(job, name)]
         if not same_args:
             differs.insert(2, "args")
         if req.max_attempts is not None and new_job.max_attempts != job.max_attempts:
