@@ -1,9 +1,14 @@
 """Build the image and run it with the embedded PostgreSQL: /health answers, the image's HEALTHCHECK
 turns healthy, it runs as non-root, a job succeeds, and `docker stop` exits 0.
 
-Needs a running Docker daemon and a base image: DL_DOCKER_BASE_IMAGE if set, else python:3.11-slim
-(present locally or pullable). Without them the test is skipped, and a skip proves nothing about the
-image: tests/deploy/test_deploy_files.py is the check that always runs.
+A documented command, not part of the test suite, because it needs what CI does not have: a
+running Docker daemon and a base image (DL_DOCKER_BASE_IMAGE if set, else python:3.11-slim, present
+locally or pullable). A skipped test would prove nothing yet look like one. Run it with
+
+    .venv/bin/python -m tests.deploy.docker_check
+
+It exits 0 when every check passed, 1 when one failed, and 2 (saying why) when it cannot run here.
+tests/deploy/test_deploy_files.py is the check that always runs in the suite.
 """
 
 from __future__ import annotations
@@ -11,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("DL_DOCKER_BASE_IMAGE", "python:3.11-slim")
@@ -66,19 +70,14 @@ def wait_for(what: str, probe, timeout: float) -> object:
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-@pytest.fixture(scope="module")
-def image() -> str:
-    problem = runtime_problem()
-    if problem:
-        pytest.skip(f"cannot build the image here: {problem}")
+def build_image() -> str:
     build = docker("build", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", TAG, str(ROOT),
                    timeout=1200, check=False)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return TAG
 
 
-@pytest.mark.timeout(1500)
-def test_image_serves_with_the_embedded_database(image: str):
+def check_image_serves_with_the_embedded_database(image: str) -> None:
     name = f"dl-deploy-test-{uuid.uuid4().hex[:8]}"
     # Same HEALTHCHECK command as the image, checked more often so the test need not wait 15 s.
     docker("run", "-d", "--name", name, "--health-interval=2s", "--health-start-period=60s",
@@ -116,3 +115,21 @@ def test_image_serves_with_the_embedded_database(image: str):
         assert state["ExitCode"] == 0, docker("logs", "--tail", "30", name).stderr
     finally:
         docker("rm", "-f", "-v", name, check=False)
+
+
+def main() -> int:
+    problem = runtime_problem()
+    if problem:
+        print(f"docker_check: cannot run here: {problem}", file=sys.stderr)
+        return 2
+    try:
+        check_image_serves_with_the_embedded_database(build_image())
+    except AssertionError as exc:
+        print(f"docker_check: FAILED: {exc}", file=sys.stderr)
+        return 1
+    print("docker_check: the image builds, serves, turns healthy, runs as non-root, runs a job and stops with 0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
