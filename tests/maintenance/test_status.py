@@ -26,6 +26,7 @@ async def test_status_and_metrics_show_each_service(dsn, pool, db):
     try:
         await wait_until(lambda: manager.is_leader and duty.running, timeout=5)
         await wait_until(lambda: crashing.runs >= 1 and crashing.last_error is not None, timeout=5)
+        await wait_until(lambda: manager.reaper is not None and manager.reaper.last_tick_at is not None, timeout=5)
         app = create_app(settings, manager=manager)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             body = (await client.get("/status")).json()

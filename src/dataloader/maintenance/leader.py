@@ -40,6 +40,9 @@ log = logging.getLogger("dataloader.maintenance.leader")
 LEADER_LOCK_CLASS = 0x444C4D54
 LEADER_LOCK_ID = 1
 
+# After losing leadership, this many retry periods pass before the node campaigns again.
+STEP_DOWN_PAUSE_PERIODS = 3
+
 # application_name of the elector's session, so operators (and the fail-over test) can see in
 # pg_stat_activity which node holds the lock in pg_locks.
 APPLICATION_NAME_PREFIX = "dataloader-leader "
@@ -115,12 +118,17 @@ class LeaderElector(Service):
                     log.warning("leader election: connection lost: %s", exc or type(exc).__name__,
                                 extra={"node": self.node_name, "leader": self.is_leader})
                 finally:
+                    was_leader = self.is_leader
                     await self._step_down("connection lost" if not self.stopping.is_set() else "stopping")
                     self.backend_pid = None
                     if not conn.is_closed():
                         conn.terminate()  # the server ends the session, which releases the lock
                 if not self.stopping.is_set():
-                    await self._pause(self._period())
+                    # A node whose leader connection just failed is the least likely to keep the
+                    # next one: it sits out longer than any follower's period (retry × 1.1), so a
+                    # healthy follower takes over instead of the old leader winning the lock back.
+                    await self._pause(self.settings.retry_sec * STEP_DOWN_PAUSE_PERIODS if was_leader
+                                      else self._period())
         finally:
             await self._step_down("elector stopped")
 
@@ -140,10 +148,18 @@ class LeaderElector(Service):
             if conn.get_server_version().major >= 14:
                 timeout_ms = math.ceil(self.settings.session_timeout_sec * 1000)
                 await self._fetchval(conn, "maintenance/leader_session_timeout", f"{timeout_ms}ms")
-            self.backend_pid = conn.get_server_pid()
+        except Exception as exc:
+            conn.terminate()
+            if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
+                raise
+            self.record_error(exc)
+            log.warning("leader election: new connection failed: %s", exc or type(exc).__name__,
+                        extra={"node": self.node_name})
+            return None
         except BaseException:
             conn.terminate()
             raise
+        self.backend_pid = conn.get_server_pid()
         return conn
 
     async def _campaign(self, conn: asyncpg.Connection) -> None:
