@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from pydantic import AliasChoices
 from typer.testing import CliRunner
 
 from dataloader.api import create_app
@@ -37,6 +38,8 @@ def settings_env_names() -> dict[str, str]:
     names = {}
     for field_name, field in Settings.model_fields.items():
         alias = field.validation_alias
+        if isinstance(alias, AliasChoices):  # code names and the environment's (the upper-case one)
+            alias = next((c for c in alias.choices if isinstance(c, str) and c.isupper()), None)
         env = alias if isinstance(alias, str) else f"{prefix}{field_name}".upper()
         names[env] = field_name
     return names
