@@ -24,6 +24,7 @@ from dataloader.exceptions import (
 )
 from dataloader.job import Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest
+from dataloader.sync import SyncApp
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 
@@ -52,6 +53,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaNotReady",
     "Settings",
+    "SyncApp",
     "UnknownTask",
     "pipeline",
 ]
