@@ -157,3 +157,47 @@ async def huge_backoff(ctx: JobContext) -> None:
 @pipeline("test.nan_backoff", backoff=lambda attempt: float("nan"))
 async def nan_backoff(ctx: JobContext) -> None:
     raise RuntimeError("fails; its backoff returns NaN")
+
+
+# -- for dataloader.testing (tests/public_api/test_testing_helpers.py) ------------------------------
+
+
+@pipeline("test.inline_chunks")
+async def inline_chunks(ctx: JobContext):
+    """An async generator: one progress report and one log line per chunk; logs how it ended."""
+    done = 0
+    try:
+        for i in range(int(ctx.args.get("chunks", 3))):
+            await ctx.progress({"chunk": i + 1})
+            ctx.log.info("chunk %d done", i + 1)
+            done += 1
+            yield
+    finally:
+        ctx.log.info("closed after %d chunks", done)
+
+
+@pipeline("test.inline_sync_steps")
+def inline_sync_steps(ctx: JobContext) -> None:
+    """A plain function: reports each step, and returns as soon as it sees a stop request."""
+    for i in range(int(ctx.args.get("steps", 5))):
+        if ctx.stop_requested:
+            ctx.log.info("stopping before step %d", i + 1)
+            return
+        ctx.progress_sync({"step": i + 1})
+
+
+@pipeline("test.inline_async_steps")
+async def inline_async_steps(ctx: JobContext) -> None:
+    """A plain coroutine that never looks at the stop flag: reports each step, then awaits."""
+    for i in range(int(ctx.args.get("steps", 5))):
+        await ctx.progress({"step": i + 1})
+        await asyncio.sleep(0)
+
+
+@pipeline("test.enqueue_child")
+async def enqueue_child(ctx: JobContext) -> None:
+    """Enqueues a `dl.noop` job on its own queue (a job created while a drain runs)."""
+    from dataloader import App, Settings
+
+    async with App(Settings(db_dsn=ctx.args["dsn"], workers=[])) as app:
+        await app.enqueue("dl.noop", {"parent": str(ctx.job_id)}, queue=ctx.queue)
