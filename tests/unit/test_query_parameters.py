@@ -66,25 +66,45 @@ def _query_of(node: ast.expr) -> str | None:
 
 
 def _width(node: ast.expr, assigned: dict[str, ast.expr], depth: int = 0) -> int | None:
-    """How many values a starred expression spreads, when the code says so literally."""
+    """How many values a starred expression (or a parameter sequence) spreads, when the code says
+    so literally: a tuple/list display, a name bound to one, or columns transposed with zip(*rows)."""
     if depth > 5:
         return None
     if isinstance(node, ast.Tuple | ast.List):
-        if any(isinstance(e, ast.Starred) for e in node.elts):
-            return None
-        return len(node.elts)
+        total = 0
+        for element in node.elts:
+            width = _width(element.value, assigned, depth + 1) if isinstance(element, ast.Starred) else 1
+            if width is None:
+                return None
+            total += width
+        return total
     if isinstance(node, ast.Name) and node.id in assigned:
         return _width(assigned[node.id], assigned, depth + 1)
     if isinstance(node, ast.Call) and _func_name(node.func) in {"list", "tuple", "zip"} and len(node.args) == 1:
         return _width(node.args[0], assigned, depth + 1)
     if isinstance(node, ast.Starred):
         return _width(node.value, assigned, depth + 1)
-    if isinstance(node, ast.GeneratorExp | ast.ListComp):
-        return _width(node.elt, assigned, depth + 1)
+    if isinstance(node, ast.ListComp | ast.GeneratorExp):
+        source = node.generators[0].iter
+        if (isinstance(source, ast.Call) and _func_name(source.func) == "zip" and len(source.args) == 1
+                and isinstance(source.args[0], ast.Starred)):
+            return _width(source.args[0], assigned, depth + 1)  # one item per column of the rows
+        return _width(node.elt, assigned, depth + 1)  # rows, to be transposed by zip(*...)
     return None
 
 
+def _is_sequence(node: ast.expr, assigned: dict[str, ast.expr]) -> bool:
+    """A list/tuple display (or a name bound to one): the DB-API style of passing parameters."""
+    if isinstance(node, ast.Name) and node.id in assigned:
+        node = assigned[node.id]
+    return isinstance(node, ast.Tuple | ast.List)
+
+
 def _count(args: list[ast.expr], assigned: dict[str, ast.expr]) -> int | None:
+    """Arguments a call passes after the query: asyncpg style (one per parameter, `*spread`
+    allowed), or DB-API style (one list/tuple display holding them all, as sync.py's runner takes)."""
+    if len(args) == 1 and _is_sequence(args[0], assigned):
+        return _width(args[0], assigned)
     total = 0
     for arg in args:
         if isinstance(arg, ast.Starred):
@@ -222,7 +242,7 @@ def test_the_check_catches_each_kind_of_mismatch(tmp_path: Path) -> None:
     pkg = tmp_path / "dataloader"
     pkg.mkdir()
     (pkg / "callers.py").write_text('''
-async def calls(conn, caller_connection, a, b, rows):
+async def calls(conn, caller_connection, runner, a, b, rows):
     await conn.fetch(sql("two"), a, b)
     await conn.fetch(sql("two"), a)
     await caller_connection.fetch(conn, sql("two"), a, b, b)
@@ -234,6 +254,8 @@ async def calls(conn, caller_connection, a, b, rows):
     await conn.fetch(sql("spread"), *cols, a)
     await conn.fetch(sql("spread"), *rows)
     await conn.fetch(sql("missing"))
+    runner.fetch(sql("spread"), [a, *params[:1], b])
+    runner.fetch(sql("spread"), [*[list(c) for c in zip(*((r.x, r.y) for r in rows))], a])
 
 class Probe:
     async def _fetchval(self, conn, query, *args):
@@ -251,10 +273,12 @@ class Probe:
         "callers.py:7: named.sql binds ['lock_id'], the call passes ['id']",
         "callers.py:12: spread.sql takes 3 arguments; the call's cannot be counted",
         "callers.py:13: no query file missing.sql",
-        "callers.py:20: forwarded.sql takes 1 arguments, the call passes 2",
+        "callers.py:14: spread.sql takes 3 arguments; the call's cannot be counted",
+        "callers.py:22: forwarded.sql takes 1 arguments, the call passes 2",
         "orphan.sql: no call site found",
     ]
     for line in expected:
         assert line in text, f"{line!r} not reported in:\n{text}"
-    assert "callers.py:3:" not in text and "callers.py:10:" not in text and "callers.py:11:" not in text
+    for fine in (3, 10, 11, 15):
+        assert f"callers.py:{fine}:" not in text, text
     assert len(problems) == len(expected), text
