@@ -180,7 +180,7 @@ async def _engine(dsn, db, **kwargs):
         await db.release(conn)
     manager.env.quarantine.clear()
     assert not stray, ("the engine stopped still holding lock_keys "
-                       f"{[w._held for w in manager.workers.values()]}: an attempt's lock was never released")
+                       f"{[w.held_locks for w in manager.workers.values()]}: an attempt's lock was never released")
 
 
 async def _assert_stale_attempt_fenced(db, job_id, queue, fenced_before):

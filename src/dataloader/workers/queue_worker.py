@@ -61,12 +61,6 @@ class QueueWorker:
         """lock hash -> job, for every advisory lock the control connection holds (for diagnostics)."""
         return self.control.ledger.snapshot()
 
-    @property
-    def _held(self) -> dict[int, uuid.UUID]:
-        """The name the lock ledger had before it moved to `control.py`; tests/engine/test_fencing.py
-        prints it when an engine stops still holding a lock_key. Prefer `held_locks`."""
-        return self.held_locks
-
     # -- signals from outside ----------------------------------------------------------------------
 
     async def notify(self, source: str = "notify") -> None:
@@ -264,7 +258,12 @@ class QueueWorker:
             log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
         finally:
             metrics.RUNNING_JOBS.labels(self.queue).dec()
-            self.running.pop(attempt.job.job_id, None)
+            # Only if it is still this attempt: when a fenced-off attempt's refused finish was
+            # written in the step that claimed the job again, the next attempt of the same job is
+            # registered under the same id while this one winds down. Popping it would leave the
+            # new attempt without heartbeats and its lock_key locked forever.
+            if self.running.get(attempt.job.job_id) is attempt:
+                del self.running[attempt.job.job_id]
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
             if not self.running:
                 self.heartbeats.idle()
