@@ -1,16 +1,12 @@
-"""dataloader through its library API: JobService.trigger (one job) and trigger_many (a batch,
-which is JobRepository.insert_jobs underneath). Workers are the real CLI, started by the harness."""
+"""dataloader through its public API only (`import dataloader`), as any user would drive it:
+`App.enqueue` (one job) and `App.enqueue_many` (a batch). Workers are the real CLI, started by the
+harness. (Measuring a commit older than the public App, before b8e38b8, needs that commit's own
+driver.)"""
 
 from __future__ import annotations
 
-import asyncpg
-
+import dataloader
 from bench import driver_cli
-from dataloader.services.jobs import JobRequest, JobService
-from dataloader.storage import migrate
-from dataloader.storage.db import create_pool
-from dataloader.storage.repositories import JobRepository
-from dataloader.workers.pipelines.registry import load_pipeline_modules, registry
 
 QUEUE = "bench"
 TASKS = {"noop": "dl.noop", "mark": "bench.mark"}
@@ -19,42 +15,41 @@ TASKS = {"noop": "dl.noop", "mark": "bench.mark"}
 class DataloaderDriver:
     def __init__(self) -> None:
         self.dsn = ""
-        self.pool: asyncpg.Pool | None = None
-        self.jobs: JobService | None = None
+        self.app: dataloader.App | None = None
 
     async def open(self, dsn: str) -> None:
         self.dsn = dsn
-        # The service refuses tasks it does not know, so the client registers the same modules.
-        load_pipeline_modules(["bench.drivers.dl_pipelines"])
 
     async def ready(self) -> None:
-        await self._service()
+        await self._app()
 
-    async def _service(self) -> JobService:
-        if self.jobs is None:
-            self.pool = await create_pool(self.dsn, min_size=1, max_size=2)
-            self.jobs = JobService(JobRepository(self.pool), registry, default_lease_ttl_sec=60,
-                                   max_args_bytes=256 * 1024)
-        return self.jobs
+    async def _app(self) -> dataloader.App:
+        if self.app is None:
+            # A producer: it serves no queue, so it needs no pipeline code and a small pool.
+            settings = dataloader.Settings(db_dsn=self.dsn, workers=[], db_pool_extra=2)
+            self.app = await dataloader.App(settings).open()
+        return self.app
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
+        if self.app is not None:
+            await self.app.close()
 
     async def install(self) -> None:
-        await migrate.upgrade(self.dsn)
+        app = dataloader.App(dataloader.Settings(db_dsn=self.dsn, workers=[]))
+        await app.open(migrate_schema=True)
+        await app.close()
 
     @staticmethod
-    def _request(key: int, task: str, serial: bool = False) -> JobRequest:
-        args = {"k": key} if task == "mark" else {}
-        return JobRequest(queue=QUEUE, task=TASKS[task], lock_key="serial" if serial else str(key), args=args)
+    def _args(key: int, task: str) -> dict[str, int]:
+        return {"k": key} if task == "mark" else {}
 
     async def enqueue_one(self, key: int, task: str) -> None:
-        await (await self._service()).trigger(self._request(key, task), producer="bench")
+        await (await self._app()).enqueue(TASKS[task], self._args(key, task), queue=QUEUE, lock_key=str(key))
 
     async def enqueue_many(self, keys: range, task: str, serial: bool) -> None:
-        service = await self._service()
-        await service.trigger_many([self._request(k, task, serial) for k in keys], producer="bench")
+        await (await self._app()).enqueue_many([
+            {"task": TASKS[task], "args": self._args(k, task), "queue": QUEUE,
+             "lock_key": "serial" if serial else str(k)} for k in keys])
 
     async def worker(self, concurrency: int, serial: bool) -> None:
         raise SystemExit("dataloader workers run through `python -m dataloader worker`")
