@@ -3,8 +3,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
 from tests.support.database import TestServer, create_database, drop_database, start_server
+from tests.support.engine import WorkerProcess
 from tests.support.pipelines import RUNS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +65,22 @@ def subprocess_env(dsn: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
     })
     return env
+
+
+@pytest.fixture
+def workers(subprocess_env: dict[str, str]) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start `python -m dataloader worker` child processes (`workers(queues={"q": 2}, **DL_settings)`);
+    every one still alive is killed at the end of the test."""
+    started: list[WorkerProcess] = []
+
+    def start(**kwargs: Any) -> WorkerProcess:
+        worker = WorkerProcess(subprocess_env, **kwargs).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.close()
 
 
 @pytest.fixture(scope="session")

@@ -9,21 +9,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.support.database import restart_server
-from tests.support.engine import WorkerProcess, enqueue, event_kinds, job_row
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    started: list[WorkerProcess] = []
-
-    def start(**kwargs) -> WorkerProcess:
-        w = WorkerProcess(subprocess_env, **kwargs).start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.close()
+from tests.support.engine import enqueue, event_kinds, job_row
 
 
 async def _status(db, job_id):

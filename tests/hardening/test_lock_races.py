@@ -7,24 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.conftest import wait_until
-from tests.support.engine import WorkerProcess
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    started: list[WorkerProcess] = []
-
-    def start(**kwargs) -> WorkerProcess:
-        w = WorkerProcess(subprocess_env, **kwargs).start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.close()
 
 
 async def test_three_nodes_on_hot_keys_pick_every_job_exactly_once(db, workers):
