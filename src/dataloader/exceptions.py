@@ -74,6 +74,22 @@ class JobNotRetryable(DataloaderError):
     code = "job_not_retryable"
 
 
+# -- requests about schedules --------------------------------------------------------------------
+
+class InvalidScheduleRequest(DataloaderError):
+    """A schedule that cannot be: a bad cron expression or time zone, an impossible date, bad args."""
+
+    code = "invalid_request"
+
+
+class ScheduleNotFound(DataloaderError):
+    code = "schedule_not_found"
+
+
+class ScheduleExists(DataloaderError):
+    code = "schedule_exists"
+
+
 # -- raised by pipelines to steer their job --------------------------------------------------------
 
 class FatalError(Exception):

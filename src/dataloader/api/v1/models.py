@@ -27,6 +27,8 @@ class ErrorCode(StrEnum):
     idempotency_conflict = "idempotency_conflict"
     job_already_finished = "job_already_finished"
     job_not_retryable = "job_not_retryable"
+    schedule_not_found = "schedule_not_found"
+    schedule_exists = "schedule_exists"
     schema_not_ready = "schema_not_ready"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
@@ -48,6 +50,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.idempotency_conflict: 409,
     ErrorCode.job_already_finished: 409,
     ErrorCode.job_not_retryable: 409,
+    ErrorCode.schedule_not_found: 404,
+    ErrorCode.schedule_exists: 409,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,
