@@ -23,6 +23,7 @@ from dataloader.exceptions import (
     UnknownTask,
 )
 from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.schedules import MissedPolicy, Schedule, ScheduleRun, ScheduleSpec, schedule
 from dataloader.services.jobs import JobRequest
 from dataloader.sync import SyncApp
 from dataloader.workers.pipelines.context import JobContext
@@ -48,13 +49,18 @@ __all__ = [
     "JobRequest",
     "JobStatus",
     "JobStopped",
+    "MissedPolicy",
     "PipelineRegistry",
     "Queue",
+    "Schedule",
+    "ScheduleRun",
+    "ScheduleSpec",
     "SchemaMismatch",
     "SchemaNotReady",
     "Settings",
     "SyncApp",
     "UnknownTask",
     "pipeline",
+    "schedule",
 ]
 __version__ = "0.1.0"

@@ -30,15 +30,18 @@ from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
 from dataloader.job import Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
+from dataloader.services.schedules import ScheduleService
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
 from dataloader.storage.repositories import JobRepository
+from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules, registry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+    from dataloader.maintenance.service import Service
     from dataloader.workers.manager import WorkerManager
 
 log = logging.getLogger("dataloader")
@@ -270,7 +273,8 @@ class App:
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
-        manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper)
+        manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper,
+                                services=self._schedule_services(settings))
         await manager.start()
         self._managers.append(manager)
         try:
@@ -285,6 +289,35 @@ class App:
         """Run workers until `stop` is set (forever without one; cancel the task to end it)."""
         async with self.running(queues, reaper=reaper):
             await (stop.wait() if stop is not None else asyncio.Event().wait())
+
+    # -- periodic schedules (issue 10; docs/patterns.md "Periodic schedules") ----------------------
+
+    @property
+    def schedules(self) -> ScheduleService:
+        """Create, read, list, pause, resume, delete schedules and read their history:
+        `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
+        service = self.__dict__.get("_schedule_service")
+        if service is None or service.repo.pool is not self.pool:
+            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool))
+        return service
+
+    def _schedule_services(self, settings: Settings) -> list[Service]:
+        """The scheduler of `running()` (every node; the database makes each tick enqueue once)."""
+        from dataloader.schedules.scheduler import Scheduler
+
+        def task_of(func: Any) -> str | None:
+            names = [n for n in self.registry.names() if (p := self.registry.get(n)) is not None and p.func is func]
+            return names[0] if len(names) == 1 else None
+
+        def pipeline_max_attempts(task: str) -> int | None:
+            pipeline = self.registry.get(task)
+            return pipeline.max_attempts if pipeline is not None else None
+
+        return [Scheduler(ScheduleRepository(self.pool), dsn=self.dsn,
+                          default_lease_ttl_sec=settings.default_lease_ttl_sec, task_of=task_of,
+                          pipeline_max_attempts=pipeline_max_attempts)]
+
+    # -- end of periodic schedules -----------------------------------------------------------------
 
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
