@@ -6,6 +6,7 @@ restarted: the missed ticks follow the policy (run_once: one job covering the ga
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 from datetime import timedelta
 
@@ -48,7 +49,7 @@ async def test_replicas_enqueue_exactly_one_job_per_tick_and_follow_run_once_aft
     ticks = [r["tick_at"] for r in before]
     # one job per tick, keyed by it, and no tick missing between the first and the last
     assert len(ticks) == len(set(ticks)) >= 27
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(ticks, ticks[1:], strict=False)), ticks
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks)), ticks
     assert all(r["idempotency_key"] == f"schedule:{NAME}:{r['tick_at'].isoformat().replace('+00:00', 'Z')}"
                for r in before)
     jobs = await sdb.fetchval("SELECT count(*) FROM dl_jobs WHERE idempotency_key LIKE $1", f"schedule:{NAME}:%")
@@ -72,7 +73,7 @@ async def test_replicas_enqueue_exactly_one_job_per_tick_and_follow_run_once_aft
     gap = int((first["tick_at"] - last).total_seconds())
     assert gap >= 5 and first["skipped_before"] == gap - 1  # run_once: one job for the missed ticks
     assert all(b["tick_at"] - a["tick_at"] == timedelta(seconds=1) and b["skipped_before"] == 0
-               for a, b in zip(after, after[1:], strict=False))
+               for a, b in itertools.pairwise(after))
     print(f"outage: {gap - 1} ticks missed, one job at {first['tick_at']:%H:%M:%S}")
 
 

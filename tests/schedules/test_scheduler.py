@@ -133,7 +133,7 @@ async def test_the_decorator_declares_a_schedule_for_its_pipeline(sdb):
         return None
 
     pipelines.register("test.sched.nightly", nightly)
-    specs, problems = declared_schedules(
+    specs, _problems = declared_schedules(
         lambda f: next((n for n in pipelines.names() if pipelines.get(n).func is f), None))
     [spec] = [s for s in specs if s.name == "test.sched.nightly"]
     assert (spec.task, spec.every_sec, spec.args, spec.missed.value) == ("test.sched.nightly", 300, {"a": 1},
