@@ -118,7 +118,7 @@ async def test_enqueue_in_the_callers_asyncpg_transaction(app, db, dsn, outcome)
     assert await db.fetchval("SELECT count(*) FROM test_orders") == expected[0]
     if outcome == "commit":
         async with app.running():
-            await wait_until(lambda: _status_is(app, job.id, JobStatus.succeeded), timeout=15)
+            await wait_until(lambda: _status_is(app, job.id, JobStatus.succeeded), timeout=60)
 
 
 async def _status_is(app: App, job_id: uuid.UUID, status: JobStatus) -> bool:
@@ -186,10 +186,10 @@ async def test_unknown_task_is_accepted_unless_this_process_serves_its_queue(app
 async def test_retry_gives_a_failed_job_a_fresh_budget_and_keeps_the_attempt_counting(app, db):
     job = await app.enqueue("dl.fail", {"fatal": True}, queue="app-q", max_attempts=1)
     async with app.running():
-        await wait_until(lambda: _status_is(app, job.id, JobStatus.failed), timeout=15)
+        await wait_until(lambda: _status_is(app, job.id, JobStatus.failed), timeout=60)
         retried = await app.retry(job.id)
         assert (retried.status, retried.attempt) == (JobStatus.queued, 1)
-        await wait_until(lambda: _attempted_twice(app, job.id), timeout=15)
+        await wait_until(lambda: _attempted_twice(app, job.id), timeout=60)
     final = await app.get(job.id)
     assert (final.status, final.attempt) == (JobStatus.failed, 2), "attempt keeps counting (it fences writes)"
     kinds = [(e.kind, (e.payload or {}).get("reason")) for e in await app.events(job.id)]
@@ -206,9 +206,9 @@ async def _attempted_twice(app: App, job_id: uuid.UUID) -> bool:
 async def test_retry_of_a_job_with_attempts_left_uses_its_whole_budget_again(app):
     job = await app.enqueue("test.flaky", {"succeed_on": 99}, queue="app-q")  # pipeline max_attempts=3
     async with app.running():
-        await wait_until(lambda: _status_is(app, job.id, JobStatus.failed), timeout=20)
+        await wait_until(lambda: _status_is(app, job.id, JobStatus.failed), timeout=60)
         await app.retry(job.id)
-        await wait_until(lambda: _attempt_is(app, job.id, 6), timeout=20)
+        await wait_until(lambda: _attempt_is(app, job.id, 6), timeout=60)
     final = await app.get(job.id)
     assert (final.status, final.attempt) == (JobStatus.failed, 6), "three more attempts after the retry"
 
@@ -239,7 +239,7 @@ async def test_work_runs_until_stop_is_set(app):
     job = await app.enqueue("dl.noop", queue="app-q")
     stop = asyncio.Event()
     worker = asyncio.create_task(app.work(stop))
-    await wait_until(lambda: _status_is(app, job.id, JobStatus.succeeded), timeout=15)
+    await wait_until(lambda: _status_is(app, job.id, JobStatus.succeeded), timeout=60)
     stop.set()
     await asyncio.wait_for(worker, 15)
     assert app.served_queues() == frozenset()
