@@ -30,6 +30,7 @@ from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
 from dataloader.job import Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
+from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
@@ -41,6 +42,7 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipelin
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+    from dataloader.maintenance.pruner import PruneReport
     from dataloader.maintenance.service import Service
     from dataloader.workers.manager import WorkerManager
 
@@ -274,7 +276,7 @@ class App:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
         manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper,
-                                services=self._schedule_services(settings))
+                                services=self._maintenance_services(settings))
         await manager.start()
         self._managers.append(manager)
         try:
@@ -289,6 +291,83 @@ class App:
         """Run workers until `stop` is set (forever without one; cancel the task to end it)."""
         async with self.running(queues, reaper=reaper):
             await (stop.wait() if stop is not None else asyncio.Event().wait())
+
+    # -- retention and stats (issue 10; docs/patterns.md "Retention" and "Stats") ----------------
+
+    def _maintenance_services(self, settings: Settings) -> list[Service]:
+        """The leader-only duties of `running()`: the pruner and the stats rollup, unless disabled."""
+        from dataloader.maintenance.pruner import Pruner
+        from dataloader.maintenance.stats import StatsRollup
+
+        services: list[Service] = self._schedule_services(settings)
+        if settings.retention_enabled:
+            services.append(Pruner.from_settings(self.pool, settings))
+        if settings.stats_enabled:
+            services.append(StatsRollup.from_settings(self.pool, settings))
+        return services
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The retention ages of the settings (DL_RETENTION_*, per queue DL_RETENTION_QUEUES_JSON)."""
+        return RetentionPolicy.from_settings(self.settings)
+
+    async def prune(self, *, older_than: float | timedelta | str | None = None,
+                    statuses: Sequence[JobStatus | str] | None = None, queues: Sequence[str] | None = None,
+                    dry_run: bool = False, batch_size: int | None = None) -> PruneReport:
+        """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
+        Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
+        age for `statuses` (default: every finished status). `dry_run` only counts."""
+        from dataloader.maintenance.pruner import prune
+
+        if older_than is not None:
+            seconds = (older_than.total_seconds() if isinstance(older_than, timedelta)
+                       else Settings.duration_seconds(older_than))
+            if seconds < 0:
+                raise ValueError("older_than must not be negative")
+            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUSES)
+            bad = sorted(set(chosen) - set(FINISHED_STATUSES))
+            if bad:
+                raise ValueError(f"only finished jobs can be pruned, not {bad}")
+            policy = RetentionPolicy.uniform(seconds, chosen)
+        else:
+            policy = self.retention_policy()
+            if statuses:
+                keep = {str(JobStatus(s).value) for s in statuses}
+                policy = RetentionPolicy({k: v for k, v in policy.ages.items() if k in keep},
+                                         {q: {k: v for k, v in a.items() if k in keep}
+                                          for q, a in policy.queues.items()})
+        return await prune(self.pool, policy, batch_size=batch_size or self.settings.retention_batch_size,
+                           dry_run=dry_run, queues=queues)
+
+    async def rollup_stats(self) -> int:
+        """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
+        DL_STATS_PERIOD_SEC); returns how many jobs were counted."""
+        from dataloader.maintenance.stats import rollup
+
+        return await rollup(self.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
+
+    async def stats(self, *, queue: str | None = None, start: datetime | None = None,
+                    end: datetime | None = None, hours: float = 24) -> dict[str, Any]:
+        """Per queue and hour: finished counts by status, run and wait time (count, mean, p95,
+        max), and the oldest waiting job. Hours from `start` (default: `end - hours`) to `end`
+        (default: now), read from the rollup."""
+        from dataloader.maintenance.stats import read_stats
+
+        end = end or datetime.now(UTC)
+        start = start or end - timedelta(hours=hours)
+        if start > end:
+            raise ValueError("start must not be after end")
+        return await read_stats(self.pool, queue=queue, start=start, end=end)
+
+    async def stats_errors(self, *, queue: str | None = None, since: datetime | None = None,
+                           limit: int = 20) -> dict[str, Any]:
+        """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
+        hours from `since` (default: the last hour) on."""
+        from dataloader.maintenance.stats import read_errors
+
+        since = since or datetime.now(UTC) - timedelta(hours=1)
+        return await read_errors(self.pool, queue=queue, since=since, limit=limit)
+
+    # -- end of retention and stats ----------------------------------------------------------------
 
     # -- periodic schedules (issue 10; docs/patterns.md "Periodic schedules") ----------------------
 
@@ -318,7 +397,6 @@ class App:
                           pipeline_max_attempts=pipeline_max_attempts)]
 
     # -- end of periodic schedules -----------------------------------------------------------------
-
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -111,6 +111,76 @@ class Settings(BaseSettings):
     service_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
     service_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
 
+    # --- Retention and stats (issue 10; docs/patterns.md "Retention" and "Stats") ----------------
+    # The pruner (leader only) deletes finished jobs, with their journal rows, older than an age
+    # per status; ages are seconds or a duration ("90m", "12h", "7d"), between 1 hour and 10 years.
+    retention_enabled: bool = True
+    retention_period_sec: float = Field(default=60, gt=0, le=24 * 3600)
+    retention_batch_size: int = Field(default=1000, ge=1, le=100_000)
+    retention_succeeded: float = Field(default=7 * 86400, ge=3600, le=3650 * 86400)
+    retention_canceled: float = Field(default=7 * 86400, ge=3600, le=3650 * 86400)
+    retention_failed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
+    retention_lost: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
+    # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
+    retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
+    # The stats rollup (leader only): hourly buckets of the jobs finished more than `lag` ago,
+    # kept `keep` (a duration, 1 day to 10 years).
+    stats_enabled: bool = True
+    stats_period_sec: float = Field(default=60, gt=0, le=3600)
+    stats_lag_sec: float = Field(default=60, ge=0, le=1800)
+    stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
+
+    @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
+                     "stats_keep", mode="before")
+    @classmethod
+    def _parse_duration(cls, value: Any) -> Any:
+        return Settings.duration_seconds(value) if isinstance(value, str) else value
+
+    @field_validator("retention_queues_json", mode="before")
+    @classmethod
+    def _parse_retention_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value or "{}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(value, dict):
+            raise ValueError('must be a JSON object like {"load": {"succeeded": "1d"}}')
+        parsed: dict[str, dict[str, float]] = {}
+        for queue, ages in value.items():
+            if not isinstance(ages, dict) or not ages:
+                raise ValueError(f"queue {queue!r}: must be an object of status: age, e.g. {{\"succeeded\": \"1d\"}}")
+            parsed[queue] = {}
+            for status, age in ages.items():
+                if status not in ("succeeded", "canceled", "failed", "lost"):
+                    raise ValueError(f"queue {queue!r}: unknown status {status!r} "
+                                     "(allowed: succeeded, canceled, failed, lost)")
+                seconds = Settings.duration_seconds(age)
+                if not 3600 <= seconds <= 3650 * 86400:
+                    raise ValueError(f"queue {queue!r}: {status} age must be between 1h and 3650d")
+                parsed[queue][status] = seconds
+        return parsed
+
+    @staticmethod
+    def duration_seconds(value: Any) -> float:
+        """Seconds from a number or a duration text: "90s", "30m", "12h", "7d", "2w"."""
+        if isinstance(value, bool):
+            raise ValueError(f"not a duration: {value!r}")
+        if isinstance(value, int | float):
+            seconds = float(value)
+        elif isinstance(value, str):
+            text = value.strip().lower()
+            units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+            try:
+                seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+            except ValueError:
+                raise ValueError(f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 7d)") from None
+        else:
+            raise ValueError(f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 7d)")
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            raise ValueError(f"not a duration: {value!r}")
+        return seconds
+
 
 def parse_workers_json(raw: str) -> list[Queue]:
     """Parse WORKERS_JSON, raising ConfigError with a one-line explanation."""

@@ -78,3 +78,31 @@ SERVICE_TICK_SECONDS = Histogram(
 LEADER = Gauge(
     "dl_leader", "1 while this node holds the maintenance leader lock, else 0 (absent: no election runs)", ["node"]
 )
+
+# Retention and stats (issue 10: maintenance/pruner.py, maintenance/stats.py; docs/patterns.md).
+JOBS_PRUNED = Counter(
+    "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
+)
+PRUNE_BATCH_SECONDS = Histogram(
+    "dl_prune_batch_duration_seconds", "One prune batch statement (at most DL_RETENTION_BATCH_SIZE jobs)",
+    buckets=(*_FAST, 5.0, 10.0),
+)
+STATS_ROLLUP_SECONDS = Histogram(
+    "dl_stats_rollup_duration_seconds", "One stats rollup window (finished jobs into hourly buckets)",
+    buckets=(*_FAST, 5.0, 10.0, 30.0),
+)
+STATS_LAST_HOUR_JOBS = Gauge(
+    "dl_stats_last_hour_jobs",
+    "Jobs finished in the last complete hour, by queue and status (from the rollup; set on the leader)",
+    ["queue", "status"],
+)
+STATS_LAST_HOUR_RUN_P95 = Gauge(
+    "dl_stats_last_hour_run_p95_seconds",
+    "p95 of the last attempt's run time of jobs finished in the last complete hour (set on the leader)",
+    ["queue"],
+)
+STATS_LAST_HOUR_WAIT_P95 = Gauge(
+    "dl_stats_last_hour_wait_p95_seconds",
+    "p95 of the queue wait of jobs finished in the last complete hour (set on the leader)",
+    ["queue"],
+)

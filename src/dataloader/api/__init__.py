@@ -19,6 +19,7 @@ from dataloader.api.v1.exceptions import error_responses, install_exception_hand
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
+from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.config import Settings
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 def register_routers(app: FastAPI) -> None:
     app.include_router(v1_router)
     app.include_router(schedules_router)
+    app.include_router(stats_router)
     app.include_router(os_router.router)
     app.include_router(metric_router.router)
 

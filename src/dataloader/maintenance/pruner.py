@@ -1,0 +1,143 @@
+"""The pruner: deletes finished jobs (and, by ON DELETE CASCADE, their journal rows) older than
+their retention age, in small batches, on the leader only.
+
+Why leader only: the delete is safe anywhere (SKIP LOCKED, re-checked under the row lock), but one
+deleter is enough, and N replicas scanning the same index range in step would only contend for
+the same rows and multiply the I/O. On one node the load is one batch at a time, predictable and
+visible in one place; it runs beside the stats rollup, so it can leave alone the rows the rollup
+has not counted yet.
+
+Why small batches: each batch is one statement (`retention/prune_batch.sql`) over one index range
+of ix_dl_jobs_finished, at most `batch_size` rows (default 1000), committed on its own. Row locks
+are held for one batch only (milliseconds), and only on finished rows, which the claim (queued
+rows), heartbeats and finishes (running rows) never touch: a prune can never make a claim wait.
+The rules (ages per status and queue) are a `RetentionPolicy` (services/retention.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import asyncpg
+from pydantic import Field
+
+from dataloader import metrics
+from dataloader.clock import SYSTEM_CLOCK, Clock
+from dataloader.config import Settings
+from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
+from dataloader.maintenance.service import Scope
+from dataloader.services.retention import RetentionPolicy
+from dataloader.storage.queries import sql
+
+log = logging.getLogger("dataloader.maintenance.pruner")
+
+
+class PrunerSettings(PeriodicSettings):
+    period_sec: float = Field(default=60, gt=0, le=24 * 3600, description="DL_RETENTION_PERIOD_SEC")
+    batch_size: int = Field(default=1000, ge=1, le=100_000, description="DL_RETENTION_BATCH_SIZE")
+    # Never delete a job the stats rollup has not counted yet (when the rollup runs).
+    wait_for_stats: bool = Field(default=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PrunerSettings:
+        return cls(period_sec=settings.retention_period_sec, batch_size=settings.retention_batch_size,
+                   wait_for_stats=settings.stats_enabled)
+
+
+@dataclass
+class PruneReport:
+    """What one prune deleted (or, in a dry run, would delete): jobs per (queue, status)."""
+
+    dry_run: bool
+    jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    ages: dict[tuple[str, str], float] = field(default_factory=dict)
+    batches: int = 0
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(self.jobs.values())
+
+    def to_dict(self) -> dict[str, object]:
+        return {"dry_run": self.dry_run, "total": self.total, "batches": self.batches,
+                "seconds": round(self.seconds, 3),
+                "pruned": [{"queue": q, "status": s, "jobs": n, "older_than_sec": self.ages[(q, s)]}
+                           for (q, s), n in sorted(self.jobs.items()) if n]}
+
+
+async def finished_queues(pool: asyncpg.Pool) -> list[str]:
+    return [row["queue"] for row in await pool.fetch(sql("retention/finished_queues"))]
+
+
+async def stats_lag_floor(pool: asyncpg.Pool) -> float | None:
+    """Seconds since the stats watermark: rows finished after it are not rolled up yet."""
+    row = await pool.fetchrow(sql("stats/watermark"))
+    if row is None or row["watermark"] is None:
+        return None
+    return max((row["now"] - row["watermark"]).total_seconds(), 0.0)
+
+
+async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int = 1000,
+                dry_run: bool = False, queues: Iterable[str] | None = None,
+                min_age_sec: float | None = None, stopping: asyncio.Event | None = None) -> PruneReport:
+    """Delete (or count, with `dry_run`) the finished jobs `policy` says are too old, batch by
+    batch, queue by queue; `queues` limits it to some queues. `min_age_sec` keeps anything younger
+    whatever the policy (the stats rollup's lag). Stops between batches when `stopping` is set."""
+    report = PruneReport(dry_run=dry_run)
+    started = time.perf_counter()
+    present = await finished_queues(pool)
+    wanted = present if queues is None else [q for q in present if q in set(queues)]
+    for queue, status, age in policy.rules(wanted):
+        if stopping is not None and stopping.is_set():
+            break
+        age = max(age, min_age_sec or 0.0)
+        report.ages[(queue, status)] = age
+        if dry_run:
+            report.jobs[(queue, status)] = await pool.fetchval(sql("retention/count_prunable"), queue, status, age)
+            continue
+        deleted_here = 0
+        while True:
+            batch_started = time.perf_counter()
+            deleted = await pool.fetchval(sql("retention/prune_batch"), queue, status, age, batch_size)
+            metrics.PRUNE_BATCH_SECONDS.observe(time.perf_counter() - batch_started)
+            report.batches += 1
+            if deleted:
+                metrics.JOBS_PRUNED.labels(queue, status).inc(deleted)
+                deleted_here += deleted
+            if deleted < batch_size or (stopping is not None and stopping.is_set()):
+                break
+        report.jobs[(queue, status)] = deleted_here
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+class Pruner(PeriodicService):
+    name = "pruner"
+    scope = Scope.LEADER
+
+    settings: PrunerSettings
+
+    def __init__(self, pool: asyncpg.Pool, policy: RetentionPolicy, settings: PrunerSettings | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None) -> None:
+        super().__init__(settings or PrunerSettings(), clock=clock, rng=rng)
+        self.pool = pool
+        self.policy = policy
+
+    @classmethod
+    def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> Pruner:
+        return cls(pool, RetentionPolicy.from_settings(settings), PrunerSettings.from_settings(settings))
+
+    async def tick(self) -> PruneReport:
+        floor = await stats_lag_floor(self.pool) if self.settings.wait_for_stats else None
+        report = await prune(self.pool, self.policy, batch_size=self.settings.batch_size,
+                             min_age_sec=floor, stopping=self.stopping)
+        if report.total:
+            log.info("pruned finished jobs", extra={
+                "jobs": report.total, "batches": report.batches, "seconds": round(report.seconds, 3),
+                "by_queue_status": {f"{q}/{s}": n for (q, s), n in report.jobs.items() if n}})
+        return report

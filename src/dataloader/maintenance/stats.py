@@ -1,0 +1,148 @@
+"""The stats rollup: hourly buckets of finished work per queue and status (counts, run and wait
+time sums, histograms for the p95, failures grouped by error text), kept by a leader-only service,
+and the reads that turn them into a report.
+
+Why a rollup rather than reading dl_jobs through an index: a report over a month would otherwise
+read every job of that month (millions of rows, however well indexed), and the numbers of the
+jobs the pruner has deleted would be gone. The rollup reads each finished job once, shortly after
+it finished (`stats/rollup.sql`, one index range per queue and status), and a report reads a few
+rows per queue and hour. Why leader only: the watermark makes a second node harmless (it waits on
+the watermark's row lock and then has nothing to do), but one node doing it is the whole job.
+
+Incremental and exact: each tick rolls up the jobs with `finished_at` in [watermark, now - lag)
+and moves the watermark in the same transaction. `lag` (DL_STATS_LAG_SEC, default 60 s) covers
+the transactions still open when the tick runs: `finished_at` is the finishing transaction's
+start, so a finish that commits later than `lag` after its start (a pipeline's own
+ctx.transaction() held open for minutes) would be missed; the engine's finish batches commit in
+milliseconds. What run and wait time mean: services/stats.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+from pydantic import Field
+
+from dataloader import metrics
+from dataloader.clock import SYSTEM_CLOCK, Clock
+from dataloader.config import Settings
+from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
+from dataloader.maintenance.service import Scope
+from dataloader.services import stats as stats_rules
+from dataloader.storage.queries import sql
+
+log = logging.getLogger("dataloader.maintenance.stats")
+
+# The largest window one rollup statement covers: a backlog (first start on an old database, a
+# leader that was away) is caught up hour by hour, each hour its own transaction.
+MAX_WINDOW = timedelta(hours=1)
+
+
+class StatsSettings(PeriodicSettings):
+    period_sec: float = Field(default=60, gt=0, le=3600, description="DL_STATS_PERIOD_SEC")
+    lag_sec: float = Field(default=60, ge=0, le=1800, description="DL_STATS_LAG_SEC")
+    keep_sec: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400, description="DL_STATS_KEEP")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StatsSettings:
+        return cls(period_sec=settings.stats_period_sec, lag_sec=settings.stats_lag_sec,
+                   keep_sec=settings.stats_keep)
+
+
+def hour_floor(moment: datetime) -> datetime:
+    moment = moment.astimezone(UTC)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+async def rollup(pool: asyncpg.Pool, *, lag_sec: float, keep_sec: float, stopping: Any = None) -> int:
+    """Roll up everything finished up to now - lag; returns how many jobs were counted."""
+    state = await pool.fetchrow(sql("stats/watermark"))
+    if state["watermark"] is None:
+        await pool.execute(sql("stats/init_watermark"), hour_floor(state["now"] - timedelta(seconds=keep_sec)))
+    # Fixed for this call: now() moves on with every transaction, and chasing it would roll up
+    # ever smaller windows forever.
+    target = state["now"] - timedelta(seconds=lag_sec)
+    counted = 0
+    while stopping is None or not stopping.is_set():
+        async with pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql("stats/lock_watermark"))
+            low = row["watermark"]
+            high = min(low + MAX_WINDOW, target)
+            if high <= low:
+                break
+            started = time.perf_counter()
+            counted += await conn.fetchval(sql("stats/rollup"), low, high, list(stats_rules.BOUNDS))
+            await conn.execute(sql("stats/set_watermark"), high)
+            metrics.STATS_ROLLUP_SECONDS.observe(time.perf_counter() - started)
+    return counted
+
+
+async def read_stats(pool: asyncpg.Pool, *, queue: str | None, start: datetime, end: datetime) -> dict[str, Any]:
+    """The report of services/stats.build_report for hours in [start, end) (start floored to the hour)."""
+    start = hour_floor(start)
+    async with pool.acquire() as conn:
+        hourly = await conn.fetch(sql("stats/read_hourly"), queue, start, end)
+        hist = await conn.fetch(sql("stats/read_hist"), queue, start, end)
+        oldest = await conn.fetch(sql("stats/oldest_waiting"), queue)
+        state = await conn.fetchrow(sql("stats/watermark"))
+    return stats_rules.build_report(hourly, hist, oldest, start=start, end=end, watermark=state["watermark"])
+
+
+async def read_errors(pool: asyncpg.Pool, *, queue: str | None, since: datetime, limit: int = 20) -> dict[str, Any]:
+    """Failures grouped by error text in the hours from `since` (floored to the hour) on."""
+    since = hour_floor(since)
+    rows = await pool.fetch(sql("stats/read_errors"), queue, since, limit)
+    return stats_rules.errors_report(rows, since=since)
+
+
+class StatsRollup(PeriodicService):
+    name = "stats_rollup"
+    scope = Scope.LEADER
+
+    settings: StatsSettings
+
+    def __init__(self, pool: asyncpg.Pool, settings: StatsSettings | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None) -> None:
+        super().__init__(settings or StatsSettings(), clock=clock, rng=rng)
+        self.pool = pool
+
+    @classmethod
+    def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> StatsRollup:
+        return cls(pool, StatsSettings.from_settings(settings))
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            # Only the leader sets them: a node that stopped leading must not export stale numbers.
+            for gauge in (metrics.STATS_LAST_HOUR_JOBS, metrics.STATS_LAST_HOUR_RUN_P95,
+                          metrics.STATS_LAST_HOUR_WAIT_P95):
+                gauge.clear()
+
+    async def tick(self) -> int:
+        counted = await rollup(self.pool, lag_sec=self.settings.lag_sec, keep_sec=self.settings.keep_sec,
+                               stopping=self.stopping)
+        state = await self.pool.fetchrow(sql("stats/watermark"))
+        await self.pool.fetchval(sql("stats/prune_rollup"), hour_floor(state["now"]) - timedelta(
+            seconds=self.settings.keep_sec))
+        await self._export(hour_floor(state["now"]))
+        return counted
+
+    async def _export(self, this_hour: datetime) -> None:
+        """Gauges of the last complete hour."""
+        report = await read_stats(self.pool, queue=None, start=this_hour - timedelta(hours=1), end=this_hour)
+        for gauge in (metrics.STATS_LAST_HOUR_JOBS, metrics.STATS_LAST_HOUR_RUN_P95,
+                      metrics.STATS_LAST_HOUR_WAIT_P95):
+            gauge.clear()
+        for entry in report["queues"]:
+            for status, jobs in entry["finished"].items():
+                metrics.STATS_LAST_HOUR_JOBS.labels(entry["queue"], status).set(jobs)
+            if entry["run_sec"]["p95"] is not None:
+                metrics.STATS_LAST_HOUR_RUN_P95.labels(entry["queue"]).set(entry["run_sec"]["p95"])
+            if entry["wait_sec"]["p95"] is not None:
+                metrics.STATS_LAST_HOUR_WAIT_P95.labels(entry["queue"]).set(entry["wait_sec"]["p95"])
