@@ -7,6 +7,8 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
     ArgsTooLarge,
+    AttemptFenced,
+    Cancel,
     ConfigError,
     DatabaseUnavailable,
     DataloaderError,
@@ -17,9 +19,12 @@ from dataloader.exceptions import (
     JobAlreadyFinished,
     JobNotFound,
     JobNotRetryable,
+    JobOutcome,
     JobStopped,
+    Retry,
     SchemaMismatch,
     SchemaNotReady,
+    Snooze,
     UnknownTask,
 )
 from dataloader.job import Job, JobEvent, JobPage, JobStatus
@@ -32,6 +37,8 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 __all__ = [
     "App",
     "ArgsTooLarge",
+    "AttemptFenced",
+    "Cancel",
     "ConfigError",
     "DatabaseUnavailable",
     "DataloaderError",
@@ -45,6 +52,7 @@ __all__ = [
     "JobEvent",
     "JobNotFound",
     "JobNotRetryable",
+    "JobOutcome",
     "JobPage",
     "JobRequest",
     "JobStatus",
@@ -52,12 +60,14 @@ __all__ = [
     "MissedPolicy",
     "PipelineRegistry",
     "Queue",
+    "Retry",
     "Schedule",
     "ScheduleRun",
     "ScheduleSpec",
     "SchemaMismatch",
     "SchemaNotReady",
     "Settings",
+    "Snooze",
     "SyncApp",
     "UnknownTask",
     "pipeline",

@@ -4,6 +4,8 @@ without parsing messages."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class DataloaderError(Exception):
     code = "error"
@@ -99,3 +101,72 @@ class FatalError(Exception):
 class JobStopped(Exception):
     """Raised inside a pipeline by `JobContext.raise_if_stopped()` once the job was asked to stop
     (cancel, shutdown, or the lease was lost). The worker then ends the attempt accordingly."""
+
+
+class AttemptFenced(JobStopped):
+    """`ctx.transaction()` could not finish its job at commit: the attempt had been fenced off (the
+    reaper took the job back after a lost lease). Everything written in the block was rolled back;
+    the job runs again elsewhere. Its `args[0]` is the stop reason, `"lease_lost"`."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__("lease_lost")
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"lease_lost: {self.detail}" if self.detail else "lease_lost"
+
+
+# -- outcomes a pipeline returns (or raises) instead of succeeding -------------------------------
+#
+# They are exceptions so a pipeline can `raise` them from anywhere (a helper deep in the call
+# stack, a generator between chunks), and plain values so a function can `return` them. Seconds are
+# checked here, when the outcome is made, like a backoff's delay: a finite number, 0 to one year.
+
+MAX_OUTCOME_DELAY_SEC = 365 * 24 * 3600.0
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}")
+    if seconds != seconds:  # NaN
+        raise ValueError(f"{name} must be a number, got NaN")
+    if not 0 <= seconds <= MAX_OUTCOME_DELAY_SEC:
+        raise ValueError(f"{name} must be between 0 and {MAX_OUTCOME_DELAY_SEC:.0f} seconds (a year), got {seconds}")
+    return seconds
+
+
+class JobOutcome(Exception):  # named for what it is: an outcome, not an error
+    """Base of the outcomes a pipeline may return or raise instead of succeeding."""
+
+
+class Snooze(JobOutcome):
+    """Run the job again `seconds` from now WITHOUT using an attempt (back to `queued`, like a
+    shutdown's hand-back). Journal: `requeue` with reason `snooze`."""
+
+    def __init__(self, seconds: float | timedelta = 0) -> None:
+        self.seconds = _seconds("Snooze seconds", seconds)
+        super().__init__(f"snoozed for {self.seconds:g} s")
+
+
+class Retry(JobOutcome):
+    """Fail this attempt and run again `after` seconds (or a timedelta) from now; without `after`,
+    when the pipeline's backoff says. It uses an attempt: with none left the job fails as any error
+    would. Journal: `requeue` with reason `retry`, or `failed` when no attempt is left."""
+
+    def __init__(self, after: float | timedelta | None = None, reason: str | None = None) -> None:
+        self.after = None if after is None else _seconds("Retry after", after)
+        self.reason = reason
+        when = "after the backoff" if self.after is None else f"in {self.after:g} s"
+        super().__init__(reason or f"retry requested {when}")
+
+
+class Cancel(JobOutcome):
+    """End the job `canceled` now; `reason` becomes its error. Journal: `canceled`."""
+
+    def __init__(self, reason: str = "canceled by the pipeline") -> None:
+        self.reason = str(reason)
+        super().__init__(self.reason)

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dataloader.app import App
 from dataloader.config import Queue
-from dataloader.exceptions import FatalError, JobStopped, UnknownTask
+from dataloader.exceptions import Cancel, UnknownTask
 from dataloader.job import ACTIVE_STATUSES, FINISHED_STATUSES, Job, JobStatus
 from dataloader.logger.context_vars import bind_job
-from dataloader.workers.attempt import retry_delay
+from dataloader.workers.outcome import decide, retry_delay
 from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES
 from dataloader.workers.pipelines.context import JobContext, StopReason
 from dataloader.workers.pipelines.registry import Pipeline, PipelineRegistry, registry
@@ -62,7 +62,7 @@ __all__ = [
     "run_inline_async",
 ]
 
-Outcome = Literal["succeeded", "failed", "fatal", "stopped"]
+Outcome = Literal["succeeded", "failed", "fatal", "stopped", "canceled", "snoozed"]
 _DONE = object()
 
 
@@ -73,10 +73,15 @@ _DONE = object()
 class InlineResult:
     """What one inline attempt did.
 
-    `outcome`: `succeeded`; `failed` (any exception: `error` holds it, and `job_status` says
-    whether the engine would retry: `queued` after `retry_in_sec`, or `failed` on the last
-    attempt); `fatal` (a `FatalError`: the job fails at once); `stopped` (the pipeline stopped at a
-    requested cancel or shutdown: `stop_reason` says which, `job_status` is `canceled` or `queued`).
+    `outcome`: `succeeded` (`result`: what the job row would store, as JSON gives it back);
+    `failed` (any exception, a `Retry`, or a return value that cannot be stored: `error` holds it,
+    and `job_status` says whether the engine would retry: `queued` after `retry_in_sec`, `failed`
+    on the last attempt, or `canceled` when a cancel was pending); `fatal` (a `FatalError`: the
+    job fails at once); `stopped` (the pipeline stopped at a requested cancel or shutdown:
+    `stop_reason` says which, `job_status` is `canceled` or `queued`); `canceled` (it returned or
+    raised `Cancel`: `error` holds it); `snoozed` (it returned or raised `Snooze`: back to `queued`
+    after `retry_in_sec`, the attempt not counted). The rules are the engine's own
+    (`dataloader.workers.outcome.decide`).
     `progress`: every `ctx.progress(...)` report, in order. `chunks`: chunk boundaries passed (the
     `yield`s of a generator; 1 for a function that returned). `records`: the log records written
     through `ctx.log`.
@@ -91,6 +96,7 @@ class InlineResult:
     chunks: int
     records: list[logging.LogRecord]
     context: JobContext
+    result: Any = None
 
     @property
     def succeeded(self) -> bool:
@@ -191,12 +197,14 @@ async def run_inline_async(
     cancel: bool = False,
     pipelines: PipelineRegistry | None = None,
     log_level: int = logging.DEBUG,
+    max_result_bytes: int = 256 * 1024,
 ) -> InlineResult:
     """Run one attempt of `pipeline` (a task name, or the pipeline function) in this process with
     a fake `JobContext`; for async tests. `run_inline` is the same for sync tests.
 
     `args`, `attempt`, `max_attempts`, `lock_key`, `queue`, `partition_key`, `job_id` are what the
-    context shows (a pipeline's own `max_attempts` wins, as in the engine). Stop requests, as the
+    context shows (a pipeline's own `max_attempts` wins, as in the engine). `max_result_bytes`:
+    the largest result stored (the engine uses DL_MAX_ARGS_BYTES). Stop requests, as the
     engine would deliver them: `stop_after_chunks=n` requests a stop at the n-th chunk boundary
     (`0`: before the pipeline starts); `stop_after_progress=n` as the n-th progress report is
     stored (for plain functions that poll `ctx.stop_requested`). The stop is a shutdown, or a
@@ -237,7 +245,7 @@ async def run_inline_async(
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous_level)
-    return _conclude(entry, run, run.task, ctx, handler.records)
+    return _conclude(entry, run, run.task, ctx, handler.records, max_result_bytes)
 
 
 def run_inline(pipeline: str | Callable[..., Any], args: Mapping[str, Any] | None = None, **options: Any
@@ -256,13 +264,14 @@ def run_inline(pipeline: str | Callable[..., Any], args: Mapping[str, Any] | Non
     raise RuntimeError("run_inline was called inside a running event loop: use `await run_inline_async(...)`")
 
 
-async def _call_pipeline(entry: Pipeline, ctx: JobContext, run: _Run) -> None:
+async def _call_pipeline(entry: Pipeline, ctx: JobContext, run: _Run) -> Any:
     """As Attempt._call_pipeline, counting chunks and delivering the requested stop."""
     func = entry.func
     if entry.kind == "async":
-        await func(ctx)
+        value = await func(ctx)
         run.chunks = 1
-    elif entry.kind == "async_gen":
+        return value
+    if entry.kind == "async_gen":
         agen = func(ctx)
         try:
             async for _ in agen:
@@ -271,8 +280,9 @@ async def _call_pipeline(entry: Pipeline, ctx: JobContext, run: _Run) -> None:
         finally:
             await agen.aclose()
     elif entry.kind == "sync":
-        await asyncio.to_thread(func, ctx)
+        value = await asyncio.to_thread(func, ctx)
         run.chunks = 1
+        return value
     else:
         gen = func(ctx)
         try:
@@ -281,31 +291,47 @@ async def _call_pipeline(entry: Pipeline, ctx: JobContext, run: _Run) -> None:
                 ctx.raise_if_stopped()
         finally:
             await asyncio.to_thread(gen.close)
+    return None
 
 
 def _conclude(entry: Pipeline, run: _Run, task: asyncio.Task[Any], ctx: JobContext,
-              records: list[logging.LogRecord]) -> InlineResult:
-    """The engine's decision (Attempt._conclude) without the database."""
+              records: list[logging.LogRecord], max_result_bytes: int) -> InlineResult:
+    """The engine's decision (outcome.decide, as Attempt performs it) without the database."""
     reason = ctx.stop_reason
-    exc: BaseException | None = JobStopped(reason or "cancel") if task.cancelled() else task.exception()
-    if exc is None and reason is not None and ctx.stop_seen:
-        exc = JobStopped(reason)  # returned after seeing the stop: the stop decides
+    interrupted = task.cancelled()
+    raised = None if interrupted else task.exception()
+    decision = decide(
+        stop_reason=reason, stop_seen=ctx.stop_seen, interrupted=interrupted, raised=raised,
+        returned=task.result() if not interrupted and raised is None else None,
+        attempts_left=ctx.max_attempts - ctx.attempt,
+        backoff=lambda: retry_delay(entry, ctx.attempt, logging.getLogger("dataloader.testing")),
+        max_result_bytes=max_result_bytes,
+    )
 
     def result(outcome: Outcome, status: JobStatus, error: BaseException | None = None,
-               retry_in: float | None = None) -> InlineResult:
+               retry_in: float | None = None, value: Any = None) -> InlineResult:
         return InlineResult(outcome=outcome, job_status=status, error=error,
                             stop_reason=reason if outcome == "stopped" else None, retry_in_sec=retry_in,
-                            progress=run.progress, chunks=run.chunks, records=records, context=ctx)
+                            progress=run.progress, chunks=run.chunks, records=records, context=ctx,
+                            result=value)
 
-    if exc is None:
-        return result("succeeded", JobStatus.succeeded)
-    if isinstance(exc, JobStopped | asyncio.CancelledError) and reason is not None:
-        return result("stopped", JobStatus.canceled if reason == "cancel" else JobStatus.queued)
-    if isinstance(exc, FatalError):
-        return result("fatal", JobStatus.failed, exc)
-    if ctx.attempt < ctx.max_attempts:
-        return result("failed", JobStatus.queued, exc, retry_delay(entry, ctx.attempt))
-    return result("failed", JobStatus.failed, exc)
+    kind = decision.kind
+    if kind == "succeeded":
+        value = json.loads(decision.result_json) if decision.result_json is not None else None
+        return result("succeeded", JobStatus.succeeded, value=value)
+    if kind == "snooze":
+        return result("snoozed", JobStatus.queued, decision.exc, decision.delay_sec)
+    if kind == "canceled":
+        if decision.outcome == "error":  # failed while the cancel was pending: the cancel wins
+            return result("failed", JobStatus.canceled, decision.exc)
+        if isinstance(decision.exc, Cancel):
+            return result("canceled", JobStatus.canceled, decision.exc)
+        return result("stopped", JobStatus.canceled)
+    if kind == "release":
+        return result("stopped", JobStatus.queued)
+    if kind == "retry":
+        return result("failed", JobStatus.queued, decision.exc, decision.delay_sec)
+    return result("fatal" if decision.fatal else "failed", JobStatus.failed, decision.exc)
 
 
 # -- drain ---------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ import asyncpg
 
 from dataloader.storage.queries import sql
 
-FinishOutcome = Literal["succeeded", "canceled", "error", "release"]
+# "committed": the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
+# the statement only releases its lock_key and wakes the key's waiters.
+FinishOutcome = Literal["succeeded", "canceled", "error", "release", "committed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,12 @@ class ClaimedJob:
     wait_sec: float
     lock_hash: int
     request_id: str | None = None
+    attempts_before_retry: int = 0
+
+    @property
+    def attempts_left(self) -> int:
+        """Attempts the job's own budget allows after this one (a pipeline may override it)."""
+        return self.max_attempts - (self.attempt - self.attempts_before_retry)
 
     @property
     def locked(self) -> bool:
@@ -82,6 +90,7 @@ class FinishRequest:
     max_attempts: int | None = None
     delay_sec: float = 0.0
     reason: str | None = None
+    result_json: str | None = None  # the job's result as JSON text (checked storable); None: NULL
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +127,7 @@ class QueueConnection:
                     job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
                     partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
-                    request_id=r["request_id"],
+                    request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                 ))
             else:
                 skipped.append(SkippedCandidate(
@@ -153,7 +162,7 @@ class QueueConnection:
             [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
             [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
             [float(r.delay_sec) for r in requests], [r.reason for r in requests],
-            [r.lock_key for r in requests], [r.unlock for r in requests],
+            [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests],
         )
         return {
             r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])

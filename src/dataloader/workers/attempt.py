@@ -1,22 +1,31 @@
 """One claimed attempt of a job: run its pipeline, watch for stop requests, and hand the outcome
-to its queue worker, which writes it (fenced, batched) on the connection holding the job's lock."""
+to its queue worker, which writes it (fenced, batched) on the connection holding the job's lock.
+
+What the outcome means is decided by `outcome.decide` (pure, unit-tested without a database);
+this module only performs the decision: the finish request, the metric, the log line. It also
+runs `ctx.transaction()`, the pipeline's own transaction that finishes the job at its commit.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
+
 from dataloader import metrics
+from dataloader.exceptions import AttemptFenced
 from dataloader.logger.context_vars import bind_job
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
+from dataloader.workers.outcome import MAX_RETRY_DELAY_SEC, Decision, decide, describe, retry_delay
 from dataloader.workers.pipelines.context import JobContext, StopReason
-from dataloader.workers.pipelines.errors import FatalError, JobStopped
-from dataloader.workers.pipelines.registry import Pipeline, default_backoff
+from dataloader.workers.pipelines.errors import JobStopped
+from dataloader.workers.pipelines.registry import Pipeline
 
 if TYPE_CHECKING:
     from dataloader.workers.env import EngineEnv
@@ -27,8 +36,8 @@ _DONE = object()
 # A progress write waits at most this long (a partitioned network would otherwise hold the
 # pipeline until the driver's own timeouts); the next write will try again.
 PROGRESS_TIMEOUT_SEC = 5.0
-# The longest retry delay a backoff function may ask for (one year).
-MAX_RETRY_DELAY_SEC = 365 * 24 * 3600.0
+__all__ = ["MAX_RETRY_DELAY_SEC", "Attempt", "retry_delay"]  # the last two kept for older imports
+
 _STOP_PRIORITY: dict[str | None, int] = {None: 0, "shutdown": 1, "cancel": 2, "lease_lost": 3}
 
 Finisher = Callable[[FinishRequest], Awaitable[FinishResult]]
@@ -45,10 +54,18 @@ class Attempt:
         self.ctx: JobContext | None = None
         self.stop_reason: StopReason | None = None
         self.log = log
+        # ctx.transaction(): None (not used), "open", "committing" (its finish matched; only the
+        # COMMIT is left), or "committed" (the job ended at its commit).
+        self._transaction: str | None = None
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
     def request_stop(self, reason: StopReason) -> None:
+        if self._transaction in ("committing", "committed"):
+            # The job ends (or ended) with the pipeline's transaction: its finish matched, so the
+            # row is ours until the COMMIT, and a heartbeat that finds it no longer running saw
+            # that very commit. Interrupting the COMMIT would only leave its outcome unknown.
+            return
         if _STOP_PRIORITY[reason] <= _STOP_PRIORITY[self.stop_reason]:
             return
         self.stop_reason = reason
@@ -94,6 +111,7 @@ class Attempt:
             max_attempts=pipeline.max_attempts or job.max_attempts, lock_key=job.lock_key,
             partition_key=job.partition_key, report_progress=self._report_progress,
             log=logging.getLogger(f"dataloader.pipeline.{job.task}"), loop=asyncio.get_running_loop(),
+            open_transaction=self._open_transaction,
         )
         self.ctx.stop_reason = self.stop_reason
         metrics.JOB_WAIT_SECONDS.labels(job.queue).observe(max(0.0, job.wait_sec))
@@ -109,62 +127,77 @@ class Attempt:
 
     async def _conclude(self, pipeline: Pipeline, task: asyncio.Task[Any], elapsed: float) -> None:
         job = self.job
-        exc: BaseException | None = JobStopped(self.stop_reason) if task.cancelled() else task.exception()
-        reason = self.stop_reason
-        extra = {"duration_sec": round(elapsed, 4)}
+        interrupted = task.cancelled()
+        raised = None if interrupted else task.exception()
+        max_attempts = pipeline.max_attempts or job.max_attempts
+        decision = decide(
+            stop_reason=self.stop_reason, stop_seen=self.ctx is not None and self.ctx.stop_seen,
+            interrupted=interrupted, raised=raised,
+            returned=task.result() if not interrupted and raised is None else None,
+            attempts_left=max_attempts - (job.attempt - job.attempts_before_retry),
+            backoff=lambda: retry_delay(pipeline, job.attempt, self.log),
+            committed=self._transaction == "committed", max_result_bytes=self.env.settings.max_args_bytes,
+        )
+        await self._perform(decision, pipeline, {"duration_sec": round(elapsed, 4)})
 
-        if reason == "lease_lost":
-            # The reaper may already have handed the job to someone else: this write is refused
-            # if so (fenced) and only frees the lock; otherwise the job goes back to the queue.
-            result = await self._finish("release", reason="lease_lost", keep_lock=self._thread_still_running())
-            self._count("fenced" if result.status is None else "released")
-            self.log.warning("attempt lost its lease; result discarded", extra=extra)
-            return
-        if exc is None and reason is not None and self.ctx is not None and self.ctx.stop_seen:
-            # The pipeline returned after it saw the stop (a sync function that polled
-            # ctx.stop_requested and returned): it may have stopped early, so the stop decides,
-            # exactly as if it had raised JobStopped. One that never looked finished its work.
-            exc = JobStopped(reason)
-        if exc is None:
-            result = await self._finish("succeeded")
-            outcome = "succeeded" if result.status == "succeeded" else "fenced"
-            self._count(outcome)
-            if outcome != "succeeded":
-                self.log.warning("finish refused (fenced off); result discarded", extra=extra)
+    async def _perform(self, d: Decision, pipeline: Pipeline, extra: dict[str, Any]) -> None:
+        """Write the decision (one finish request), count it and log it. The finish statement has
+        the last word: it refuses a fenced-off attempt (status None) and cancels a job whose cancel
+        was requested meanwhile instead of retrying it."""
+        if d.kind == "committed":
+            # Finished by the pipeline's transaction, lock released right after its commit.
+            self._count("succeeded")
+            if d.exc is not None:
+                self.log.warning("pipeline raised after its transaction committed; the job stays succeeded",
+                                 extra={**extra, "error": describe(d.exc)})
             elif self.log.isEnabledFor(logging.INFO):
-                self.log.info("job succeeded", extra=extra)
+                self.log.info("job succeeded (finished by its transaction)", extra=extra)
             return
-        if isinstance(exc, JobStopped | asyncio.CancelledError) and reason is not None:
-            if reason == "cancel":
-                result = await self._finish("canceled", error="canceled by request")
-                self._count("canceled" if result.status else "fenced")
-                self.log.info("job canceled", extra=extra)
-            else:
-                result = await self._finish("release", reason="shutdown", keep_lock=self._thread_still_running())
-                self._count("released" if result.status else "fenced")
-                self.log.info("job put back to the queue for shutdown (attempt not counted)", extra=extra)
-            return
-
-        error = _describe(exc)
-        fatal = isinstance(exc, FatalError)
-        delay = 0.0 if fatal else retry_delay(pipeline, job.attempt, self.log)
-        result = await self._finish("error", error=error, fatal=fatal, max_attempts=pipeline.max_attempts,
-                                    delay_sec=delay)
-        if result.status == "queued":
-            self._count("retried")
-            self.log.warning("job failed, will retry", extra={**extra, "error": error, "retry_in_sec": delay})
-        elif result.status is None:
+        result = await self._finish(
+            d.outcome, keep_lock=d.outcome == "release" and self._thread_still_running(), error=d.error,
+            fatal=d.fatal, max_attempts=pipeline.max_attempts if d.outcome == "error" else None,
+            delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json)
+        status = result.status
+        if status is None:
             self._count("fenced")
+            if d.reason == "lease_lost":
+                self.log.warning("attempt lost its lease; result discarded", extra=extra)
+            else:
+                self.log.warning("finish refused (fenced off); result discarded", extra=extra)
+            return
+        if d.outcome == "error":
+            self._count("retried" if status == "queued" else status)
+            if status == "queued":
+                self.log.warning("job failed, will retry",
+                                 extra={**extra, "error": d.error, "retry_in_sec": d.delay_sec})
+            else:
+                self.log.error("job failed" + (" (fatal)" if d.fatal else ", no attempts left"),
+                               extra={**extra, "error": d.error}, exc_info=d.exc if not d.fatal else None)
+            return
+        if d.kind == "succeeded":
+            self._count("succeeded")
+            if self.log.isEnabledFor(logging.INFO):
+                self.log.info("job succeeded", extra=extra)
+        elif d.kind == "canceled" or status == "canceled":
+            self._count("canceled")
+            self.log.info("job canceled", extra={**extra, "error": d.error})
+        elif d.kind == "snooze":
+            self._count("snoozed")
+            self.log.info("job snoozed (attempt not counted)", extra={**extra, "retry_in_sec": d.delay_sec})
+        elif d.reason == "lease_lost":
+            self._count("released")
+            self.log.warning("attempt lost its lease; result discarded", extra=extra)
         else:
-            self._count(result.status)
-            self.log.error("job failed" + (" (fatal)" if fatal else ", no attempts left"),
-                           extra={**extra, "error": error}, exc_info=exc if not fatal else None)
+            self._count("released")
+            self.log.info("job put back to the queue for shutdown (attempt not counted)", extra=extra)
 
-    async def _call_pipeline(self, pipeline: Pipeline, ctx: JobContext) -> None:
+    async def _call_pipeline(self, pipeline: Pipeline, ctx: JobContext) -> Any:
+        """Run the pipeline; a plain function or coroutine's return value is returned (a generator's
+        is not: an async generator cannot return one, and a chunked pipeline has no last value)."""
         func = pipeline.func
         if pipeline.kind == "async":
-            await func(ctx)
-        elif pipeline.kind == "async_gen":
+            return await func(ctx)
+        if pipeline.kind == "async_gen":
             agen = func(ctx)
             try:
                 async for _ in agen:
@@ -172,7 +205,7 @@ class Attempt:
             finally:
                 await agen.aclose()
         elif pipeline.kind == "sync":
-            await asyncio.to_thread(func, ctx)
+            return await asyncio.to_thread(func, ctx)
         else:
             gen = func(ctx)
             try:
@@ -180,6 +213,7 @@ class Attempt:
                     ctx.raise_if_stopped()
             finally:
                 await asyncio.to_thread(gen.close)
+        return None
 
     def _thread_still_running(self) -> bool:
         """A sync pipeline interrupted by force: its thread runs on, so its lock must stay held
@@ -206,34 +240,51 @@ class Attempt:
         if cancel:
             self.request_stop("cancel")
 
+    @asynccontextmanager
+    async def _open_transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """ctx.transaction(): a pool connection in a transaction that, as it commits, finishes the
+        job (`finish_in_transaction.sql`, fenced on job, attempt and `running`). A fenced-off
+        attempt's finish matches no row: AttemptFenced rolls everything back. After the commit
+        the lock_key is released at once on the control connection (a session lock held there),
+        and the attempt writes no finish of its own."""
+        if self._transaction is not None:
+            raise RuntimeError("ctx.transaction() finishes the job: use it once per attempt")
+        if self.stop_reason == "lease_lost":
+            raise AttemptFenced("the attempt lost its lease before the transaction began")
+        job = self.job
+        self._transaction = "open"
+        try:
+            async with self.env.pool.acquire() as conn, conn.transaction():
+                yield conn
+                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt):
+                    raise AttemptFenced(f"job {job.job_id} attempt {job.attempt} is no longer running "
+                                        "(its lease expired and it was taken back); the transaction "
+                                        "was rolled back")
+                self._transaction = "committing"
+        except AttemptFenced:
+            self._transaction = None
+            self.log.warning("transaction refused at commit: attempt fenced off; rolled back")
+            self.request_stop("lease_lost")
+            raise
+        except BaseException:
+            # Rolled back (or, if the COMMIT itself failed, unknown: the attempt's own finish is
+            # fenced on `running`, so it cannot overwrite a commit that did land).
+            self._transaction = None
+            raise
+        self._transaction = "committed"
+        # The job's row is final; release its lock_key now (and wake the key's waiters) rather
+        # than when the pipeline returns, so the next job of the key is not held back.
+        await self._finish("committed")
+
     async def _finish(self, outcome: FinishOutcome, *, keep_lock: bool = False, error: str | None = None,
                       fatal: bool = False, max_attempts: int | None = None, delay_sec: float = 0.0,
-                      reason: str | None = None) -> FinishResult:
+                      reason: str | None = None, result_json: str | None = None) -> FinishResult:
         job = self.job
         return await self._finisher(FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
             error=error, fatal=fatal, max_attempts=max_attempts, delay_sec=delay_sec, reason=reason,
+            result_json=result_json,
         ))
 
     def _count(self, outcome: str) -> None:
         metrics.JOBS_FINISHED.labels(self.job.queue, self.job.task, outcome).inc()
-
-
-def retry_delay(pipeline: Pipeline, attempt: int, logger: logging.Logger = log) -> float:
-    """Seconds before the next attempt: the pipeline's backoff, made safe to store. A backoff that
-    raises or returns something that is not a finite number falls back to the default; the result
-    is clamped to [0, MAX_RETRY_DELAY_SEC] so no value can overflow the database's interval."""
-    try:
-        delay = float(pipeline.backoff(attempt))
-    except Exception as exc:
-        logger.error("backoff function failed; using the default", extra={"error": _describe(exc)})
-        delay = default_backoff(attempt)
-    if math.isnan(delay):
-        logger.error("backoff function returned NaN; using the default")
-        delay = default_backoff(attempt)
-    return min(max(delay, 0.0), MAX_RETRY_DELAY_SEC)
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:4000]

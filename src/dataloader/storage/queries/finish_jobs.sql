@@ -2,16 +2,22 @@
 -- Fenced per row: nothing changes for an attempt that is no longer running with its number.
 -- Each row may also release its lock_key's advisory lock on this connection (same statement).
 -- Arrays, one element per attempt:
--- $1 job_id, $2 attempt, $3 outcome ('succeeded'|'canceled'|'error'|'release'), $4 error text,
--- $5 fatal (no retry), $6 max_attempts override (NULL = the row's), $7 delay in seconds before the
--- job may run again (retry/release), $8 release reason (journal), $9 lock_key, $10 unlock.
+-- $1 job_id, $2 attempt, $3 outcome ('succeeded'|'canceled'|'error'|'release'|'committed'), $4 error
+-- text, $5 fatal (no retry), $6 max_attempts override (NULL = the row's), $7 delay in seconds before
+-- the job may run again (retry/release), $8 release reason (journal), $9 lock_key, $10 unlock,
+-- $11 result (JSON text, NULL for none; stored with a succeeded outcome). The result is sent as
+-- text and cast here: the worker checked it is storable jsonb (outcome.encode_result), so one
+-- job's result can never fail the batch; a NULL costs a null array element and no cast.
+-- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
+-- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::int[], $7::float8[],
-                $8::text[], $9::text[], $10::bool[])
-         AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock)
+                $8::text[], $9::text[], $10::bool[], $11::text[])
+         AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock,
+              result)
 ), target AS (
-    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason,
+    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result,
            COALESCE(i.max_attempts, j.max_attempts) AS max_attempts,
            CASE
                WHEN i.outcome = 'succeeded' THEN 'succeeded'
@@ -25,7 +31,7 @@ WITH input AS (
                ELSE 'failed'
            END::dl_status AS new_status
     FROM dl_jobs j JOIN input i ON i.job_id = j.job_id
-    WHERE j.status = 'running' AND j.attempt = i.attempt
+    WHERE j.status = 'running' AND j.attempt = i.attempt AND i.outcome <> 'committed'
     FOR UPDATE OF j
 ), ended AS (
     UPDATE dl_jobs j
@@ -45,6 +51,7 @@ WITH input AS (
         lease_expires_at = NULL,
         -- the pipeline's override decided: keep it, so status, listings and the reaper agree
         max_attempts = t.max_attempts,
+        result = CASE WHEN t.new_status = 'succeeded' THEN t.result::jsonb ELSE j.result END,
         finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
     FROM target t
     WHERE j.job_id = t.job_id
@@ -72,7 +79,10 @@ WITH input AS (
     SELECT pg_notify('dl_jobs', w.queue)
     FROM (
         SELECT DISTINCT q.queue
-        FROM dl_jobs q JOIN ended e ON q.lock_key = e.lock_key
+        FROM dl_jobs q
+        JOIN (SELECT job_id, lock_key FROM ended
+              UNION ALL
+              SELECT job_id, lock_key FROM input WHERE outcome = 'committed') e ON q.lock_key = e.lock_key
         WHERE q.status = 'queued' AND q.job_id <> e.job_id AND q.available_at <= now()
     ) w
 ), unlocked AS (
