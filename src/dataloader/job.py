@@ -61,6 +61,8 @@ class Job:
     consumer_group: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # What the pipeline returned when the job succeeded (any JSON; None: nothing, or not finished).
+    result: Any = None
 
     @property
     def job_id(self) -> uuid.UUID:
@@ -80,7 +82,7 @@ class Job:
             lease_expires_at=get("lease_expires_at"), heartbeat_at=get("heartbeat_at"),
             cancel_requested=bool(get("cancel_requested", False)), progress=get("progress"),
             error=get("error"), producer=get("producer"), consumer_group=get("consumer_group"),
-            started_at=get("started_at"), finished_at=get("finished_at"),
+            started_at=get("started_at"), finished_at=get("finished_at"), result=get("result"),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -201,3 +201,143 @@ async def enqueue_child(ctx: JobContext) -> None:
 
     async with App(Settings(db_dsn=ctx.args["dsn"], workers=[])) as app:
         await app.enqueue("dl.noop", {"parent": str(ctx.job_id)}, queue=ctx.queue)
+
+
+# -- outcomes and results (tests/engine/test_outcomes.py, test_transaction_crashes.py) -------------
+
+TX_DDL = """
+CREATE TABLE IF NOT EXISTS test_business (
+    id bigserial PRIMARY KEY,
+    job_id uuid NOT NULL,
+    attempt int NOT NULL,
+    pid int NOT NULL
+);
+CREATE TABLE IF NOT EXISTS test_marks (
+    id bigserial PRIMARY KEY,
+    job_id uuid NOT NULL,
+    attempt int NOT NULL,
+    point text NOT NULL
+)
+"""
+
+
+def _outcome_of(ctx: JobContext) -> object:
+    """What `test.outcome` / `test.outcome_sync` end with: args `action` (value, snooze, retry,
+    cancel, unstorable) and `how` (return or raise)."""
+    from dataloader import Cancel, Retry, Snooze
+
+    action = ctx.args.get("action", "value")
+    if action == "value":
+        return ctx.args.get("value")
+    if action == "unstorable":
+        return {"text": "a\x00b"}  # NUL: valid Python, refused by jsonb
+    outcome: Exception
+    if action == "snooze":
+        outcome = Snooze(float(ctx.args.get("seconds", 3600)))
+    elif action == "retry":
+        outcome = Retry(after=float(ctx.args.get("seconds", 3600)), reason=ctx.args.get("reason"))
+    else:
+        outcome = Cancel(ctx.args.get("reason", "not needed any more"))
+    if ctx.args.get("how", "return") == "raise":
+        raise outcome
+    return outcome
+
+
+@pipeline("test.outcome", max_attempts=2)
+async def outcome(ctx: JobContext) -> object:
+    return _outcome_of(ctx)
+
+
+@pipeline("test.outcome_sync", max_attempts=2)
+def outcome_sync(ctx: JobContext) -> object:
+    return _outcome_of(ctx)
+
+
+@pipeline("test.snooze_once")
+async def snooze_once(ctx: JobContext) -> str:
+    """Snoozes `seconds` on its first run (recorded in test_runs), returns "woke" on the next."""
+    from dataloader import Snooze
+
+    await _record_start(ctx)
+    conn = await asyncpg.connect(ctx.args["dsn"])
+    try:
+        runs = await conn.fetchval("SELECT count(*) FROM test_runs WHERE job_id = $1", ctx.job_id)
+    finally:
+        await conn.close()
+    if runs < 2:
+        raise Snooze(float(ctx.args.get("seconds", 0.2)))
+    return "woke"
+
+
+async def _mark(ctx: JobContext, point: str) -> None:
+    """Record that the pipeline reached `point`, on a connection of its own (committed at once);
+    on attempt 1 at `pause_at`, then wait to be killed."""
+    conn = await asyncpg.connect(ctx.args["dsn"])
+    try:
+        await conn.execute("INSERT INTO test_marks (job_id, attempt, point) VALUES ($1, $2, $3)",
+                           ctx.job_id, ctx.attempt, point)
+    finally:
+        await conn.close()
+    if ctx.attempt == 1 and ctx.args.get("pause_at") == point:
+        await asyncio.Event().wait()  # until the test kills this process
+
+
+@pipeline("test.tx_business")
+async def tx_business(ctx: JobContext) -> None:
+    """Writes one business row inside ctx.transaction(); marks `before`, `after_writes` (inside the
+    block, the row written but not committed) and `after_commit`."""
+    import os
+
+    await _mark(ctx, "before")
+    async with ctx.transaction() as conn:
+        await conn.execute("INSERT INTO test_business (job_id, attempt, pid) VALUES ($1, $2, $3)",
+                           ctx.job_id, ctx.attempt, os.getpid())
+        await _mark(ctx, "after_writes")
+    await _mark(ctx, "after_commit")
+
+
+# In-process only (tests/engine/test_outcomes.py): the test opens the gate of attempt 1.
+TX_GATES: dict[object, tuple[asyncio.Event, asyncio.Event]] = {}
+TX_ERRORS: list[BaseException] = []
+
+
+@pipeline("test.tx_gated")
+async def tx_gated(ctx: JobContext) -> None:
+    """Writes a business row in ctx.transaction(); on attempt 1 waits inside the block (after the
+    write) until the test opens its gate. Records what the block raised."""
+    import os
+
+    async with asyncio.timeout(30):
+        try:
+            async with ctx.transaction() as conn:
+                await conn.execute("INSERT INTO test_business (job_id, attempt, pid) VALUES ($1, $2, $3)",
+                                   ctx.job_id, ctx.attempt, os.getpid())
+                if ctx.attempt == 1 and ctx.job_id in TX_GATES:
+                    entered, gate = TX_GATES[ctx.job_id]
+                    entered.set()
+                    await gate.wait()
+        except BaseException as exc:
+            TX_ERRORS.append(exc)
+            raise
+
+
+@pipeline("test.tx_then_raise")
+async def tx_then_raise(ctx: JobContext) -> str:
+    """Commits its transaction, then raises: the job stays succeeded."""
+    import os
+
+    async with ctx.transaction() as conn:
+        await conn.execute("INSERT INTO test_business (job_id, attempt, pid) VALUES ($1, $2, $3)",
+                           ctx.job_id, ctx.attempt, os.getpid())
+    raise RuntimeError("after the commit")
+
+
+@pipeline("test.tx_then_fail_inside")
+async def tx_fail_inside(ctx: JobContext) -> None:
+    """Raises inside its transaction: rolled back, the attempt fails (and retries)."""
+    import os
+
+    async with ctx.transaction() as conn:
+        await conn.execute("INSERT INTO test_business (job_id, attempt, pid) VALUES ($1, $2, $3)",
+                           ctx.job_id, ctx.attempt, os.getpid())
+        raise RuntimeError("inside the transaction")

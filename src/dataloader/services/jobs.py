@@ -266,4 +266,5 @@ def status_view(job: Job) -> dict[str, Any]:
         "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
         "error": job.error,
         "progress": job.progress,
+        "result": job.result,
     }

@@ -5,6 +5,7 @@ connection are in `queue_connection.py`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,7 +49,20 @@ def _job(row: dict[str, Any]) -> Job:
     """A row read on any connection (a caller's may leave jsonb as text)."""
     row["args"] = json_value(row.get("args"))
     row["progress"] = json_value(row.get("progress"))
+    row["result"] = _result_value(row.get("result"))
     return Job.from_row(row)
+
+
+def _result_value(value: Any) -> Any:
+    """The result column read on a caller's connection. Unlike args and progress (objects), a result
+    may be a JSON string, so a str is ambiguous: text the driver left undecoded, or a decoded JSON
+    string. Text that parses is taken as undecoded; anything else is the decoded string itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 class JobRepository:
@@ -77,7 +91,9 @@ class JobRepository:
                                                                    job.idempotency_key, job.args_json)]
         if not existing:  # the conflicting row was deleted between the two statements
             return await self.insert_job(job, request_id, conn=conn)
-        return Inserted(_job(existing[0]), False, bool(existing[0]["same_args"]))
+        # rows read on the pool are decoded by its codecs: no guessing needed
+        job = _job(existing[0]) if conn is not None else Job.from_row(existing[0])
+        return Inserted(job, False, bool(existing[0]["same_args"]))
 
     async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None, *, conn: Any = None
                           ) -> list[uuid.UUID]:
@@ -120,6 +136,12 @@ class JobRepository:
         """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""
         row = await self.pool.fetchrow(sql("set_progress"), job_id, attempt, progress)
         return None if row is None else row["cancel_requested"]
+
+    @staticmethod
+    async def finish_in_transaction(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> bool:
+        """Mark the attempt's job succeeded in `conn`'s open transaction (the pipeline's). False:
+        the attempt was fenced off and the caller must roll the transaction back."""
+        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt) is not None
 
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))

@@ -35,7 +35,8 @@ async def test_trigger_status_cancel(client, db):
 
     status = await status_of(client, job_id)
     assert status == {"job_id": job_id, "status": "queued", "attempt": 0, "started_at": None,
-                      "finished_at": None, "heartbeat_at": None, "error": None, "progress": {}}
+                      "finished_at": None, "heartbeat_at": None, "error": None, "progress": {},
+                      "result": None}
 
     response = await client.post(f"/api/v1/jobs/{job_id}/cancel")
     assert response.status_code == 200, response.text

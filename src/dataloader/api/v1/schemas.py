@@ -90,6 +90,11 @@ class JobStatusResponse(BaseModel):
     # Any JSON: dataloader only writes objects, but dl_jobs is shared and a row written by another
     # producer may hold any jsonb; a status read must not fail on it.
     progress: Any = Field(default_factory=dict, description="What the pipeline last reported (an object)")
+    result: Any = Field(
+        default=None,
+        description="What the pipeline returned when the job succeeded (any JSON value); null while it has "
+        "not succeeded, when it returned nothing, or when it finished through ctx.transaction()",
+    )
 
 
 class JobSummary(BaseModel):
@@ -133,7 +138,8 @@ class JobEvent(BaseModel):
     event_id: int = Field(description="Increasing id; pass the last one seen as `after`")
     ts: datetime
     kind: str = Field(description="queued, picked, heartbeat, requeue, done, failed, canceled, "
-                                  "cancel_requested, lost")
+                                  "cancel_requested, lost. A requeue's payload.reason says why: retry, "
+                                  "snooze, shutdown, lease_lost, lease_expired, lock_busy, manual_retry")
     payload: Any = Field(
         description="Details; a 'queued' event carries the request_id of the HTTP call that enqueued it"
     )

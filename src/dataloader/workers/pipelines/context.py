@@ -1,4 +1,5 @@
-"""What a pipeline receives: the job, a progress reporter and the stop signal."""
+"""What a pipeline receives: the job, a progress reporter, the stop signal, and a transaction
+that finishes the job when it commits."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Literal
 
 from dataloader.workers.pipelines.errors import JobStopped
+
+if TYPE_CHECKING:
+    import asyncpg
 
 StopReason = Literal["cancel", "shutdown", "lease_lost"]
 
@@ -35,6 +40,7 @@ class JobContext:
         report_progress: Callable[[dict[str, Any]], Awaitable[None]],
         log: logging.Logger,
         loop: asyncio.AbstractEventLoop,
+        open_transaction: Callable[[], AbstractAsyncContextManager[asyncpg.Connection]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
@@ -47,6 +53,7 @@ class JobContext:
         self.log = log
         self._report_progress = report_progress
         self._loop = loop
+        self._open_transaction = open_transaction
         self.stop_reason: StopReason | None = None
         # Whether the pipeline was told of the stop (read stop_requested as true or called
         # raise_if_stopped after it was set). A pipeline that returns after seeing it may have
@@ -70,6 +77,25 @@ class JobContext:
         if not isinstance(data, dict):
             raise TypeError("progress must be a dict")
         await self._report_progress(data)
+
+    def transaction(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """A connection (from the App's pool) in a transaction whose COMMIT also finishes this job
+        as `succeeded`, journal row included: the pipeline's writes and the job's end land
+        together or not at all.
+
+            async with ctx.transaction() as conn:
+                await conn.execute("INSERT INTO invoices (order_id) VALUES ($1)", ctx.args["order"])
+
+        The finish is fenced like every other: if the attempt was taken away meanwhile (its lease
+        expired and the reaper handed the job back), the commit is refused, everything in the block
+        rolls back and `AttemptFenced` is raised (the job runs again elsewhere). An exception in the
+        block rolls back too, and the attempt ends as that exception says. Once per attempt, in
+        async pipelines; after the block the job has ended: anything the pipeline returns or
+        raises afterwards is not stored, and the lock_key is already released."""
+        if self._open_transaction is None:
+            raise RuntimeError("ctx.transaction() needs the engine's database; this context has none "
+                               "(dataloader.testing.run_inline: test such a pipeline with drain())")
+        return self._open_transaction()
 
     def progress_sync(self, data: dict[str, Any]) -> None:
         """`progress` for pipelines running in a worker thread."""
