@@ -24,7 +24,7 @@ import psutil
 from bench import measures, peers_venv, pg, report
 from bench.systems import ALL, ROOT, set_dataloader_src
 
-ORDER = ["enqueue", "processing", "latency", "handoff", "idle", "claim", "http"]
+ORDER = ["enqueue", "processing", "latency", "handoff", "idle", "claim", "http", "prune"]
 ALIASES = {"memory": "processing"}  # measure 8 is sampled during measure 2
 # Caps on --runs that keep a full `all` well under an hour: claim and idle aggregate many samples
 # in one run (200 claims; a 30 s window); processing drains 100k jobs per system and worker count,

@@ -48,12 +48,15 @@ class Scale:
     idle_settle: float = 12.0  # > PostgreSQL's 10 s flush interval of an idle backend's stats
     http_requests: int = 5_000
     http_clients: int = 16
+    prune_rows: int = 1_000_000  # old finished jobs (one journal row each) the pruner deletes
+    prune_drain: int = 100_000  # jobs drained with and without the pruner running
+    prune_batch: int = 1_000
     timeout: float = 300.0  # per run of a measure for one system
 
 
 QUICK = Scale(enqueue_single=2_000, enqueue_batch=10_000, processing=2_000, latency_jobs=100,
               claim_backlogs=(10_000, 100_000), claim_reps=50, handoff_jobs=50, handoff_timeout=30.0, idle_seconds=5.0,
-              idle_settle=2.0, http_requests=500, timeout=120.0)
+              idle_settle=2.0, http_requests=500, prune_rows=20_000, prune_drain=2_000, timeout=120.0)
 
 
 @dataclass
@@ -602,6 +605,112 @@ async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
     return await _repeat(ctx, [DATALOADER], runs, "http", one)
 
 
+# -- 9. retention: prune beside a drain ------------------------------------------------------------------
+
+def _finished_sql(total: int) -> str:
+    """`total` jobs that finished 40 days ago (the four finished statuses in turn), each with one
+    journal row, as a months-old table looks to the pruner."""
+    return f"""
+        WITH jobs AS (
+            INSERT INTO dl_jobs (job_id, queue, task, lock_key, status, attempt, created_at, available_at,
+                                 started_at, finished_at, producer)
+            SELECT gen_random_uuid(), 'bench', 'dl.noop', 'old' || i,
+                   (ARRAY['succeeded','canceled','failed','lost'])[1 + i % 4]::dl_status, 1,
+                   now() - interval '41 days', now() - interval '41 days', now() - interval '41 days',
+                   now() - interval '40 days' + i * interval '1 millisecond', 'bench'
+            FROM generate_series(1, {total}) AS i
+            RETURNING job_id
+        )
+        INSERT INTO dl_job_events (job_id, queue, kind) SELECT job_id, 'bench', 'picked' FROM jobs"""
+
+
+async def prune(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
+    """dataloader only. A table holding `prune_rows` jobs finished 40 days ago (one journal row
+    each) and `prune_drain` queued no-op jobs; one worker process (concurrency C, its own pruner
+    and stats rollup off) drains the queue, once alone and once while the harness runs the
+    engine's prune statement (storage/queries/retention/prune_batch.sql, `prune_batch` rows per
+    statement, each its own transaction, as the leader's pruner does) in a loop until the old
+    rows are gone. Reported: the drain's rate (active, as in processing) without and with the
+    pruner, their ratio, and the prune rate (jobs deleted per second, journal rows included)."""
+    sc = ctx.scale
+    result = MeasureResult()
+    if DATALOADER not in systems:
+        return result
+    prune_sql = (dataloader_src() / "dataloader" / "storage" / "queries" / "retention" / "prune_batch.sql")
+    if not prune_sql.exists():
+        result.errors[DATALOADER.name] = ["n/a: this revision has no pruner"]
+        return result
+    statement = prune_sql.read_text()
+
+    async def drain(system: System, dsn: str, what: str, conn: asyncpg.Connection) -> float:
+        await _driver(ctx, system, "prefill", dsn, "--n", str(sc.prune_drain), "--batch", str(sc.batch_size))
+        await conn.execute("VACUUM ANALYZE dl_jobs")
+        env = {**system.worker_env(dsn, sc.concurrency, ctx.marks_dir(system, what)),
+               "DL_RETENTION_ENABLED": "false", "DL_STATS_ENABLED": "false"}
+        worker = await procs.spawn(system.worker_argv(dsn, sc.concurrency, False), env, ctx.log(system, what))
+        deadline = procs.Deadline(sc.timeout)
+        try:
+            while await conn.fetchval("SELECT 1 FROM dl_jobs WHERE status IN ('queued', 'running') LIMIT 1"):
+                _check_alive([worker], ctx.log(system, what))
+                if deadline.passed:
+                    raise TimeoutError(f"{what}: not drained after {sc.timeout:.0f} s")
+                await asyncio.sleep(0.05)
+        finally:
+            await procs.stop(worker)
+        span = await conn.fetchrow(
+            "SELECT min(started_at) AS a, max(finished_at) AS b, count(*) AS n FROM dl_jobs "
+            "WHERE status = 'succeeded' AND finished_at > now() - interval '1 day'")
+        await conn.execute("DELETE FROM dl_jobs WHERE finished_at > now() - interval '1 day'")
+        if span["n"] != sc.prune_drain:
+            raise RuntimeError(f"{what}: {span['n']} of {sc.prune_drain} jobs succeeded")
+        return sc.prune_drain / (span["b"] - span["a"]).total_seconds()
+
+    async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
+        async with fresh_database(ctx.server, "prune") as dsn:
+            await _install(ctx, system, dsn)
+            conn = await asyncpg.connect(dsn)
+            pruner = await asyncpg.connect(dsn)
+            try:
+                await conn.execute(_finished_sql(sc.prune_rows), timeout=sc.timeout)
+                alone = await drain(system, dsn, "prune-alone", conn)
+                stop = asyncio.Event()
+                batch_ms: list[float] = []
+
+                async def prune_loop() -> tuple[int, float]:
+                    deleted, started = 0, time.perf_counter()
+                    while not stop.is_set():
+                        for status in ("succeeded", "canceled", "failed", "lost"):
+                            t = time.perf_counter()
+                            n = await pruner.fetchval(statement, "bench", status, 7 * 86400.0, sc.prune_batch)
+                            batch_ms.append((time.perf_counter() - t) * 1000)
+                            deleted += n
+                        if deleted >= sc.prune_rows:
+                            break
+                    return deleted, time.perf_counter() - started
+
+                task = asyncio.create_task(prune_loop())
+                beside = await drain(system, dsn, "prune-beside", conn)
+                stop.set()
+                deleted, seconds = await task
+                if deleted < sc.prune_rows:  # the drain ended first: finish the prune, still timed
+                    stop.clear()
+                    more, extra = await prune_loop()
+                    deleted, seconds = deleted + more, seconds + extra
+                left = await conn.fetchval("SELECT count(*) FROM dl_jobs")
+                orphans = await conn.fetchval("SELECT count(*) FROM dl_job_events")
+            finally:
+                await pruner.close()
+                await conn.close()
+        if left or orphans:
+            raise RuntimeError(f"{left} jobs and {orphans} journal rows left after the prune")
+        return ({"prune.drain_alone": alone, "prune.drain_beside": beside, "prune.drain_ratio": beside / alone,
+                 "prune.rows_per_sec": deleted / seconds,
+                 "prune.batch_p50_ms": percentile(batch_ms, 50), "prune.batch_p99_ms": percentile(batch_ms, 99)},
+                {"rows": deleted, "prune_seconds": seconds, "batch": sc.prune_batch})
+
+    return await _repeat(ctx, [DATALOADER], runs, "prune", one)
+
+
 MEASURES: dict[str, Callable[[Context, list[System], int], Awaitable[MeasureResult]]] = {
     "enqueue": enqueue,
     "processing": processing,  # also measure 8, memory
@@ -610,6 +719,7 @@ MEASURES: dict[str, Callable[[Context, list[System], int], Awaitable[MeasureResu
     "handoff": handoff,
     "idle": idle,
     "http": http,
+    "prune": prune,
 }
 
 

@@ -41,6 +41,12 @@ def _metrics() -> dict[str, Metric]:
     m["handoff.overlaps"] = Metric("serialized jobs that overlapped (must be 0)", "count", False)
     m["idle.tps"] = Metric("idle worker, DB transactions per second", "tx/s", False)
     m["http.rps"] = Metric("HTTP POST /api/v1/jobs/trigger, 16 clients", "req/s", True)
+    m["prune.drain_alone"] = Metric("drain of 100k jobs beside 1M old finished ones, no pruner", "jobs/s", True)
+    m["prune.drain_beside"] = Metric("the same drain while the pruner deletes the 1M", "jobs/s", True)
+    m["prune.drain_ratio"] = Metric("drain rate with / without the pruner", "ratio", True)
+    m["prune.rows_per_sec"] = Metric("prune rate (finished jobs + their journal rows)", "jobs/s", True)
+    m["prune.batch_p50_ms"] = Metric("one prune batch (1000 jobs), p50", "ms", False)
+    m["prune.batch_p99_ms"] = Metric("one prune batch (1000 jobs), p99", "ms", False)
     for p, what in (("p1", "1 worker"), ("p2", "2 workers")):
         m[f"memory.{p}.peak"] = Metric(f"RSS peak during drain, {what} (sum)", "MB", False)
         for q in ("10", "50", "90"):
