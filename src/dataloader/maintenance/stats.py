@@ -72,11 +72,14 @@ async def rollup(pool: asyncpg.Pool, *, lag_sec: float, keep_sec: float, stoppin
         async with pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql("stats/lock_watermark"))
             low = row["watermark"]
-            high = min(low + MAX_WINDOW, target)
-            if high <= low:
+            if low >= target:
                 break
             started = time.perf_counter()
-            counted += await conn.fetchval(sql("stats/rollup"), low, high, list(stats_rules.BOUNDS))
+            # Nothing finished in [low, next): the window may start at `next` for free.
+            following = await conn.fetchval(sql("stats/next_finished"), low, target)
+            high = target if following is None else min(max(low, following) + MAX_WINDOW, target)
+            if following is not None:
+                counted += await conn.fetchval(sql("stats/rollup"), low, high, list(stats_rules.BOUNDS))
             await conn.execute(sql("stats/set_watermark"), high)
             metrics.STATS_ROLLUP_SECONDS.observe(time.perf_counter() - started)
     return counted
