@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import ConfigError, DataloaderError
+from dataloader.heap import freeze_startup_objects
 
 if TYPE_CHECKING:
     from dataloader.app import App
@@ -152,6 +153,7 @@ async def _run_worker(settings: Settings, run_reaper: bool) -> int:
         return 1
     try:
         async with app.running(reaper=run_reaper):
+            freeze_startup_objects()
             sig = await _wait_for_signal()
             log.info("received %s, shutting down", sig)
     finally:

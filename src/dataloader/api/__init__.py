@@ -21,6 +21,7 @@ from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.config import Settings
+from dataloader.heap import freeze_startup_objects
 
 if TYPE_CHECKING:
     from dataloader.app import App
@@ -93,6 +94,7 @@ def create_app(settings: Settings, *, context: App | None = None,
         try:
             async with app.running() as workers:
                 runtime.context, runtime.manager = app, workers
+                freeze_startup_objects()
                 log.info("service ready", extra={"node": settings.node_name,
                                                  "queues": [w.queue for w in settings.workers]})
                 try:
