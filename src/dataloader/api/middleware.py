@@ -45,13 +45,14 @@ def request_id_from(headers: Headers) -> str:
     return uuid.uuid4().hex
 
 
-def _flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+def flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """Every route of an app, with included routers opened up."""
     # Recent FastAPI keeps an included router as one entry (its routes under `original_router`);
     # older versions copy the routes into the app's list. Either way, yield the routes themselves.
     for route in routes:
         inner = getattr(route, "original_router", None)
         if inner is not None:
-            yield from _flat_routes(inner.routes)
+            yield from flat_routes(inner.routes)
         else:
             yield route
 
@@ -67,7 +68,7 @@ def route_template(scope: Scope) -> str:
     if path:
         return path
     partial: str | None = None
-    for route in _flat_routes(getattr(getattr(scope.get("app"), "router", None), "routes", ())):
+    for route in flat_routes(getattr(getattr(scope.get("app"), "router", None), "routes", ())):
         match, _ = route.matches(scope)
         if match is Match.FULL:
             return getattr(route, "path", None) or "unmatched"

@@ -100,11 +100,14 @@ async def test_unknown_task_for_a_served_queue_is_refused_and_lists_registered_t
     assert await table_counts(db) == before
 
 
-async def test_unknown_task_for_a_queue_served_elsewhere_is_accepted(worker_client, client, db):
+async def test_unknown_task_for_a_queue_served_elsewhere_is_accepted(worker_client, db):
     """No worker of this process serves the queue: a replica with the pipeline will run it, so a
     producer needs no pipeline code."""
     elsewhere = await worker_client.post(TRIGGER, json=job_body(queue="other-team", task="their.task"))
     assert elsewhere.status_code == 201 and elsewhere.json()["served"] is False
+
+
+async def test_unknown_task_on_a_node_running_no_workers_is_accepted(client, db):
     api_only = await client.post(TRIGGER, json=job_body(task="their.task", lock_key="k2"))
     assert api_only.status_code == 201, "a node running no workers serves no queue"
 
