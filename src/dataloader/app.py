@@ -195,20 +195,22 @@ class App:
         delay: float | timedelta | None = None,
         max_attempts: int | None = None,
         lease_ttl_sec: int | None = None,
+        timeout_sec: int | None = None,
         conn: Any = None,
     ) -> Job:
         """Enqueue a job and return it (the existing one for a known `idempotency_key`).
 
         `lock_key` defaults to the job's own id (no serialization with other jobs). `delay`
-        (seconds or a timedelta) and `available_at` are alternatives. With `conn` (your asyncpg
-        connection, or SQLAlchemy AsyncConnection / AsyncSession), the job is inserted in your
+        (seconds or a timedelta) and `available_at` are alternatives. `timeout_sec`: each attempt's
+        run-time limit (overrides the pipeline's `timeout`; docs/patterns.md "Run-time limits").
+        With `conn` (your asyncpg connection, or SQLAlchemy AsyncConnection / AsyncSession), the job is inserted in your
         transaction: it exists if and only if your transaction commits.
         """
         job_id = uuid.uuid4()
         request = self._request(task, args, queue=queue, lock_key=lock_key or str(job_id),
                                 idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
                                 available_at=available_at, delay=delay, max_attempts=max_attempts,
-                                lease_ttl_sec=lease_ttl_sec)
+                                lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec)
         result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn,
                                          lock_key_given=lock_key is not None)
         return result.job

@@ -217,6 +217,7 @@ def jobs_trigger(
     priority: Annotated[int, typer.Option(help="Lower runs first")] = 100,
     available_at: Annotated[str | None, typer.Option(help="RFC 3339 time with timezone")] = None,
     max_attempts: Annotated[int | None, typer.Option()] = None,
+    timeout_sec: Annotated[int | None, typer.Option(help="Run-time limit of each attempt, seconds")] = None,
 ) -> None:
     """Enqueue a job; prints its id and status."""
     from dataloader.services.jobs import JobRequest, status_view
@@ -227,7 +228,7 @@ def jobs_trigger(
             queue=queue, task=task, lock_key=lock_key, args=parsed_args, idempotency_key=idempotency_key,
             partition_key=partition_key, priority=priority,
             available_at=datetime.fromisoformat(available_at) if available_at else None,
-            max_attempts=max_attempts,
+            max_attempts=max_attempts, timeout_sec=timeout_sec,
         )
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # Additions (not in 003): documented in README.
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("dataloader")) / "pgdata")
     shutdown_timeout_sec: float = Field(default=30, ge=0, le=24 * 3600)
+    # After a run-time limit: how long a generator gets to reach its next yield (and a sync
+    # pipeline to return) before it is cancelled or abandoned in its thread.
+    timeout_grace_sec: float = Field(default=5, ge=0, le=3600)
     poll_fallback_sec: float = Field(default=10, gt=0, le=3600)
     pipeline_modules: str = ""
     db_pool_extra: int = Field(default=4, ge=1)

@@ -63,6 +63,8 @@ class Job:
     finished_at: datetime | None = None
     # What the pipeline returned when the job succeeded (any JSON; None: nothing, or not finished).
     result: Any = None
+    # The job's own run-time limit in seconds (None: the pipeline's, or none).
+    timeout_sec: int | None = None
 
     @property
     def job_id(self) -> uuid.UUID:
@@ -83,6 +85,7 @@ class Job:
             cancel_requested=bool(get("cancel_requested", False)), progress=get("progress"),
             error=get("error"), producer=get("producer"), consumer_group=get("consumer_group"),
             started_at=get("started_at"), finished_at=get("finished_at"), result=get("result"),
+            timeout_sec=get("timeout_sec"),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -172,6 +172,7 @@ class SyncApp:
         delay: float | timedelta | None = None,
         max_attempts: int | None = None,
         lease_ttl_sec: int | None = None,
+        timeout_sec: int | None = None,
         conn: Any = None,
     ) -> Job:
         """`App.enqueue`. With `conn` (a psycopg 3 `Connection`, or a SQLAlchemy sync `Connection`
@@ -186,13 +187,14 @@ class SyncApp:
             return self._call(self.app.enqueue(
                 task, args, queue=queue, lock_key=lock_key, idempotency_key=idempotency_key,
                 partition_key=partition_key, priority=priority, available_at=available_at, delay=delay,
-                max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec))
+                max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec))
         runner = _CallerConnection(conn)  # refuse a foreign connection before anything else
         job_id = uuid.uuid4()
         request = self.app._request(task, args, queue=queue, lock_key=lock_key or str(job_id),
                                     idempotency_key=idempotency_key, partition_key=partition_key,
                                     priority=priority, available_at=available_at, delay=delay,
-                                    max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec)
+                                    max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec,
+                                    timeout_sec=timeout_sec)
         new_job = self._service().to_new_job(request, "python", job_id)
         return _insert_job(runner, request, new_job)
 
@@ -213,7 +215,7 @@ class SyncApp:
         cols = [list(col) for col in zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key,
                                              j.lock_key, j.partition_key, j.priority, j.available_at,
                                              j.max_attempts, j.lease_ttl_sec) for j in new_jobs), strict=True)]
-        rows = runner.fetch(sql("insert_jobs_batch"), [*cols, "python"])
+        rows = runner.fetch(sql("insert_jobs_batch"), [*cols, "python", [j.timeout_sec for j in new_jobs]])
         ids = [_as_uuid(row["job_id"]) for row in rows]
         inserted = set(ids)
         for j in new_jobs:
@@ -297,7 +299,7 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
     """repositories.insert_job + JobService.trigger, on the caller's connection."""
     params = [new_job.job_id, new_job.queue, new_job.task, new_job.args_json, new_job.idempotency_key,
               new_job.lock_key, new_job.partition_key, new_job.priority, new_job.available_at,
-              new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None]
+              new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None, new_job.timeout_sec]
     while True:
         rows = runner.fetch(sql("insert_job"), params)
         if rows:

@@ -6,6 +6,7 @@ processes without sharing memory."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import asyncpg
@@ -341,3 +342,37 @@ async def tx_fail_inside(ctx: JobContext) -> None:
         await conn.execute("INSERT INTO test_business (job_id, attempt, pid) VALUES ($1, $2, $3)",
                            ctx.job_id, ctx.attempt, os.getpid())
         raise RuntimeError("inside the transaction")
+
+
+# -- run-time limits (docs/patterns.md "Run-time limits") -------------------------------------------
+
+# Gates a sync pipeline's thread waits on, by name (in-process engines only): set by the test to
+# let the abandoned thread end.
+THREAD_GATES: dict[str, threading.Event] = {}
+
+
+@pipeline("test.timeout_async", timeout=0.5, max_attempts=2, backoff=lambda attempt: 0.1)
+async def timeout_async(ctx: JobContext) -> None:
+    await asyncio.sleep(float(ctx.args.get("seconds", 3600)))
+
+
+@pipeline("test.timeout_chunks", timeout=0.5, max_attempts=1)
+async def timeout_chunks(ctx: JobContext):
+    """Yields every 50 ms: stops at the first yield past the limit."""
+    while True:
+        await asyncio.sleep(0.05)
+        yield
+
+
+@pipeline("test.timeout_chunk_stuck", timeout=0.5, max_attempts=1)
+async def timeout_chunk_stuck(ctx: JobContext):
+    """One chunk that never ends: cancelled after the grace."""
+    yield
+    await asyncio.sleep(3600)
+    yield
+
+
+@pipeline("test.timeout_sync_gated", timeout=0.5, max_attempts=1)
+def timeout_sync_gated(ctx: JobContext) -> None:
+    """Ignores the stop; its thread ends when the test opens its gate."""
+    THREAD_GATES[ctx.args["gate"]].wait(20)

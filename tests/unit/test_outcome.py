@@ -20,7 +20,7 @@ from dataloader.exceptions import Cancel, FatalError, JobStopped, Retry, Snooze
 from dataloader.workers.outcome import MAX_RESULT_DEPTH, Decision, decide, encode_result
 
 BACKOFF = 42.0
-STOPS = [None, "shutdown", "cancel", "lease_lost"]
+STOPS = [None, "shutdown", "cancel", "lease_lost", "timeout"]
 
 # name -> (returned, raised, interrupted)
 ENDINGS: dict[str, tuple[Any, BaseException | None, bool]] = {
@@ -52,6 +52,11 @@ def expected(stop: str | None, seen: bool, ending: str, left: int) -> tuple[str,
     # 3. Stopped: by the engine (JobStopped, interrupted), or it returned after seeing the stop.
     stopped = ending in ("raise_stopped", "interrupted") or (
         seen and ending in ("return_none", "return_value", "return_bad_value"))
+    # 3b. Past the run-time limit: stopped, or an error raised as it was stopped, is a timeout
+    # (an error like any other: retried or failed by the budget, reason "timeout"). A pipeline
+    # that returned without seeing the stop finished its work; its own outcomes still decide.
+    if stop == "timeout" and (stopped or ending in ("raise_error", "return_bad_value")):
+        return ("retry", "error", BACKOFF, "timeout") if left else ("failed", "error", 0.0, "timeout")
     if stop is not None and stopped:
         return ("canceled", "canceled", 0.0, None) if stop == "cancel" else ("release", "release", 0.0, "shutdown")
     # 4. A requested cancel wins over a snooze or a retry.
@@ -129,6 +134,22 @@ def test_exact_decisions_without_a_stop(returned, raised, interrupted, decision)
     d = decide(stop_reason=None, stop_seen=False, interrupted=interrupted, returned=returned, raised=raised,
                attempts_left=1, backoff=lambda: BACKOFF)
     assert d == decision
+
+
+@pytest.mark.parametrize(("raised", "interrupted", "left", "decision"), [
+    (None, True, 1, Decision("retry", "error", delay_sec=BACKOFF, error="run time limit of 2.5 s exceeded",
+                             reason="timeout")),
+    (JobStopped("timeout"), False, 0, Decision("failed", "error", error="run time limit of 2.5 s exceeded",
+                                               reason="timeout")),
+    (ValueError("closed"), False, 0, Decision("failed", "error", reason="timeout",
+                                              error="run time limit of 2.5 s exceeded; then ValueError: closed")),
+    (FatalError("bad"), False, 1, Decision("failed", "error", error="FatalError: bad", fatal=True)),
+])
+def test_exact_timeout_decisions(raised, interrupted, left, decision):
+    d = decide(stop_reason="timeout", stop_seen=False, interrupted=interrupted, raised=raised, attempts_left=left,
+               backoff=lambda: BACKOFF, timeout_sec=2.5)
+    assert d == decision
+    assert d.journal == ("requeue" if d.kind == "retry" else "failed")
 
 
 def test_journal_rows_by_kind():

@@ -53,6 +53,10 @@ class JobRequest(StrictModel):
     available_at: AwareDatetime | None = Field(default=None, description="RFC 3339 with a timezone")
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    timeout_sec: int | None = Field(
+        default=None, ge=1, le=7 * 24 * 3600,
+        description="Run-time limit of each attempt in seconds (default: the pipeline's, or none); past it "
+                    "the attempt is stopped and the job retries or fails per its policy")
 
     @field_validator("queue", "task", "lock_key")
     @classmethod
@@ -125,6 +129,7 @@ class JobService:
             idempotency_key=req.idempotency_key, partition_key=req.partition_key, priority=req.priority,
             available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
+            timeout_sec=req.timeout_sec,
         )
 
     async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
@@ -171,6 +176,8 @@ class JobService:
             differs.append("max_attempts")
         if req.lease_ttl_sec is not None and req.lease_ttl_sec != job.lease_ttl_sec:
             differs.append("lease_ttl_sec")
+        if req.timeout_sec is not None and req.timeout_sec != job.timeout_sec:
+            differs.append("timeout_sec")
         if differs:
             raise IdempotencyConflict(
                 f"idempotency_key {req.idempotency_key!r} already names job {job.id} "

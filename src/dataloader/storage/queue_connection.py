@@ -37,6 +37,7 @@ class ClaimedJob:
     lock_hash: int
     request_id: str | None = None
     attempts_before_retry: int = 0
+    timeout_sec: int | None = None  # the job's own run-time limit (0010)
 
     @property
     def attempts_left(self) -> int:
@@ -91,6 +92,9 @@ class FinishRequest:
     delay_sec: float = 0.0
     reason: str | None = None
     result_json: str | None = None  # the job's result as JSON text (checked storable); None: NULL
+    # The lock hash, for a request whose attempt is no longer running (a timed-out sync pipeline's
+    # thread ended: only its lock is released); None: the running attempt's.
+    lock_hash: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ class QueueConnection:
                     partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
+                    timeout_sec=r["timeout_sec"],
                 ))
             else:
                 skipped.append(SkippedCandidate(

@@ -33,6 +33,7 @@ class NewJob:
     lease_ttl_sec: int = 60
     producer: str | None = None
     job_id: uuid.UUID | None = None
+    timeout_sec: int | None = None  # the job's run-time limit (None: the pipeline's, or none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ class JobRepository:
         job_id = job.job_id or uuid.uuid4()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
-                  job.producer, request_id)
+                  job.producer, request_id, job.timeout_sec)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
             if rows:
@@ -104,10 +105,11 @@ class JobRepository:
         cols = list(zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key, j.lock_key,
                            j.partition_key, j.priority, j.available_at, j.max_attempts, j.lease_ttl_sec)
                           for j in jobs), strict=True))
+        timeouts = [j.timeout_sec for j in jobs]
         if conn is not None:
-            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *cols, producer)
+            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *cols, producer, timeouts)
         else:
-            rows = await self.pool.fetch(sql("insert_jobs_batch"), *cols, producer)
+            rows = await self.pool.fetch(sql("insert_jobs_batch"), *cols, producer, timeouts)
         return [row["job_id"] for row in rows]
 
     async def get_job(self, job_id: uuid.UUID) -> Job | None:

@@ -38,7 +38,11 @@ _DONE = object()
 PROGRESS_TIMEOUT_SEC = 5.0
 __all__ = ["MAX_RETRY_DELAY_SEC", "Attempt", "retry_delay"]  # the last two kept for older imports
 
-_STOP_PRIORITY: dict[str | None, int] = {None: 0, "shutdown": 1, "cancel": 2, "lease_lost": 3}
+# A timeout outranks a shutdown (the attempt overran: it counts as a failed attempt) and yields
+# to a cancel or a lost lease.
+_STOP_PRIORITY: dict[str | None, int] = {None: 0, "shutdown": 1, "timeout": 2, "cancel": 3, "lease_lost": 4}
+# Pipelines kept alive past their limit in a thread: referenced until the thread ends.
+_ABANDONED: set[asyncio.Task[Any]] = set()
 
 Finisher = Callable[[FinishRequest], Awaitable[FinishResult]]
 
@@ -57,6 +61,10 @@ class Attempt:
         # ctx.transaction(): None (not used), "open", "committing" (its finish matched; only the
         # COMMIT is left), or "committed" (the job ended at its commit).
         self._transaction: str | None = None
+        # The run-time limit that stopped it (None: not timed out); whether a sync pipeline's
+        # thread was left running past it (its lock_key stays held until the thread ends).
+        self.timed_out: float | None = None
+        self._abandoned = False
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
@@ -74,7 +82,7 @@ class Attempt:
         self.log.info("stop requested", extra={"job_id": str(self.job.job_id), "reason": reason})
         # A plain coroutine has no chunks to stop between: interrupt it at its next await.
         # Generators stop at their next yield; shutdown lets plain coroutines run until the deadline.
-        if (reason in ("cancel", "lease_lost") and self._pipeline is not None
+        if (reason in ("cancel", "lease_lost", "timeout") and self._pipeline is not None
                 and self._pipeline.kind == "async" and self._pipeline_task is not None):
             self._pipeline_task.cancel()
 
@@ -120,14 +128,58 @@ class Attempt:
 
         started = time.perf_counter()
         self._pipeline_task = asyncio.create_task(self._call_pipeline(pipeline, self.ctx))
-        await asyncio.wait({self._pipeline_task})
+        limit = job.timeout_sec if job.timeout_sec is not None else pipeline.timeout
+        done, _ = await asyncio.wait({self._pipeline_task}, timeout=limit)
+        if not done:
+            await self._time_out(pipeline, self._pipeline_task, limit)  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
         metrics.JOB_RUN_SECONDS.labels(job.queue, job.task).observe(elapsed)
         await self._conclude(pipeline, self._pipeline_task, elapsed)
 
+    async def _time_out(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float) -> None:
+        """The attempt ran past its run-time limit: stop it. A plain coroutine is cancelled at once
+        (request_stop); a generator stops at its next yield, or is cancelled after the grace; a sync
+        function (or a sync generator that does not yield within the grace) cannot be interrupted in
+        its thread: the attempt ends without it, and its lock_key stays held on the control
+        connection until the thread ends (then `_abandoned_thread_ended` releases it)."""
+        self.request_stop("timeout")
+        if self.stop_reason != "timeout":
+            await asyncio.wait({task})  # a cancel or lost lease was already stopping it
+            return
+        self.timed_out = limit
+        metrics.JOB_TIMEOUTS.labels(self.job.queue, self.job.task).inc()
+        self.log.warning("run time limit exceeded; stopping the attempt", extra={"timeout_sec": limit})
+        done, _ = await asyncio.wait({task}, timeout=self.env.settings.timeout_grace_sec)
+        if done:
+            return
+        if pipeline.kind in ("sync", "sync_gen"):
+            self._abandoned = True
+            _ABANDONED.add(task)
+            task.add_done_callback(self._abandoned_thread_ended)
+            self.log.error("a sync pipeline ran past its run-time limit and cannot be interrupted in its "
+                           "thread; the attempt ends now, its lock_key stays held until the thread ends",
+                           extra={"timeout_sec": limit})
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+    def _abandoned_thread_ended(self, task: asyncio.Task[Any]) -> None:
+        """The thread of a timed-out sync pipeline ended: release its lock_key now (an unlock-only
+        finish, like a ctx.transaction() commit's: the job's row is not touched)."""
+        _ABANDONED.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: it was reported as a timeout already
+        job = self.job
+        release = asyncio.ensure_future(self._finisher(FinishRequest(
+            job_id=job.job_id, attempt=job.attempt, outcome="committed", lock_key=job.lock_key, unlock=True,
+            lock_hash=job.lock_hash)))
+        _ABANDONED.add(release)  # type: ignore[arg-type]
+        release.add_done_callback(_ABANDONED.discard)  # type: ignore[arg-type]
+        self.log.info("the thread of a timed-out pipeline ended; its lock_key is released")
+
     async def _conclude(self, pipeline: Pipeline, task: asyncio.Task[Any], elapsed: float) -> None:
         job = self.job
-        interrupted = task.cancelled()
+        interrupted = task.cancelled() or self._abandoned
         raised = None if interrupted else task.exception()
         max_attempts = pipeline.max_attempts or job.max_attempts
         decision = decide(
@@ -137,6 +189,7 @@ class Attempt:
             attempts_left=max_attempts - (job.attempt - job.attempts_before_retry),
             backoff=lambda: retry_delay(pipeline, job.attempt, self.log),
             committed=self._transaction == "committed", max_result_bytes=self.env.settings.max_args_bytes,
+            timeout_sec=self.timed_out,
         )
         await self._perform(decision, pipeline, {"duration_sec": round(elapsed, 4)})
 
@@ -154,7 +207,8 @@ class Attempt:
                 self.log.info("job succeeded (finished by its transaction)", extra=extra)
             return
         result = await self._finish(
-            d.outcome, keep_lock=d.outcome == "release" and self._thread_still_running(), error=d.error,
+            d.outcome, keep_lock=(d.outcome == "release" or self._abandoned) and self._thread_still_running(),
+            error=d.error,
             fatal=d.fatal, max_attempts=pipeline.max_attempts if d.outcome == "error" else None,
             delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json)
         status = result.status
@@ -167,7 +221,10 @@ class Attempt:
             return
         if d.outcome == "error":
             self._count("retried" if status == "queued" else status)
-            if status == "queued":
+            if d.reason == "timeout":
+                self.log.warning("job timed out" + (", will retry" if status == "queued" else ""),
+                                 extra={**extra, "error": d.error, "retry_in_sec": d.delay_sec})
+            elif status == "queued":
                 self.log.warning("job failed, will retry",
                                  extra={**extra, "error": d.error, "retry_in_sec": d.delay_sec})
             else:
@@ -218,7 +275,8 @@ class Attempt:
     def _thread_still_running(self) -> bool:
         """A sync pipeline interrupted by force: its thread runs on, so its lock must stay held
         (the connection closes at process exit) or another worker could start the same key."""
-        return self._forced and self._pipeline is not None and self._pipeline.kind in ("sync", "sync_gen")
+        return self._abandoned or (self._forced and self._pipeline is not None
+                                   and self._pipeline.kind in ("sync", "sync_gen"))
 
     async def _report_progress(self, data: dict[str, Any]) -> None:
         if self.stop_reason == "lease_lost":

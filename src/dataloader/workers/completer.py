@@ -96,7 +96,7 @@ class Completer:
 
     def _lock_hash_of(self, request: FinishRequest) -> int | None:
         attempt = self._running.get(request.job_id)
-        return attempt.job.lock_hash if attempt is not None else None
+        return attempt.job.lock_hash if attempt is not None else request.lock_hash
 
 
 def _with_unlock(request: FinishRequest, unlock: bool) -> FinishRequest:

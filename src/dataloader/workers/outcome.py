@@ -51,8 +51,9 @@ class Decision:
     (the pipeline's `ctx.transaction()` already finished the job: only its lock is released).
     `outcome`: the finish statement's outcome. `delay_sec`: before the job may run again. `error`:
     the job's error text. `fatal`: no retry. `reason`: the `requeue` journal row's reason of a
-    release. `result_json`: the result to store (JSON text; None stores NULL). `exc`: the
-    exception behind an error, for the log.
+    release, or of an error ended by its run-time limit (`timeout`, on the requeue or failed
+    row). `result_json`: the result to store (JSON text; None stores NULL). `exc`: the exception
+    behind an error, for the log.
     """
 
     kind: DecisionKind
@@ -85,6 +86,7 @@ def decide(
     backoff: Callable[[], float],
     committed: bool = False,
     max_result_bytes: int = 256 * 1024,
+    timeout_sec: float | None = None,
 ) -> Decision:
     """Decide how an attempt ends.
 
@@ -95,7 +97,13 @@ def decide(
     attempts the budget allows after this one (`max_attempts - (attempt - attempts_before_retry)`).
     `backoff()`: the pipeline's retry delay, called only when an error retries (see `retry_delay`).
     `committed`: its `ctx.transaction()` committed, so the job is already `succeeded`.
-    `max_result_bytes`: the largest result stored (DL_MAX_ARGS_BYTES).
+    `max_result_bytes`: the largest result stored (DL_MAX_ARGS_BYTES). `timeout_sec`: the run-time
+    limit behind a `timeout` stop (for the error text).
+
+    A `timeout` stop (the attempt ran past its limit) ends like an error with reason `timeout`
+    (retried or failed per the budget, the backoff asked), unless the pipeline returned without
+    seeing the stop (it finished its work) or returned/raised an outcome of its own; a
+    FatalError stays fatal. A cancel or a lost lease requested as well wins (stop priority).
     """
     if committed:
         # The job finished with the pipeline's own writes; whatever happened after the block
@@ -135,6 +143,9 @@ def decide(
             kind: DecisionKind = "retry" if attempts_left > 0 else "failed"
             return Decision(kind, "error", delay_sec=delay, error=describe(exc), exc=exc)
 
+    if stop_reason == "timeout" and not isinstance(exc, FatalError):
+        return _timeout(exc, timeout_sec, attempts_left, backoff)
+
     if isinstance(exc, JobStopped | asyncio.CancelledError) and stop_reason is not None:
         if stop_reason == "cancel":
             return Decision("canceled", "canceled", error="canceled by request")
@@ -145,6 +156,21 @@ def decide(
         # (it reads cancel_requested), keeping the error text.
         return Decision("canceled", "error", delay_sec=0.0, error=describe(exc), exc=exc)
     return _error(exc, attempts_left, backoff)
+
+
+def timeout_text(timeout_sec: float | None) -> str:
+    """The job's error text for an attempt stopped at its run-time limit."""
+    return "run time limit exceeded" if timeout_sec is None else f"run time limit of {timeout_sec:g} s exceeded"
+
+
+def _timeout(exc: BaseException, timeout_sec: float | None, attempts_left: int,
+             backoff: Callable[[], float]) -> Decision:
+    error = timeout_text(timeout_sec)
+    if not isinstance(exc, JobStopped | asyncio.CancelledError):
+        error = f"{error}; then {describe(exc)}"[:4000]  # what it raised as it was stopped
+    if attempts_left <= 0:
+        return Decision("failed", "error", error=error, reason="timeout", exc=exc)
+    return Decision("retry", "error", delay_sec=backoff(), error=error, reason="timeout", exc=exc)
 
 
 def _error(exc: BaseException, attempts_left: int, backoff: Callable[[], float]) -> Decision:

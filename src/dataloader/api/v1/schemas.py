@@ -120,6 +120,7 @@ class JobSummary(BaseModel):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     lease_expires_at: datetime | None
+    timeout_sec: int | None = Field(default=None, description="The job's own run-time limit (null: the pipeline's)")
 
     @classmethod
     def from_job(cls, job: Job) -> JobSummary:

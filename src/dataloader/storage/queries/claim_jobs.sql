@@ -56,7 +56,7 @@ WITH candidate AS (
     FROM locked l
     WHERE j.job_id = l.job_id
     RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
-              j.attempts_before_retry
+              j.attempts_before_retry, j.timeout_sec
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
@@ -67,6 +67,8 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        -- the attempt budget counts from the last manual retry (0006): the worker's outcome
        -- decision needs it to tell a retry from the last failure
        c.attempts_before_retry,
+       -- the job's own run-time limit (0010; NULL: the pipeline's, or none)
+       c.timeout_sec,
        -- clamped like queue_stats.sql: no stored time may make the subtraction overflow
        extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
                                            timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,

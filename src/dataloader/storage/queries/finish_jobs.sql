@@ -4,7 +4,8 @@
 -- Arrays, one element per attempt:
 -- $1 job_id, $2 attempt, $3 outcome ('succeeded'|'canceled'|'error'|'release'|'committed'), $4 error
 -- text, $5 fatal (no retry), $6 max_attempts override (NULL = the row's), $7 delay in seconds before
--- the job may run again (retry/release), $8 release reason (journal), $9 lock_key, $10 unlock,
+-- the job may run again (retry/release), $8 reason (journal: a release's; an error's 'timeout' or
+-- NULL), $9 lock_key, $10 unlock,
 -- $11 result (JSON text, NULL for none; stored with a succeeded outcome). The result is sent as
 -- text and cast here: the worker checked it is storable jsonb (outcome.encode_result), so one
 -- job's result can never fail the batch; a NULL costs a null array element and no cast.
@@ -71,6 +72,9 @@ WITH input AS (
                'error', e.error,
                'fatal', CASE WHEN e.fatal THEN true END,
                'reason', CASE WHEN e.outcome = 'release' THEN e.reason
+                              -- an error with a reason of its own: 'timeout' (the run-time limit)
+                              WHEN e.outcome = 'error' AND e.reason IS NOT NULL AND e.status <> 'canceled'
+                                  THEN e.reason
                               WHEN e.outcome = 'error' AND e.status = 'queued' THEN 'retry' END,
                'available_at', CASE WHEN e.status = 'queued' THEN e.available_at END))
     FROM ended e

@@ -1,10 +1,11 @@
 -- Enqueue one job with its 'queued' journal row. An existing idempotency_key inserts nothing
--- (the caller then reads the existing job). $1..$13 as in JobRepository.insert_job; $4 (args) is
+-- (the caller then reads the existing job). $1..$14 as in JobRepository.insert_job ($14: the job's
+-- run-time limit in seconds, NULL for none of its own); $4 (args) is
 -- JSON text, so the statement also runs on a caller's connection that has no jsonb codec of ours.
 WITH inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer)
-    VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12)
+                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec)
+    VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12, $14::int)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 ), journal AS (

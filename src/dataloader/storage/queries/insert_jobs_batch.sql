@@ -1,19 +1,20 @@
 -- Enqueue many jobs in one statement (arrays of equal length), each with its 'queued' journal row.
 -- A NULL job_id gets a generated one. Jobs whose idempotency_key already exists are skipped.
+-- $13: each job's run-time limit in seconds (NULL: none of its own).
 -- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also
 -- runs on a caller's connection that has no jsonb codec of ours.
 WITH input AS (
     SELECT COALESCE(t.job_id, gen_random_uuid()) AS job_id, t.queue, t.task, t.args, t.idempotency_key,
-           t.lock_key, t.partition_key, t.priority, t.available_at, t.max_attempts, t.lease_ttl_sec, t.n
+           t.lock_key, t.partition_key, t.priority, t.available_at, t.max_attempts, t.lease_ttl_sec, t.timeout_sec, t.n
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::text[], $7::text[],
-                $8::int[], $9::timestamptz[], $10::int[], $11::int[])
+                $8::int[], $9::timestamptz[], $10::int[], $11::int[], $13::int[])
          WITH ORDINALITY AS t(job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                              priority, available_at, max_attempts, lease_ttl_sec, n)
+                              priority, available_at, max_attempts, lease_ttl_sec, timeout_sec, n)
 ), inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer)
+                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec)
     SELECT job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12
+           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12, timeout_sec
     FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task

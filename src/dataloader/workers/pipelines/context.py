@@ -15,7 +15,8 @@ from dataloader.workers.pipelines.errors import JobStopped
 if TYPE_CHECKING:
     import asyncpg
 
-StopReason = Literal["cancel", "shutdown", "lease_lost"]
+# "timeout": the attempt ran past its run-time limit (docs/patterns.md "Run-time limits").
+StopReason = Literal["cancel", "shutdown", "lease_lost", "timeout"]
 
 
 class JobContext:

@@ -38,6 +38,8 @@ class Pipeline:
     kind: PipelineKind
     max_attempts: int | None = None
     backoff: Callable[[int], float] = default_backoff
+    # Run-time limit of an attempt in seconds (None: none); a job's own timeout_sec overrides it.
+    timeout: float | None = None
 
 
 def _kind_of(func: Callable[..., Any]) -> PipelineKind:
@@ -62,6 +64,7 @@ class PipelineRegistry:
         max_attempts: int | None = None,
         backoff: Callable[[int], float] | None = None,
         replace: bool = False,
+        timeout: float | None = None,
     ) -> Pipeline:
         if not name or not isinstance(name, str):
             raise ValueError("pipeline name must be a non-empty string")
@@ -69,10 +72,12 @@ class PipelineRegistry:
             raise TypeError(f"pipeline {name!r} must be callable")
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"pipeline {name!r}: max_attempts must be >= 1")
+        if timeout is not None and not (0 < timeout <= 7 * 24 * 3600):
+            raise ValueError(f"pipeline {name!r}: timeout must be > 0 and at most a week (seconds)")
         existing = self._pipelines.get(name)
         if existing is not None and existing.func is not func and not replace:
             raise ValueError(f"pipeline {name!r} is already registered by {existing.func.__module__}")
-        entry = Pipeline(name, func, _kind_of(func), max_attempts, backoff or default_backoff)
+        entry = Pipeline(name, func, _kind_of(func), max_attempts, backoff or default_backoff, timeout)
         self._pipelines[name] = entry
         return entry
 
@@ -90,15 +95,17 @@ registry = PipelineRegistry()
 
 
 def pipeline(
-    name: str, *, max_attempts: int | None = None, backoff: Callable[[int], float] | None = None
+    name: str, *, max_attempts: int | None = None, backoff: Callable[[int], float] | None = None,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the pipeline of task `name`.
 
-    `max_attempts` overrides the job's own limit; `backoff(attempt) -> seconds` the retry delay.
+    `max_attempts` overrides the job's own limit; `backoff(attempt) -> seconds` the retry delay;
+    `timeout` (seconds) limits each attempt's run time unless the job has a `timeout_sec` of its own.
     """
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        registry.register(name, func, max_attempts=max_attempts, backoff=backoff)
+        registry.register(name, func, max_attempts=max_attempts, backoff=backoff, timeout=timeout)
         return func
 
     return decorate
