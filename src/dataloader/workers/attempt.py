@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dataloader import metrics
-from dataloader.exceptions import AttemptFenced
+from dataloader.exceptions import AttemptFenced, JobStopped
 from dataloader.logger.context_vars import bind_job
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
 from dataloader.workers.outcome import MAX_RETRY_DELAY_SEC, Decision, decide, describe, retry_delay
 from dataloader.workers.pipelines.context import JobContext, StopReason
-from dataloader.workers.pipelines.errors import JobStopped
 from dataloader.workers.pipelines.registry import Pipeline
 
 if TYPE_CHECKING:

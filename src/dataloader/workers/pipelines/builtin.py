@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from dataloader.exceptions import FatalError
 from dataloader.workers.pipelines.context import JobContext
-from dataloader.workers.pipelines.errors import FatalError
 
 
 async def noop(ctx: JobContext) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataloader.workers.pipelines.errors import JobStopped
+from dataloader.exceptions import JobStopped
 
 if TYPE_CHECKING:
     import asyncpg
