@@ -4,11 +4,13 @@ Everything a user needs is importable from here; anything else may change betwee
 """
 
 from dataloader.app import App
+from dataloader.chain import Stage, Then
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
+    ChainNotFound,
     ConfigError,
     DatabaseUnavailable,
     DataloaderError,
@@ -21,13 +23,14 @@ from dataloader.exceptions import (
     JobNotRetryable,
     JobOutcome,
     JobStopped,
+    RestartConflict,
     Retry,
     SchemaMismatch,
     SchemaNotReady,
     Snooze,
     UnknownTask,
 )
-from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.schedules import MissedPolicy, Schedule, ScheduleRun, ScheduleSpec, schedule
 from dataloader.services.jobs import JobRequest
 from dataloader.sync import SyncApp
@@ -39,6 +42,8 @@ __all__ = [
     "ArgsTooLarge",
     "AttemptFenced",
     "Cancel",
+    "Chain",
+    "ChainNotFound",
     "ConfigError",
     "DatabaseUnavailable",
     "DataloaderError",
@@ -60,6 +65,7 @@ __all__ = [
     "MissedPolicy",
     "PipelineRegistry",
     "Queue",
+    "RestartConflict",
     "Retry",
     "Schedule",
     "ScheduleRun",
@@ -68,7 +74,9 @@ __all__ = [
     "SchemaNotReady",
     "Settings",
     "Snooze",
+    "Stage",
     "SyncApp",
+    "Then",
     "UnknownTask",
     "pipeline",
     "schedule",

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
-from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
 from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
@@ -196,6 +197,10 @@ class App:
         max_attempts: int | None = None,
         lease_ttl_sec: int | None = None,
         timeout_sec: int | None = None,
+        then: Sequence[Stage] = (),
+        restartable: bool = False,
+        unique_for: float | timedelta | None = None,
+        unique_key: str | None = None,
         conn: Any = None,
     ) -> Job:
         """Enqueue a job and return it (the existing one for a known `idempotency_key`).
@@ -205,12 +210,20 @@ class App:
         run-time limit (overrides the pipeline's `timeout`; docs/patterns.md "Run-time limits").
         With `conn` (your asyncpg connection, or SQLAlchemy AsyncConnection / AsyncSession), the job is inserted in your
         transaction: it exists if and only if your transaction commits.
+
+        Queue patterns (docs/patterns.md): `then` — the stages to run after it succeeds (a chain);
+        `restartable` — its `lock_key` is a restart key: a trigger while a job of the key is queued
+        updates that job's args and time, while one runs queues exactly one more run after it
+        (the Job returned is the one that will run; `created` tells which happened in the HTTP
+        API); `unique_for` (seconds or a timedelta) with an optional `unique_key` — at most one job
+        of this task, queue and key (default: the args) per window; a repeat returns that job.
         """
         job_id = uuid.uuid4()
-        request = self._request(task, args, queue=queue, lock_key=lock_key or str(job_id),
+        request = self._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
                                 idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
                                 available_at=available_at, delay=delay, max_attempts=max_attempts,
-                                lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec)
+                                lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
+                                restartable=restartable, unique_for=unique_for, unique_key=unique_key)
         result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn,
                                          lock_key_given=lock_key is not None)
         return result.job
@@ -225,14 +238,34 @@ class App:
 
     def _request(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
                  lock_key: str | None = None, delay: float | timedelta | None = None,
-                 available_at: datetime | None = None, **fields: Any) -> JobRequest:
+                 available_at: datetime | None = None, default_lock_key: str | None = None,
+                 then: Sequence[Stage] | None = None, restartable: bool = False,
+                 unique_for: float | timedelta | None = None, **fields: Any) -> JobRequest:
+        """The JobRequest behind enqueue's keyword arguments (shared with SyncApp and enqueue_many)."""
         if delay is not None:
             if available_at is not None:
                 raise ValueError("give available_at or delay, not both")
             seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
             available_at = datetime.now(UTC) + timedelta(seconds=seconds)
-        return JobRequest(task=task, args=dict(args or {}), queue=queue, lock_key=lock_key or str(uuid.uuid4()),
+        if restartable:
+            if lock_key is None:
+                raise ValueError("a restartable job needs a lock_key: it is the key that re-triggers it")
+            fields["restartable"] = True
+        if then:
+            fields["then"] = list(then)
+        if unique_for is not None:
+            seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
+            if seconds != int(seconds):
+                raise ValueError("unique_for must be a whole number of seconds")
+            fields["unique_for_sec"] = int(seconds)
+        return JobRequest(task=task, args=dict(args or {}), queue=queue,
+                          lock_key=lock_key or default_lock_key or str(uuid.uuid4()),
                           available_at=available_at, **{k: v for k, v in fields.items() if v is not None})
+
+    async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
+        """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
+        the chain's id or the id of any of its jobs."""
+        return await self.jobs.chain(_uuid(chain_or_job_id))
 
     async def get(self, job_id: uuid.UUID | str) -> Job:
         return await self.jobs.get(_uuid(job_id))

@@ -218,6 +218,13 @@ def jobs_trigger(
     available_at: Annotated[str | None, typer.Option(help="RFC 3339 time with timezone")] = None,
     max_attempts: Annotated[int | None, typer.Option()] = None,
     timeout_sec: Annotated[int | None, typer.Option(help="Run-time limit of each attempt, seconds")] = None,
+    then: Annotated[list[str] | None, typer.Option(
+        help="A stage to run after it succeeds: a task name, or a JSON Stage object; repeat for a chain")] = None,
+    restartable: Annotated[bool, typer.Option(
+        help="The lock_key re-triggers: updates the queued job, or runs once more after the running one")] = False,
+    unique_for_sec: Annotated[int | None, typer.Option(
+        help="At most one such job (task, queue, --unique-key or args) per window of this many seconds")] = None,
+    unique_key: Annotated[str | None, typer.Option(help="What makes jobs the same for --unique-for-sec")] = None,
 ) -> None:
     """Enqueue a job; prints its id and status."""
     from dataloader.services.jobs import JobRequest, status_view
@@ -229,9 +236,11 @@ def jobs_trigger(
             partition_key=partition_key, priority=priority,
             available_at=datetime.fromisoformat(available_at) if available_at else None,
             max_attempts=max_attempts, timeout_sec=timeout_sec,
+            then=[_stage(item) for item in then or ()], restartable=restartable,
+            unique_for_sec=unique_for_sec, unique_key=unique_key,
         )
     except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
+        raise typer.BadParameter(f"--args or --then is not JSON: {exc.msg}") from None
     except (ValidationError, ValueError) as exc:
         raise typer.BadParameter(str(exc).splitlines()[0] if not isinstance(exc, ValidationError)
                                  else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
@@ -240,6 +249,22 @@ def jobs_trigger(
     async def run(app: App) -> dict[str, Any]:
         result = await app.jobs.trigger(req, producer="cli")
         return {**status_view(result.job), "created": result.created}
+
+    _print(_with_app(run))
+
+
+def _stage(text: str) -> Any:
+    """--then: a task name, or a JSON object with Stage's fields."""
+    return json.loads(text) if text.lstrip().startswith("{") else {"task": text}
+
+
+@jobs_app.command("chain")
+def jobs_chain(chain_or_job_id: str) -> None:
+    """Show a chain (multi-stage run) with its stages, by the chain's id or any of its jobs' ids."""
+    jid = _job_id(chain_or_job_id)
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.chain(jid)).to_dict()
 
     _print(_with_app(run))
 

@@ -66,6 +66,16 @@ class IdempotencyConflict(DataloaderError):
     code = "idempotency_conflict"
 
 
+class RestartConflict(DataloaderError):
+    """A restartable trigger's lock_key names a queued restartable job of another task or queue."""
+
+    code = "restart_conflict"
+
+
+class ChainNotFound(DataloaderError):
+    code = "chain_not_found"
+
+
 class JobAlreadyFinished(DataloaderError):
     code = "job_already_finished"
 

@@ -65,6 +65,11 @@ class Job:
     result: Any = None
     # The job's own run-time limit in seconds (None: the pipeline's, or none).
     timeout_sec: int | None = None
+    # Chains (docs/patterns.md "Chains and stages"): the first job of the run (None: no chain),
+    # the stage whose success enqueued this one, and the stages planned after this one.
+    chain_id: uuid.UUID | None = None
+    parent_job_id: uuid.UUID | None = None
+    chain_next: Any = None
 
     @property
     def job_id(self) -> uuid.UUID:
@@ -85,7 +90,8 @@ class Job:
             cancel_requested=bool(get("cancel_requested", False)), progress=get("progress"),
             error=get("error"), producer=get("producer"), consumer_group=get("consumer_group"),
             started_at=get("started_at"), finished_at=get("finished_at"), result=get("result"),
-            timeout_sec=get("timeout_sec"),
+            timeout_sec=get("timeout_sec"), chain_id=get("chain_id"), parent_job_id=get("parent_job_id"),
+            chain_next=get("chain_next"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,6 +99,9 @@ class Job:
         data = asdict(self)
         data["job_id"] = str(data.pop("id"))
         data["status"] = self.status.value
+        for key in ("chain_id", "parent_job_id"):
+            if data[key] is not None:
+                data[key] = str(data[key])
         for key, value in data.items():
             if isinstance(value, datetime):
                 data[key] = value.isoformat()
@@ -127,3 +136,26 @@ class JobPage:
 
     jobs: list[Job]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A multi-stage run: its jobs oldest first (`Job` values without args). `status`: `running`
+    while a stage is queued or running, `succeeded` when every stage did and none is planned
+    after the last, otherwise the terminal status of the stage that stopped it."""
+
+    chain_id: uuid.UUID
+    jobs: list[Job]
+
+    @property
+    def status(self) -> str:
+        if any(job.status in ACTIVE_STATUSES for job in self.jobs):
+            return "running"
+        stopped = [job for job in self.jobs if job.status is not JobStatus.succeeded]
+        if stopped:
+            return stopped[-1].status.value
+        return "succeeded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chain_id": str(self.chain_id), "status": self.status,
+                "stages": [{k: v for k, v in job.to_dict().items() if k != "args"} for job in self.jobs]}

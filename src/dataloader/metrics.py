@@ -13,6 +13,14 @@ _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 _SLOW = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 
 JOBS_ENQUEUED = Counter("dl_jobs_enqueued_total", "Jobs inserted into the queue", ["queue", "task"])
+JOBS_RETRIGGERED = Counter(
+    "dl_jobs_retriggered_total",
+    "Restartable triggers that updated a queued job of their lock_key instead of inserting one",
+    ["queue", "task"])
+JOBS_UNIQUE_HITS = Counter(
+    "dl_jobs_unique_hits_total",
+    "Triggers with unique_for_sec that found a job of their window and inserted nothing",
+    ["queue", "task"])
 JOB_TIMEOUTS = Counter(
     "dl_job_timeouts_total",
     "Attempts stopped by this node because they ran past their run-time limit",

@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dataloader import metrics
 from dataloader.app import App
+from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
-from dataloader.job import Job, JobEvent, JobPage, JobStatus
+from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.queries import sql
@@ -173,6 +174,10 @@ class SyncApp:
         max_attempts: int | None = None,
         lease_ttl_sec: int | None = None,
         timeout_sec: int | None = None,
+        then: Sequence[Stage] = (),
+        restartable: bool = False,
+        unique_for: float | timedelta | None = None,
+        unique_key: str | None = None,
         conn: Any = None,
     ) -> Job:
         """`App.enqueue`. With `conn` (a psycopg 3 `Connection`, or a SQLAlchemy sync `Connection`
@@ -187,14 +192,16 @@ class SyncApp:
             return self._call(self.app.enqueue(
                 task, args, queue=queue, lock_key=lock_key, idempotency_key=idempotency_key,
                 partition_key=partition_key, priority=priority, available_at=available_at, delay=delay,
-                max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec))
+                max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
+                restartable=restartable, unique_for=unique_for, unique_key=unique_key))
         runner = _CallerConnection(conn)  # refuse a foreign connection before anything else
         job_id = uuid.uuid4()
-        request = self.app._request(task, args, queue=queue, lock_key=lock_key or str(job_id),
+        request = self.app._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
                                     idempotency_key=idempotency_key, partition_key=partition_key,
                                     priority=priority, available_at=available_at, delay=delay,
                                     max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec,
-                                    timeout_sec=timeout_sec)
+                                    timeout_sec=timeout_sec, then=then, restartable=restartable,
+                                    unique_for=unique_for, unique_key=unique_key)
         new_job = self._service().to_new_job(request, "python", job_id)
         return _insert_job(runner, request, new_job)
 
@@ -229,6 +236,10 @@ class SyncApp:
         return self.app.jobs
 
     # -- reading and steering --------------------------------------------------------------------
+
+    def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
+        """`App.chain`."""
+        return self._call(self.app.chain(chain_or_job_id))
 
     def get(self, job_id: uuid.UUID | str) -> Job:
         return self._call(self.app.get(job_id))
@@ -299,7 +310,16 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
     """repositories.insert_job + JobService.trigger, on the caller's connection."""
     params = [new_job.job_id, new_job.queue, new_job.task, new_job.args_json, new_job.idempotency_key,
               new_job.lock_key, new_job.partition_key, new_job.priority, new_job.available_at,
-              new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None, new_job.timeout_sec]
+              new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None, new_job.timeout_sec,
+              new_job.chain_next_json]
+    while new_job.restartable:
+        rows = runner.fetch(sql("insert_restartable_job"), params)
+        if not rows:  # a queued job of the key with another task or queue
+            rows = runner.fetch(sql("get_queued_restartable_job"), [new_job.lock_key])
+        if rows:  # else it was claimed between the two statements: trigger again
+            job = _job(rows[0])
+            JobService.check_restart_target(request, job, created=bool(rows[0].get("created")))
+            return job
     while True:
         rows = runner.fetch(sql("insert_job"), params)
         if rows:
@@ -308,7 +328,8 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
         existing = runner.fetch(sql("get_job_by_idempotency_key"), [new_job.idempotency_key, new_job.args_json])
         if existing:  # else the conflicting row was deleted between the two statements: insert again
             job = _job(existing[0])
-            JobService._check_same_request(request, new_job, job, bool(existing[0]["same_args"]))
+            if request.unique_for_sec is None:
+                JobService._check_same_request(request, new_job, job, bool(existing[0]["same_args"]))
             return job
 
 

@@ -35,15 +35,17 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from dataloader.app import App
+from dataloader.chain import Stage
 from dataloader.config import Queue
 from dataloader.exceptions import Cancel, UnknownTask
 from dataloader.job import ACTIVE_STATUSES, FINISHED_STATUSES, Job, JobStatus
 from dataloader.logger.context_vars import bind_job
+from dataloader.workers.chaining import plan_next_jobs
 from dataloader.workers.outcome import decide, retry_delay
 from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES
 from dataloader.workers.pipelines.context import JobContext, StopReason
@@ -97,6 +99,8 @@ class InlineResult:
     records: list[logging.LogRecord]
     context: JobContext
     result: Any = None
+    # The stages a returned `Then` would enqueue (checked as the engine checks them).
+    next_stages: tuple[Stage, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -306,6 +310,9 @@ def _conclude(entry: Pipeline, run: _Run, task: asyncio.Task[Any], ctx: JobConte
         attempts_left=ctx.max_attempts - ctx.attempt,
         backoff=lambda: retry_delay(entry, ctx.attempt, logging.getLogger("dataloader.testing")),
         max_result_bytes=max_result_bytes,
+        plan_next=lambda then, value: plan_next_jobs(
+            queue=ctx.queue, lease_ttl_sec=60, planned=None, then=then, result=value,
+            max_args_bytes=max_result_bytes),
     )
 
     def result(outcome: Outcome, status: JobStatus, error: BaseException | None = None,
@@ -318,7 +325,8 @@ def _conclude(entry: Pipeline, run: _Run, task: asyncio.Task[Any], ctx: JobConte
     kind = decision.kind
     if kind == "succeeded":
         value = json.loads(decision.result_json) if decision.result_json is not None else None
-        return result("succeeded", JobStatus.succeeded, value=value)
+        outcome = result("succeeded", JobStatus.succeeded, value=value)
+        return replace(outcome, next_stages=decision.next_stages) if decision.next_stages else outcome
     if kind == "snooze":
         return result("snoozed", JobStatus.queued, decision.exc, decision.delay_sec)
     if kind == "canceled":

@@ -15,6 +15,7 @@ import dataloader
 from dataloader.api import metric_router, os_router
 from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
 from dataloader.api.runtime import Runtime
+from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.router import router as v1_router
@@ -38,6 +39,7 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(v1_router)
     app.include_router(schedules_router)
     app.include_router(stats_router)
+    app.include_router(chains_router)
     app.include_router(os_router.router)
     app.include_router(metric_router.router)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import uuid
 from collections import Counter
@@ -13,25 +14,30 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from dataloader import metrics
 from dataloader.base import StrictModel
+from dataloader.chain import MAX_STAGES, Stage
 from dataloader.exceptions import (
     ArgsTooLarge,
+    ChainNotFound,
     IdempotencyConflict,
     InvalidCursor,
     InvalidJobRequest,
     JobAlreadyFinished,
     JobNotFound,
     JobNotRetryable,
+    RestartConflict,
     UnknownTask,
 )
-from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Job, JobEvent, JobPage, JobStatus
+from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
+from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 MAX_LIST_LIMIT = 500
+MAX_CHAIN_JOBS = 10_000
 PG_INT_MAX = 2**31 - 1
 # Times a job may be enqueued for. Anything earlier means "now" anyway; anything later is almost
 # surely a mistake (milliseconds given as seconds). The bounds keep every stored value ordinary:
@@ -57,6 +63,20 @@ class JobRequest(StrictModel):
         default=None, ge=1, le=7 * 24 * 3600,
         description="Run-time limit of each attempt in seconds (default: the pipeline's, or none); past it "
                     "the attempt is stopped and the job retries or fails per its policy")
+    then: list[Stage] = Field(
+        default_factory=list, max_length=MAX_STAGES,
+        description="Stages to run after this job succeeds, in order (a chain); each receives the previous "
+                    "stage's result as args.input")
+    restartable: bool = Field(
+        default=False,
+        description="Its lock_key is a restart key: while a job of that key is queued, a trigger updates its "
+                    "args and time; while one runs, a trigger queues exactly one more run after it")
+    unique_for_sec: int | None = Field(
+        default=None, ge=1, le=366 * 24 * 3600,
+        description="At most one job with this task, queue and unique_key (default: the args) per window of "
+                    "this many seconds; a repeat in the window returns the existing job")
+    unique_key: str | None = Field(default=None, min_length=1, max_length=512,
+                                   description="What makes two jobs the same for unique_for_sec (default: args)")
 
     @field_validator("queue", "task", "lock_key")
     @classmethod
@@ -81,7 +101,18 @@ class JobRequest(StrictModel):
             raise ValueError(f"must be between {low:%Y-%m-%dT%H:%M:%SZ} and {high:%Y-%m-%dT%H:%M:%SZ}")
         return value
 
-    @field_validator("idempotency_key", "partition_key")
+    @model_validator(mode="after")
+    def _one_meaning_per_key(self) -> JobRequest:
+        if self.restartable and self.idempotency_key is not None:
+            raise ValueError("restartable and idempotency_key exclude each other: an idempotency_key returns the "
+                             "same job forever, a restartable trigger updates or re-runs it")
+        if self.unique_for_sec is not None and (self.idempotency_key is not None or self.restartable):
+            raise ValueError("unique_for_sec cannot be combined with idempotency_key or restartable")
+        if self.unique_key is not None and self.unique_for_sec is None:
+            raise ValueError("unique_key needs unique_for_sec")
+        return self
+
+    @field_validator("idempotency_key", "partition_key", "unique_key")
     @classmethod
     def _no_nul(cls, value: str | None) -> str | None:
         if value is not None and "\x00" in value:
@@ -124,12 +155,19 @@ class JobService:
         # that will decide, so status and listings show it (a producer without the pipeline
         # stores the job's, and the worker's finish corrects it).
         pipeline_max = pipeline.max_attempts if pipeline is not None else None
+        try:
+            chain_next_json = stages_json(req.then, self.max_args_bytes)
+        except ValueError as exc:
+            raise InvalidJobRequest(str(exc)) from None
+        idempotency_key = req.idempotency_key
+        if req.unique_for_sec is not None:
+            idempotency_key = unique_window_key(req, datetime.now(UTC))
         return NewJob(
             queue=req.queue, task=req.task, lock_key=req.lock_key, args_json=encoded,
-            idempotency_key=req.idempotency_key, partition_key=req.partition_key, priority=req.priority,
+            idempotency_key=idempotency_key, partition_key=req.partition_key, priority=req.priority,
             available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
-            timeout_sec=req.timeout_sec,
+            timeout_sec=req.timeout_sec, chain_next_json=chain_next_json, restartable=req.restartable,
         )
 
     async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
@@ -140,16 +178,25 @@ class JobService:
         made for this call (the job's own id), so a replay is not compared on it."""
         new_job = self.to_new_job(req, producer, job_id)
         inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
+        job = inserted.job
         if inserted.created:
             metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+        elif req.restartable:
+            self.check_restart_target(req, job, created=False)
+        elif req.unique_for_sec is not None:
+            metrics.JOBS_UNIQUE_HITS.labels(req.queue, req.task).inc()
         else:
-            self._check_same_request(req, new_job, inserted.job, inserted.same_args, lock_key_given)
-        return TriggerResult(inserted.job, inserted.created)
+            self._check_same_request(req, new_job, job, inserted.same_args, lock_key_given)
+        return TriggerResult(job, inserted.created)
 
     async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None, conn: Any = None
                            ) -> list[uuid.UUID]:
         """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
         the ids of the jobs inserted, in input order (a known idempotency_key is skipped)."""
+        for req in reqs:
+            if req.restartable or req.then:
+                raise InvalidJobRequest("restartable jobs and chains (then=) are enqueued one at a time: "
+                                        "use enqueue / POST /api/v1/jobs/trigger")
         jobs = [self.to_new_job(r, producer) for r in reqs]
         if any(j.idempotency_key for j in jobs):
             # some may be skipped as known: give every job an id here to tell which were inserted
@@ -160,6 +207,19 @@ class JobService:
         for (queue, task), count in counts.items():
             metrics.JOBS_ENQUEUED.labels(queue, task).inc(count)
         return ids
+
+    @staticmethod
+    def check_restart_target(req: JobRequest, job: Job, *, created: bool) -> None:
+        """A restartable trigger that did not insert updated the queued job of its key, unless that
+        job has another task or queue (then nothing changed: RestartConflict)."""
+        if created:
+            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+            return
+        if (job.task, job.queue) != (req.task, req.queue):
+            raise RestartConflict(
+                f"lock_key {req.lock_key!r} names queued restartable job {job.id} of task {job.task!r} "
+                f"on queue {job.queue!r}; a restartable trigger must name the same task and queue")
+        metrics.JOBS_RETRIGGERED.labels(req.queue, req.task).inc()
 
     @staticmethod
     def _check_same_request(req: JobRequest, new_job: NewJob, job: Job, same_args: bool,
@@ -183,6 +243,17 @@ class JobService:
                 f"idempotency_key {req.idempotency_key!r} already names job {job.id} "
                 f"with a different {', '.join(differs)}"
             )
+
+    async def chain(self, chain_or_job_id: uuid.UUID, *, limit: int = MAX_CHAIN_JOBS) -> Chain:
+        """A chain's jobs oldest first, by the chain's id or any of its jobs' ids."""
+        if not 1 <= limit <= MAX_CHAIN_JOBS:
+            raise InvalidJobRequest(f"limit must be between 1 and {MAX_CHAIN_JOBS}")
+        jobs = await self.repo.get_chain(chain_or_job_id, limit)
+        if not jobs:
+            raise ChainNotFound(f"no chain {chain_or_job_id} (and no job of a chain with that id)")
+        chain_id = jobs[0].chain_id
+        assert chain_id is not None
+        return Chain(chain_id, jobs)
 
     async def get(self, job_id: uuid.UUID) -> Job:
         job = await self.repo.get_job(job_id)
@@ -242,6 +313,18 @@ class JobService:
             return JobPage(jobs, None)
         last = jobs[limit - 1]
         return JobPage(jobs[:limit], encode_cursor(last.created_at, last.id))
+
+
+def unique_window_key(req: JobRequest, now: datetime) -> str:
+    """The idempotency key that makes `unique_for_sec` hold: one per task, queue, unique_key (or
+    args) and window. Windows are aligned to the Unix epoch (an hourly window runs from one full hour
+    to the next), so the database's unique index, not a lock or a lookup, keeps the promise under
+    any concurrency; a repeat in the same window returns the job already there, whatever its status."""
+    assert req.unique_for_sec is not None
+    basis = req.unique_key if req.unique_key is not None else json.dumps(req.args, sort_keys=True, default=str)
+    digest = hashlib.sha256("\x00".join((req.queue, req.task, basis)).encode("utf-8", "surrogatepass"))
+    window = int(now.timestamp() // req.unique_for_sec) * req.unique_for_sec
+    return f"dl:unique:{digest.hexdigest()[:40]}:{req.unique_for_sec}:{window}"
 
 
 def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:

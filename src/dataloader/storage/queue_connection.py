@@ -38,6 +38,7 @@ class ClaimedJob:
     request_id: str | None = None
     attempts_before_retry: int = 0
     timeout_sec: int | None = None  # the job's own run-time limit (0010)
+    chain_next: Any = None  # stages planned to run after it succeeds (0011; None: none)
 
     @property
     def attempts_left(self) -> int:
@@ -95,6 +96,8 @@ class FinishRequest:
     # The lock hash, for a request whose attempt is no longer running (a timed-out sync pipeline's
     # thread ended: only its lock is released); None: the running attempt's.
     lock_hash: int | None = None
+    # The jobs a success enqueues (workers/chaining.py's JSON array); None: none.
+    next_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ class QueueConnection:
                     partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
-                    timeout_sec=r["timeout_sec"],
+                    timeout_sec=r["timeout_sec"], chain_next=r["chain_next"],
                 ))
             else:
                 skipped.append(SkippedCandidate(
@@ -168,6 +171,7 @@ class QueueConnection:
             [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
             [float(r.delay_sec) for r in requests], [r.reason for r in requests],
             [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests],
+            [r.next_json for r in requests],
         )
         return {
             r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])

@@ -34,6 +34,8 @@ class NewJob:
     producer: str | None = None
     job_id: uuid.UUID | None = None
     timeout_sec: int | None = None  # the job's run-time limit (None: the pipeline's, or none)
+    chain_next_json: str | None = None  # stages planned after it (JSON text; None: none)
+    restartable: bool = False  # a trigger of its lock_key updates the queued job or queues one more run
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ def _job(row: dict[str, Any]) -> Job:
     """A row read on any connection (a caller's may leave jsonb as text)."""
     row["args"] = json_value(row.get("args"))
     row["progress"] = json_value(row.get("progress"))
+    row["chain_next"] = json_value(row.get("chain_next"))
     row["result"] = _result_value(row.get("result"))
     return Job.from_row(row)
 
@@ -76,7 +79,21 @@ class JobRepository:
         job_id = job.job_id or uuid.uuid4()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
-                  job.producer, request_id, job.timeout_sec)
+                  job.producer, request_id, job.timeout_sec, job.chain_next_json)
+        if job.restartable:
+            # insert_restartable_job.sql: created (a new job) or not (the queued one, updated)
+            if conn is not None:
+                rows = await caller_connection.fetch(conn, sql("insert_restartable_job"), *params)
+                if rows:
+                    return Inserted(_job(rows[0]), bool(rows[0]["created"]))
+            else:
+                row = await self.pool.fetchrow(sql("insert_restartable_job"), *params)
+                if row is not None:
+                    return Inserted(Job.from_row(row), bool(row["created"]))
+            existing_job = await self._queued_restartable(job.lock_key, conn)
+            if existing_job is None:  # claimed between the two statements: trigger again
+                return await self.insert_job(job, request_id, conn=conn)
+            return Inserted(existing_job, False)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
             if rows:
@@ -96,6 +113,15 @@ class JobRepository:
         job = _job(existing[0]) if conn is not None else Job.from_row(existing[0])
         return Inserted(job, False, bool(existing[0]["same_args"]))
 
+    async def _queued_restartable(self, lock_key: str, conn: Any) -> Job | None:
+        """The queued restartable job of `lock_key` (read after a trigger that found one of another
+        task or queue and changed nothing)."""
+        if conn is not None:
+            rows = await caller_connection.fetch(conn, sql("get_queued_restartable_job"), lock_key)
+            return _job(rows[0]) if rows else None
+        row = await self.pool.fetchrow(sql("get_queued_restartable_job"), lock_key)
+        return Job.from_row(row) if row is not None else None
+
     async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None, *, conn: Any = None
                           ) -> list[uuid.UUID]:
         """Insert many jobs in one statement; returns the ids of the rows actually inserted, in
@@ -111,6 +137,9 @@ class JobRepository:
         else:
             rows = await self.pool.fetch(sql("insert_jobs_batch"), *cols, producer, timeouts)
         return [row["job_id"] for row in rows]
+
+    async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> list[Job]:
+        return [Job.from_row(row) for row in await self.pool.fetch(sql("get_chain"), chain_or_job_id, limit)]
 
     async def get_job(self, job_id: uuid.UUID) -> Job | None:
         row = await self.pool.fetchrow(sql("get_job"), job_id)
@@ -140,10 +169,12 @@ class JobRepository:
         return None if row is None else row["cancel_requested"]
 
     @staticmethod
-    async def finish_in_transaction(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> bool:
-        """Mark the attempt's job succeeded in `conn`'s open transaction (the pipeline's). False:
-        the attempt was fenced off and the caller must roll the transaction back."""
-        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt) is not None
+    async def finish_in_transaction(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int,
+                                    next_json: str | None = None) -> bool:
+        """Mark the attempt's job succeeded in `conn`'s open transaction (the pipeline's), with the
+        jobs its success enqueues (`next_json`, chains). False: the attempt was fenced off and the
+        caller must roll the transaction back."""
+        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt, next_json) is not None
 
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))

@@ -9,6 +9,7 @@ runs `ctx.transaction()`, the pipeline's own transaction that finishes the job a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dataloader import metrics
+from dataloader.chain import Stage, Then
 from dataloader.exceptions import AttemptFenced, JobStopped
 from dataloader.logger.context_vars import bind_job
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
+from dataloader.workers.chaining import plan_next_jobs
 from dataloader.workers.outcome import MAX_RETRY_DELAY_SEC, Decision, decide, describe, retry_delay
 from dataloader.workers.pipelines.context import JobContext, StopReason
 from dataloader.workers.pipelines.registry import Pipeline
@@ -188,8 +191,11 @@ class Attempt:
             attempts_left=max_attempts - (job.attempt - job.attempts_before_retry),
             backoff=lambda: retry_delay(pipeline, job.attempt, self.log),
             committed=self._transaction == "committed", max_result_bytes=self.env.settings.max_args_bytes,
-            timeout_sec=self.timed_out,
+            timeout_sec=self.timed_out, plan_next=self._plan_next,
         )
+        if decision.kind == "committed" and not interrupted and raised is None and isinstance(task.result(), Then):
+            self.log.error("the pipeline returned Then after its ctx.transaction() committed: the job had "
+                           "already ended, so those stages are not enqueued (pass then= to ctx.transaction())")
         await self._perform(decision, pipeline, {"duration_sec": round(elapsed, 4)})
 
     async def _perform(self, d: Decision, pipeline: Pipeline, extra: dict[str, Any]) -> None:
@@ -209,7 +215,7 @@ class Attempt:
             d.outcome, keep_lock=(d.outcome == "release" or self._abandoned) and self._thread_still_running(),
             error=d.error,
             fatal=d.fatal, max_attempts=pipeline.max_attempts if d.outcome == "error" else None,
-            delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json)
+            delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json, next_json=d.next_json)
         status = result.status
         if status is None:
             self._count("fenced")
@@ -232,6 +238,9 @@ class Attempt:
             return
         if d.kind == "succeeded":
             self._count("succeeded")
+            if d.next_json is not None:
+                for row in json.loads(d.next_json):
+                    metrics.JOBS_ENQUEUED.labels(row["queue"], row["task"]).inc()
             if self.log.isEnabledFor(logging.INFO):
                 self.log.info("job succeeded", extra=extra)
         elif d.kind == "canceled" or status == "canceled":
@@ -271,6 +280,22 @@ class Attempt:
                 await asyncio.to_thread(gen.close)
         return None
 
+    def _plan_next(self, then: Then | None, result: Any) -> str | None:
+        """The jobs this attempt's success enqueues (chains): a returned `Then`, else the stages
+        planned at enqueue. Raises ValueError for a stage that cannot be enqueued."""
+        job = self.job
+        if then is None and not job.chain_next:
+            return None
+        registry = self.env.registry
+
+        def pipeline_max_attempts(task: str) -> int | None:
+            entry = registry.get(task)
+            return entry.max_attempts if entry is not None else None
+
+        return plan_next_jobs(queue=job.queue, lease_ttl_sec=job.lease_ttl_sec, planned=job.chain_next,
+                              then=then, result=result, max_args_bytes=self.env.settings.max_args_bytes,
+                              pipeline_max_attempts=pipeline_max_attempts)
+
     def _thread_still_running(self) -> bool:
         """A sync pipeline interrupted by force: its thread runs on, so its lock must stay held
         (the connection closes at process exit) or another worker could start the same key."""
@@ -298,7 +323,7 @@ class Attempt:
             self.request_stop("cancel")
 
     @asynccontextmanager
-    async def _open_transaction(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _open_transaction(self, then: Then | Stage | None = None) -> AsyncIterator[asyncpg.Connection]:
         """ctx.transaction(): a pool connection in a transaction that, as it commits, finishes the
         job (`finish_in_transaction.sql`, fenced on job, attempt and `running`). A fenced-off
         attempt's finish matches no row: AttemptFenced rolls everything back. After the commit
@@ -309,11 +334,16 @@ class Attempt:
         if self.stop_reason == "lease_lost":
             raise AttemptFenced("the attempt lost its lease before the transaction began")
         job = self.job
+        if isinstance(then, Stage):
+            then = Then(then)
+        # Checked before the block runs: a stage that cannot be enqueued fails the attempt with
+        # nothing written. The result is NULL here (the job ends at the commit, before it returns).
+        next_json = self._plan_next(then, None)
         self._transaction = "open"
         try:
             async with self.env.pool.acquire() as conn, conn.transaction():
                 yield conn
-                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt):
+                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt, next_json):
                     raise AttemptFenced(f"job {job.job_id} attempt {job.attempt} is no longer running "
                                         "(its lease expired and it was taken back); the transaction "
                                         "was rolled back")
@@ -335,12 +365,13 @@ class Attempt:
 
     async def _finish(self, outcome: FinishOutcome, *, keep_lock: bool = False, error: str | None = None,
                       fatal: bool = False, max_attempts: int | None = None, delay_sec: float = 0.0,
-                      reason: str | None = None, result_json: str | None = None) -> FinishResult:
+                      reason: str | None = None, result_json: str | None = None,
+                      next_json: str | None = None) -> FinishResult:
         job = self.job
         return await self._finisher(FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
             error=error, fatal=fatal, max_attempts=max_attempts, delay_sec=delay_sec, reason=reason,
-            result_json=result_json,
+            result_json=result_json, next_json=next_json,
         ))
 
     def _count(self, outcome: str) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dataloader.chain import Stage, Then
 from dataloader.exceptions import Cancel, FatalError, JobOutcome, JobStopped, Retry, Snooze
 from dataloader.storage.queue_connection import FinishOutcome
 from dataloader.workers.pipelines.context import StopReason
@@ -52,8 +53,9 @@ class Decision:
     `outcome`: the finish statement's outcome. `delay_sec`: before the job may run again. `error`:
     the job's error text. `fatal`: no retry. `reason`: the `requeue` journal row's reason of a
     release, or of an error ended by its run-time limit (`timeout`, on the requeue or failed
-    row). `result_json`: the result to store (JSON text; None stores NULL). `exc`: the exception
-    behind an error, for the log.
+    row). `result_json`: the result to store (JSON text; None stores NULL). `next_json`: the jobs
+    a success enqueues (`workers/chaining.py`; None: none), `next_stages`: the stages the pipeline
+    returned in a `Then`. `exc`: the exception behind an error, for the log.
     """
 
     kind: DecisionKind
@@ -63,6 +65,8 @@ class Decision:
     fatal: bool = False
     reason: str | None = None
     result_json: str | None = None
+    next_json: str | None = None
+    next_stages: tuple[Stage, ...] = ()
     exc: BaseException | None = field(default=None, compare=False)
 
     @property
@@ -87,6 +91,7 @@ def decide(
     committed: bool = False,
     max_result_bytes: int = 256 * 1024,
     timeout_sec: float | None = None,
+    plan_next: Callable[[Then | None, Any], str | None] | None = None,
 ) -> Decision:
     """Decide how an attempt ends.
 
@@ -98,7 +103,9 @@ def decide(
     `backoff()`: the pipeline's retry delay, called only when an error retries (see `retry_delay`).
     `committed`: its `ctx.transaction()` committed, so the job is already `succeeded`.
     `max_result_bytes`: the largest result stored (DL_MAX_ARGS_BYTES). `timeout_sec`: the run-time
-    limit behind a `timeout` stop (for the error text).
+    limit behind a `timeout` stop (for the error text). `plan_next(then, result)`: the next jobs
+    of a success (chains), as `workers.chaining.plan_next_jobs` builds them; a ValueError from it
+    fails the attempt like an unstorable result. A returned `Then` succeeds with its `result`.
 
     A `timeout` stop (the attempt ran past its limit) ends like an error with reason `timeout`
     (retried or failed per the budget, the backoff asked), unless the pipeline returned without
@@ -124,11 +131,20 @@ def decide(
         exc = JobStopped(stop_reason)
 
     if exc is None:
-        result_json, problem = encode_result(returned, max_result_bytes)
+        then = returned if isinstance(returned, Then) else None
+        value = then.result if then is not None else returned
+        result_json, problem = encode_result(value, max_result_bytes)
         if problem is None:
-            return Decision("succeeded", "succeeded", result_json=result_json)
-        # An error like any other (a pending cancel still wins), not a crash of the finish batch.
-        exc = ValueError(f"the pipeline's return value cannot be stored as the job's result: {problem}")
+            try:
+                next_json = plan_next(then, value) if plan_next is not None else None
+            except ValueError as stage_problem:
+                exc = ValueError(f"the job's next stages cannot be enqueued: {stage_problem}")
+            else:
+                return Decision("succeeded", "succeeded", result_json=result_json, next_json=next_json,
+                                next_stages=then.stages if then is not None else ())
+        else:
+            # An error like any other (a pending cancel still wins), not a crash of the finish batch.
+            exc = ValueError(f"the pipeline's return value cannot be stored as the job's result: {problem}")
 
     if isinstance(exc, JobOutcome):
         if isinstance(exc, Cancel):

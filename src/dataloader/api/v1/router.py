@@ -38,10 +38,11 @@ FilterText = Annotated[str | None, Query(min_length=1, max_length=512, pattern=r
     summary="Enqueue a job (idempotent with idempotency_key)",
     responses={
         200: {"model": TriggerResponse,
-              "description": "idempotency_key already named a job with the same body: that job"},
+              "description": "idempotency_key already named a job with the same body, unique_for_sec found "
+                             "the job of its window, or a restartable trigger updated the queued job: that job"},
         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type, ErrorCode.unknown_task,
                           ErrorCode.invalid_request, ErrorCode.args_too_large,
-                          ErrorCode.idempotency_conflict),
+                          ErrorCode.idempotency_conflict, ErrorCode.restart_conflict),
     },
 )
 async def trigger(body: TriggerRequest, response: Response, api: Api) -> TriggerResponse:

@@ -40,7 +40,10 @@ class ApiJobService:
         served = job.queue in self.served_queues
         args_size = len(json.dumps(req.args))
         log.info(
-            "job enqueued" if result.created else "job already enqueued (idempotency_key)",
+            "job enqueued" if result.created else (
+                "restartable job re-triggered" if req.restartable
+                else "job already enqueued (unique_for_sec)" if req.unique_for_sec is not None
+                else "job already enqueued (idempotency_key)"),
             extra={
                 "job_id": str(job.id), "queue": job.queue, "task": job.task,
                 "lock_key": job.lock_key, "served": served,

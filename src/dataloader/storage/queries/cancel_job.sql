@@ -8,7 +8,9 @@ WITH target AS (
     SET cancel_requested = true,
         status = CASE WHEN t.status = 'queued' THEN 'canceled' ELSE j.status END::dl_status,
         finished_at = CASE WHEN t.status = 'queued' THEN now() ELSE j.finished_at END,
-        error = CASE WHEN t.status = 'queued' THEN 'canceled before start' ELSE j.error END
+        error = CASE WHEN t.status = 'queued' THEN 'canceled before start' ELSE j.error END,
+        -- a canceled restartable job no longer absorbs re-triggers (0011)
+        restart_key = NULL
     FROM target t
     WHERE j.job_id = t.job_id AND t.status IN ('queued', 'running') AND NOT j.cancel_requested
     RETURNING j.job_id, j.queue, j.status

@@ -52,11 +52,14 @@ WITH candidate AS (
         -- capped so a hand-written attempt of 2^31-1 cannot overflow and fail every claim
         attempt = LEAST(j.attempt, 2147483646) + 1,
         lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
-        heartbeat_at = now()
+        heartbeat_at = now(),
+        -- a restartable job stops absorbing re-triggers once it runs: the next trigger queues a
+        -- new job behind it on the same lock_key (0011)
+        restart_key = NULL
     FROM locked l
     WHERE j.job_id = l.job_id
     RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
-              j.attempts_before_retry, j.timeout_sec
+              j.attempts_before_retry, j.timeout_sec, j.chain_next
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
@@ -69,6 +72,8 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        c.attempts_before_retry,
        -- the job's own run-time limit (0010; NULL: the pipeline's, or none)
        c.timeout_sec,
+       -- the stages to enqueue when it succeeds (0011; NULL for a job that is not a chain's)
+       c.chain_next,
        -- clamped like queue_stats.sql: no stored time may make the subtraction overflow
        extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
                                            timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,

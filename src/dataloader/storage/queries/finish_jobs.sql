@@ -9,16 +9,20 @@
 -- $11 result (JSON text, NULL for none; stored with a succeeded outcome). The result is sent as
 -- text and cast here: the worker checked it is storable jsonb (outcome.encode_result), so one
 -- job's result can never fail the batch; a NULL costs a null array element and no cast.
+-- $12 next: the jobs its success enqueues (chains, 0011), a JSON array of complete rows built and
+-- checked by the worker (workers/chaining.py), NULL for none. They are inserted only if this
+-- statement ends the attempt as succeeded, so a crash can neither lose nor double a stage: the
+-- stage commits with its parent's finish or not at all, and a fenced-off finish inserts nothing.
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
 -- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::int[], $7::float8[],
-                $8::text[], $9::text[], $10::bool[], $11::text[])
+                $8::text[], $9::text[], $10::bool[], $11::text[], $12::text[])
          AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock,
-              result)
+              result, next)
 ), target AS (
-    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result,
+    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result, i.next,
            COALESCE(i.max_attempts, j.max_attempts) AS max_attempts,
            CASE
                WHEN i.outcome = 'succeeded' THEN 'succeeded'
@@ -53,11 +57,31 @@ WITH input AS (
         -- the pipeline's override decided: keep it, so status, listings and the reaper agree
         max_attempts = t.max_attempts,
         result = CASE WHEN t.new_status = 'succeeded' THEN t.result::jsonb ELSE j.result END,
+        -- a job that starts a chain becomes its first stage
+        chain_id = CASE WHEN t.new_status = 'succeeded' AND t.next IS NOT NULL
+                        THEN COALESCE(j.chain_id, j.job_id) ELSE j.chain_id END,
         finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
     FROM target t
     WHERE j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
-              t.fatal, t.reason
+              t.fatal, t.reason, j.chain_id, t.next
+), next_jobs AS (
+    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
+                         available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
+                         parent_job_id, chain_next)
+    SELECT (n->>'job_id')::uuid, n->>'queue', n->>'task', n->'args', n->>'idempotency_key', n->>'lock_key',
+           n->>'partition_key', (n->>'priority')::int,
+           now() + make_interval(secs => (n->>'delay_sec')::float8), (n->>'max_attempts')::int,
+           (n->>'lease_ttl_sec')::int, 'chain', (n->>'timeout_sec')::int, e.chain_id, e.job_id,
+           NULLIF(n->'chain_next', 'null'::jsonb)
+    FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
+    WHERE e.status = 'succeeded' AND e.next IS NOT NULL
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING job_id, queue, task, parent_job_id
+), next_journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT job_id, queue, 'queued', jsonb_build_object('task', task, 'parent_job_id', parent_job_id)
+    FROM next_jobs
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT e.job_id, e.queue,
@@ -76,7 +100,9 @@ WITH input AS (
                               WHEN e.outcome = 'error' AND e.reason IS NOT NULL AND e.status <> 'canceled'
                                   THEN e.reason
                               WHEN e.outcome = 'error' AND e.status = 'queued' THEN 'retry' END,
-               'available_at', CASE WHEN e.status = 'queued' THEN e.available_at END))
+               'available_at', CASE WHEN e.status = 'queued' THEN e.available_at END,
+               'next_jobs', CASE WHEN e.status = 'succeeded' AND e.next IS NOT NULL
+                                 THEN jsonb_array_length(e.next::jsonb) END))
     FROM ended e
 ), waiters AS (
     -- Jobs (of any queue) may be waiting for a lock_key that just became free: wake their workers.

@@ -11,7 +11,9 @@ WITH target AS (
         attempts_before_retry = j.attempt,
         cancel_requested = false,
         lease_expires_at = NULL,
-        finished_at = NULL
+        finished_at = NULL,
+        -- back in the queue as a plain job: it never takes over a restartable job's re-triggers
+        restart_key = NULL
     FROM target t
     WHERE j.job_id = t.job_id AND t.status IN ('failed', 'canceled', 'lost')
     RETURNING j.job_id, j.queue, j.attempt, t.status AS previous_status

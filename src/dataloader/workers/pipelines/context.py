@@ -15,6 +15,8 @@ from dataloader.exceptions import JobStopped
 if TYPE_CHECKING:
     import asyncpg
 
+    from dataloader.chain import Stage, Then
+
 # "timeout": the attempt ran past its run-time limit (docs/patterns.md "Run-time limits").
 StopReason = Literal["cancel", "shutdown", "lease_lost", "timeout"]
 
@@ -41,7 +43,7 @@ class JobContext:
         report_progress: Callable[[dict[str, Any]], Awaitable[None]],
         log: logging.Logger,
         loop: asyncio.AbstractEventLoop,
-        open_transaction: Callable[[], AbstractAsyncContextManager[asyncpg.Connection]] | None = None,
+        open_transaction: Callable[..., AbstractAsyncContextManager[asyncpg.Connection]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
@@ -79,7 +81,7 @@ class JobContext:
             raise TypeError("progress must be a dict")
         await self._report_progress(data)
 
-    def transaction(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+    def transaction(self, *, then: Then | Stage | None = None) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A connection (from the App's pool) in a transaction whose COMMIT also finishes this job
         as `succeeded`, journal row included: the pipeline's writes and the job's end land
         together or not at all.
@@ -92,11 +94,15 @@ class JobContext:
         rolls back and `AttemptFenced` is raised (the job runs again elsewhere). An exception in the
         block rolls back too, and the attempt ends as that exception says. Once per attempt, in
         async pipelines; after the block the job has ended: anything the pipeline returns or
-        raises afterwards is not stored, and the lock_key is already released."""
+        raises afterwards is not stored, and the lock_key is already released.
+
+        `then`: the stages to enqueue next, committed in the same transaction (a `Then` returned
+        after the block cannot be: the job has already ended). Without it, the stages planned at
+        enqueue (`then=`) are enqueued, without an `input` (there is no result yet)."""
         if self._open_transaction is None:
             raise RuntimeError("ctx.transaction() needs the engine's database; this context has none "
                                "(dataloader.testing.run_inline: test such a pipeline with drain())")
-        return self._open_transaction()
+        return self._open_transaction(then) if then is not None else self._open_transaction()
 
     def progress_sync(self, data: dict[str, Any]) -> None:
         """`progress` for pipelines running in a worker thread."""
