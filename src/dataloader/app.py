@@ -43,8 +43,10 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipelin
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+    from dataloader.job_filter import JobFilter
     from dataloader.maintenance.pruner import PruneReport
     from dataloader.maintenance.service import Service
+    from dataloader.services.search import SearchPage, SearchService
     from dataloader.workers.manager import WorkerManager
 
 log = logging.getLogger("dataloader")
@@ -339,6 +341,7 @@ class App:
             services.append(Pruner.from_settings(self.pool, settings))
         if settings.stats_enabled:
             services.append(StatsRollup.from_settings(self.pool, settings))
+        services.extend(self._operations_services(settings))
         return services
 
     def retention_policy(self) -> RetentionPolicy:
@@ -432,6 +435,38 @@ class App:
                           pipeline_max_attempts=pipeline_max_attempts)]
 
     # -- end of periodic schedules -----------------------------------------------------------------
+
+    # -- recovery and operations (issue 11; docs/operations.md) --------------------------------------
+
+    async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
+                     limit: int = 100, count: bool = False) -> SearchPage:
+        """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
+        error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
+        newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
+        return await self._search_service().search(filter, cursor=cursor, limit=limit, count=count)
+
+    async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None) -> int:
+        """How many jobs match `filter` (what a bulk operation's dry run reports)."""
+        return await self._search_service().count(filter)
+
+    def _operations_services(self, settings: Settings) -> list[Service]:
+        """The queue-time checker (when a limit is set) of `running()`, on every node."""
+        from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
+        from dataloader.storage.operation_repository import QueueTimeRepository
+
+        services: list[Service] = []
+        queue_time = QueueTimeSettings.from_settings(settings)
+        if queue_time.enabled:
+            services.append(QueueTimeChecker(QueueTimeRepository(self.pool), queue_time))
+        return services
+
+    def _search_service(self) -> SearchService:
+        from dataloader.services.search import SearchService
+        from dataloader.storage.search_repository import SearchRepository
+
+        return SearchService(SearchRepository(self.pool))
+
+    # -- end of recovery and operations ------------------------------------------------------------
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -496,3 +496,99 @@ def schedules_history(
         return [r.to_dict() for r in await app.schedules.history(name, limit=limit)]
 
     _print(_with_app(run))
+
+
+# --- recovery and operations (issue 11; docs/operations.md) ---------------------------------------
+
+ops_app = typer.Typer(help="Recovery: search jobs, top errors, bulk requeue/cancel/delete/priority with progress.",
+                      no_args_is_help=True)
+app.add_typer(ops_app, name="ops")
+
+QueueOpt = Annotated[list[str] | None, typer.Option("--queue", help="Repeat for several")]
+TaskOpt = Annotated[list[str] | None, typer.Option("--task", help="Repeat for several")]
+StatusOpt = Annotated[list[str] | None, typer.Option("--status", help="Repeat for several")]
+ErrorOpt = Annotated[str | None, typer.Option("--error", help="Error text pattern: * any text, ? one character")]
+TimeOpt = Annotated[str | None, typer.Option(help="RFC 3339 time with a zone, or an age like 2h / 30m / 7d")]
+ArgsOpt = Annotated[str | None, typer.Option("--args-contains", help="JSON object the args contain")]
+PathOpt = Annotated[str | None, typer.Option("--args-path", help='jsonpath over the args, e.g. \'$.id ? (@ > 5)\'')]
+PrefixOpt = Annotated[str | None, typer.Option("--lock-key-prefix")]
+HeldOpt = Annotated[bool | None, typer.Option("--held/--not-held", help="Only held jobs / only jobs not held")]
+
+
+def _when(name: str, value: str | None) -> datetime | None:
+    """An RFC 3339 time, or an age back from now ("2h": two hours ago)."""
+    from datetime import UTC, timedelta
+
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        try:
+            return datetime.now(UTC) - timedelta(seconds=Settings.duration_seconds(value))
+        except ValueError:
+            raise typer.BadParameter(f"--{name}: not a time with a zone nor an age like 2h") from None
+    if when.tzinfo is None:
+        raise typer.BadParameter(f"--{name}: give a time zone (e.g. 2030-01-01T02:00:00Z)")
+    return when
+
+
+def _filter(queue: list[str] | None, task: list[str] | None, status: list[str] | None, error: str | None,
+            created_from: str | None, created_to: str | None, finished_from: str | None, finished_to: str | None,
+            args_contains: str | None, args_path: str | None, lock_key_prefix: str | None, held: bool | None
+            ) -> dict[str, Any]:
+    try:
+        contains = json.loads(args_contains) if args_contains is not None else None
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--args-contains is not JSON: {exc.msg}") from None
+    values = {"queues": queue or None, "tasks": task or None, "statuses": status or None, "error": error,
+              "created_from": _when("created-from", created_from), "created_to": _when("created-to", created_to),
+              "finished_from": _when("finished-from", finished_from),
+              "finished_to": _when("finished-to", finished_to), "args_contains": contains,
+              "args_path": args_path, "lock_key_prefix": lock_key_prefix, "held": held}
+    from dataloader.exceptions import InvalidJobRequest
+    from dataloader.services.search import parse_filter
+
+    try:
+        return parse_filter({k: v for k, v in values.items() if v is not None}).describe()
+    except InvalidJobRequest as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@ops_app.command("search")
+def ops_search(
+    queue: QueueOpt = None, task: TaskOpt = None, status: StatusOpt = None, error: ErrorOpt = None,
+    created_from: TimeOpt = None, created_to: TimeOpt = None, finished_from: TimeOpt = None,
+    finished_to: TimeOpt = None, args_contains: ArgsOpt = None, args_path: PathOpt = None,
+    lock_key_prefix: PrefixOpt = None, held: HeldOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+    count: Annotated[bool, typer.Option("--count/--no-count", help="Also count every match")] = True,
+) -> None:
+    """Jobs matching the filter, newest first (without args), with the count of all matches."""
+    f = _filter(queue, task, status, error, created_from, created_to, finished_from, finished_to, args_contains,
+                args_path, lock_key_prefix, held)
+
+    async def run(app: App) -> dict[str, Any]:
+        page = await app.search(f, cursor=cursor, limit=limit, count=count)
+        body = page.to_dict()
+        body["jobs"] = [{k: v for k, v in job.items() if k != "args"} for job in body["jobs"]]
+        return body
+
+    _print(_with_app(run))
+
+
+@ops_app.command("errors")
+def ops_errors(
+    queue: Annotated[str | None, typer.Option(help="One queue (default: all)")] = None,
+    hours: Annotated[float, typer.Option(min=1 / 60, max=366 * 24, help="How many hours back")] = 1,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+) -> None:
+    """Top errors of the last hour (or --hours): failed and lost jobs grouped by error text."""
+    from datetime import UTC, timedelta
+
+    async def run(app: App) -> dict[str, Any]:
+        await app.rollup_stats()
+        return await app.stats_errors(queue=queue, since=datetime.now(UTC) - timedelta(hours=hours), limit=limit)
+
+    _print(_with_app(run))

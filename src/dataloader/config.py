@@ -133,6 +133,44 @@ class Settings(BaseSettings):
     stats_lag_sec: float = Field(default=60, ge=0, le=1800)
     stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
 
+    # --- Recovery and operations (issue 11; docs/operations.md) ---------------------------------
+    # Queue time: a job waiting (runnable, unclaimed) longer than its queue's limit is flagged
+    # (queue_overdue_at, journal, dl_queue_time_expiries_total) or, where the queue says so, failed.
+    # DL_QUEUE_TIME_LIMIT_SEC applies to every queue (0: no limit); per queue
+    # DL_QUEUE_TIME_LIMITS_JSON={"load": {"limit": "15m", "fail": true}}.
+    queue_time_limit_sec: float = Field(default=0, ge=0, le=3650 * 86400)
+    queue_time_fail: bool = False
+    queue_time_limits_json: Annotated[dict[str, dict[str, Any]], NoDecode] = Field(default_factory=dict)
+    queue_time_period_sec: float = Field(default=15, gt=0, le=3600)
+    # Bulk operations: every node runs their runner; an operation whose runner stopped renewing
+    # its lease for operations_lease_sec is taken over by another node.
+    operations_enabled: bool = True
+    operations_period_sec: float = Field(default=2, gt=0, le=3600)
+    operations_lease_sec: float = Field(default=30, ge=1, le=3600)
+    operations_batch_size: int = Field(default=500, ge=1, le=10_000)
+
+    @field_validator("queue_time_limits_json", mode="before")
+    @classmethod
+    def _parse_queue_time_limits(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value or "{}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(value, dict):
+            raise ValueError('must be a JSON object like {"load": {"limit": "15m", "fail": false}}')
+        parsed: dict[str, dict[str, Any]] = {}
+        for queue, spec in value.items():
+            if not isinstance(spec, dict) or "limit" not in spec or set(spec) - {"limit", "fail"}:
+                raise ValueError(f"queue {queue!r}: must be an object with limit (and optional fail)")
+            seconds = Settings.duration_seconds(spec["limit"])
+            if not 0 <= seconds <= 3650 * 86400:
+                raise ValueError(f"queue {queue!r}: limit must be between 0 and 3650d")
+            if not isinstance(spec.get("fail", False), bool):
+                raise ValueError(f"queue {queue!r}: fail must be true or false")
+            parsed[queue] = {"limit": seconds, "fail": spec.get("fail", False)}
+        return parsed
+
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
                      "stats_keep", mode="before")
     @classmethod

@@ -70,6 +70,12 @@ class Job:
     chain_id: uuid.UUID | None = None
     parent_job_id: uuid.UUID | None = None
     chain_next: Any = None
+    # Recovery (issue 11): when the job was found waiting past its queue's time limit (None: not
+    # since it last became runnable), and when and why it was held for an operator (a held job is
+    # a `failed` one kept for release or discard).
+    queue_overdue_at: datetime | None = None
+    held_at: datetime | None = None
+    held_reason: str | None = None
 
     @property
     def job_id(self) -> uuid.UUID:
@@ -91,7 +97,8 @@ class Job:
             error=get("error"), producer=get("producer"), consumer_group=get("consumer_group"),
             started_at=get("started_at"), finished_at=get("finished_at"), result=get("result"),
             timeout_sec=get("timeout_sec"), chain_id=get("chain_id"), parent_job_id=get("parent_job_id"),
-            chain_next=get("chain_next"),
+            chain_next=get("chain_next"), queue_overdue_at=get("queue_overdue_at"),
+            held_at=get("held_at"), held_reason=get("held_reason"),
         )
 
     def to_dict(self) -> dict[str, Any]:

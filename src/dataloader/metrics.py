@@ -119,3 +119,27 @@ STATS_LAST_HOUR_WAIT_P95 = Gauge(
     "p95 of the queue wait of jobs finished in the last complete hour (set on the leader)",
     ["queue"],
 )
+
+# Recovery and operations (issue 11; docs/operations.md). With dl_job_timeouts_total (run-time
+# expiries), the three timeouts of seed 002 per queue and task.
+LEASE_EXPIRIES = Counter(
+    "dl_lease_expiries_total", "Attempts whose lease expired (the reaper took them back), by queue and task",
+    ["queue", "task"],
+)
+QUEUE_TIME_EXPIRIES = Counter(
+    "dl_queue_time_expiries_total",
+    "Jobs found waiting to start longer than their queue's limit, by queue, task and action (flagged, failed)",
+    ["queue", "task", "action"],
+)
+OPERATION_JOBS = Counter(
+    "dl_operation_jobs_total",
+    "Jobs a bulk operation handled on this node, by kind and result (changed, skipped: no longer eligible)",
+    ["kind", "result"],
+)
+OPERATION_BATCH_SECONDS = Histogram(
+    "dl_operation_batch_duration_seconds", "One bulk operation batch (one transaction)", ["kind"],
+    buckets=(*_FAST, 5.0, 10.0),
+)
+OPERATION_TAKEOVERS = Counter(
+    "dl_operation_takeovers_total", "Bulk operations this node took over from a runner whose lease expired"
+)

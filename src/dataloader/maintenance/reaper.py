@@ -59,6 +59,7 @@ class Reaper(PeriodicService):
             metrics.REAPER_SECONDS.observe(time.perf_counter() - started)
             for row in rows:
                 metrics.JOBS_REAPED.labels(row["queue"], row["status"]).inc()
+                metrics.LEASE_EXPIRIES.labels(row["queue"], row["task"]).inc()
                 log.warning(
                     "reaped job with expired lease",
                     extra={"job_id": str(row["job_id"]), "queue": row["queue"], "task": row["task"],

@@ -1,0 +1,81 @@
+"""Search (issue 11): the operator's filter over every job, newest first with cursor paging and an
+optional count. Rules only; the statements are `storage/search_repository.py`'s. "Top errors in
+the last hour" is the stats error grouping (`App.stats_errors`, `services/stats.py`), which reads
+the hourly rollup instead of the jobs table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from dataloader.exceptions import InvalidJobRequest
+from dataloader.job import Job
+from dataloader.job_filter import JobFilter
+from dataloader.services.jobs import MAX_LIST_LIMIT, decode_cursor, encode_cursor
+from dataloader.storage.search_repository import SearchRepository
+
+# A count beyond this is reported as "at least" (count_capped): an exact count of millions of rows
+# is a long read the operator rarely needs to answer "how bad is it?".
+MAX_COUNT = 10_000_000
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    jobs: list[Job]
+    next_cursor: str | None
+    count: int | None = None  # how many match in all (asked for with count=True)
+    count_capped: bool = False  # count is a lower bound: at least MAX_COUNT match
+    filter: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jobs": [j.to_dict() for j in self.jobs], "next_cursor": self.next_cursor,
+                "count": self.count, "count_capped": self.count_capped, "filter": self.filter}
+
+
+def parse_filter(value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
+    """A JobFilter from a mapping of its fields; any problem is one InvalidJobRequest (a 4xx)."""
+    if isinstance(value, JobFilter):
+        return value
+    try:
+        return JobFilter.model_validate(dict(value or {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "filter"
+        raise InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+class SearchService:
+    def __init__(self, repo: SearchRepository) -> None:
+        self.repo = repo
+
+    async def checked(self, value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
+        """The filter, validated, its jsonpath parsed by the database."""
+        f = parse_filter(value)
+        if f.args_path is not None:
+            problem = await self.repo.check_jsonpath(f.args_path)
+            if problem is not None:
+                raise InvalidJobRequest(f"filter args_path is not a jsonpath: {problem}")
+        return f
+
+    async def search(self, value: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
+                     limit: int = 100, count: bool = False) -> SearchPage:
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        before = decode_cursor(cursor) if cursor else None
+        f = await self.checked(value)
+        jobs = await self.repo.search(f, before=before, limit=limit + 1)
+        total: int | None = None
+        if count:
+            total = await self.repo.count(f, at_most=MAX_COUNT)
+        next_cursor = None
+        if len(jobs) > limit:
+            jobs = jobs[:limit]
+            next_cursor = encode_cursor(jobs[-1].created_at, jobs[-1].id)
+        return SearchPage(jobs, next_cursor, total, total is not None and total >= MAX_COUNT, f.describe())
+
+    async def count(self, value: JobFilter | Mapping[str, Any] | None = None, *, at_most: int | None = None) -> int:
+        f = await self.checked(value)
+        return await self.repo.count(f, at_most=at_most)

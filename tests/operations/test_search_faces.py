@@ -1,0 +1,132 @@
+"""Search through its faces (HTTP `POST /api/v1/search`, CLI `dataloader ops search|errors`), bad
+filters as clear 4xx, and the queue-time checker (flag once, fail where the queue says so, the
+per queue and task counters)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from dataloader import metrics
+from dataloader.api import create_app
+from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
+from dataloader.storage.operation_repository import QueueTimeRepository
+from tests.operations.conftest import ops_settings
+from tests.retention.rows import add_job
+
+
+@pytest.fixture
+async def client(app_on_db):
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(app_on_db.settings, context=app_on_db)),
+                                 base_url="http://t") as c:
+        yield c
+
+
+def ops_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dataloader", "ops", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+async def fill(db) -> None:
+    for i in range(6):
+        await add_job(db, queue="qa", status="failed", finished_ago=60 + i, error=f"ConnectionResetError: x\n at {i}")
+    for i in range(3):
+        await add_job(db, queue="qb", status="failed", finished_ago=30 + i, error="KeyError: 'x'")
+    await add_job(db, queue="qa", status="succeeded", finished_ago=10)
+
+
+async def test_http_search_pages_counts_and_filters(client, db):
+    await fill(db)
+    r = await client.post("/api/v1/search", json={"statuses": ["failed"], "error": "*connectionreset*",
+                                                  "limit": 4, "count": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["count"] == 6 and not body["count_capped"] and len(body["jobs"]) == 4
+    assert all(j["queue"] == "qa" and j["status"] == "failed" for j in body["jobs"])
+    assert body["jobs"][0]["error"].startswith("ConnectionResetError: x")
+    r2 = await client.post("/api/v1/search", json={"statuses": ["failed"], "error": "*connectionreset*",
+                                                   "cursor": body["next_cursor"]})
+    assert [j["job_id"] for j in r2.json()["jobs"]] and r2.json()["next_cursor"] is None
+    assert {j["job_id"] for j in body["jobs"]}.isdisjoint({j["job_id"] for j in r2.json()["jobs"]})
+    assert len(body["jobs"]) + len(r2.json()["jobs"]) == 6
+    r3 = await client.post("/api/v1/search", json={"queues": ["qb"], "statuses": ["failed", "succeeded"]})
+    assert len(r3.json()["jobs"]) == 3
+
+
+@pytest.mark.parametrize("body, code", [
+    ({"statuses": ["nope"]}, 422),
+    ({"statuses": []}, 422),
+    ({"created_from": "2030-01-02T00:00:00Z", "created_to": "2030-01-01T00:00:00Z"}, 422),
+    ({"args_path": "$.a ? (@ =="}, 422),
+    ({"error": "a\u0000b"}, 422),
+    ({"queues": ["x" * 300]}, 422),
+    ({"args_contains": [1, 2]}, 422),
+    ({"finished_from": "9999-12-31T23:00:00-05:00"}, 422),
+    ({"limit": 0}, 422),
+    ({"cursor": "garbage"}, 422),
+    ({"surprise": 1}, 422),
+])
+async def test_bad_filters_are_4xx_in_the_error_shape(client, db, body, code):
+    r = await client.post("/api/v1/search", json=body)
+    assert r.status_code == code, r.text
+    assert set(r.json()) >= {"error", "detail"}
+
+
+async def test_cli_search_and_top_errors(db, subprocess_env):
+    await db.execute("TRUNCATE dl_stats_state, dl_stats_hourly, dl_stats_hist, dl_stats_errors")
+    await fill(db)
+    run = ops_cli(subprocess_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h")
+    assert run.returncode == 0, run.stderr
+    body = json.loads(run.stdout[run.stdout.index("{"):])
+    assert body["count"] == 3 and {j["error"] for j in body["jobs"]} == {"KeyError: 'x'"}
+    bad = ops_cli(subprocess_env, "search", "--status", "bogus")
+    assert bad.returncode == 2 and "status" in bad.stderr
+    top = ops_cli({**subprocess_env, "DL_STATS_LAG_SEC": "0"}, "errors", "--hours", "2")
+    assert top.returncode == 0, top.stderr
+    groups = json.loads(top.stdout[top.stdout.index("{"):])["errors"]
+    assert groups[0]["queue"] == "qa" and groups[0]["jobs"] == 6 and groups[0]["error"].startswith("ConnectionReset")
+
+
+def counter(queue: str, task: str, action: str) -> float:
+    return metrics.QUEUE_TIME_EXPIRIES.labels(queue, task, action)._value.get()
+
+
+async def test_queue_time_checker_flags_once_and_fails_where_asked(db, dsn):
+    # waiting 10 min (overdue), 1 min (not yet), and one in a queue that fails overdue jobs
+    old = await add_job(db, queue="slow", status="queued", finished_ago=None, created_ago=600)
+    fresh = await add_job(db, queue="slow", status="queued", finished_ago=None, created_ago=60)
+    doomed = await add_job(db, queue="strict", status="queued", finished_ago=None, created_ago=600)
+    settings = ops_settings(dsn, queue_time_limit_sec=300,
+                            queue_time_limits_json={"strict": {"limit": "5m", "fail": True}})
+    checker = QueueTimeChecker(QueueTimeRepository(db), QueueTimeSettings.from_settings(settings))
+    before = counter("slow", "dl.noop", "flagged"), counter("strict", "dl.noop", "failed")
+    assert await checker.tick() == 2
+    assert await checker.tick() == 0  # a compare-and-set: never flagged or counted twice
+    after = counter("slow", "dl.noop", "flagged"), counter("strict", "dl.noop", "failed")
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+    rows = {r["job_id"]: r for r in await db.fetch("SELECT job_id, status::text, queue_overdue_at, error FROM dl_jobs")}
+    assert rows[old]["status"] == "queued" and rows[old]["queue_overdue_at"] is not None
+    assert rows[fresh]["queue_overdue_at"] is None
+    assert rows[doomed]["status"] == "failed" and "queue time limit" in rows[doomed]["error"]
+    kinds = await db.fetch("SELECT job_id, kind FROM dl_job_events WHERE kind IN ('queue_overdue', 'failed')")
+    assert sorted((r["job_id"] == old, r["kind"]) for r in kinds) == [(False, "failed"), (True, "queue_overdue")]
+    # runnable again after the flag (a retry sets available_at = now()), then overdue again:
+    # flagged anew (as if the flag was 500 s and the retry 400 s ago)
+    await db.execute("UPDATE dl_jobs SET queue_overdue_at = now() - interval '500 seconds', "
+                     "available_at = now() - interval '400 seconds' WHERE job_id = $1", old)
+    assert await checker.tick() == 1
+
+
+async def test_lease_expiry_counter_per_queue_and_task(db):
+    from dataloader.maintenance.reaper import Reaper
+    from dataloader.storage.repositories import JobRepository
+
+    job = await add_job(db, queue="lq", status="running", finished_ago=None, picked_ago=120)
+    await db.execute("UPDATE dl_jobs SET lease_expires_at = now() - interval '1 minute' WHERE job_id = $1", job)
+    before = metrics.LEASE_EXPIRIES.labels("lq", "dl.noop")._value.get()
+    assert await Reaper(JobRepository(db)).tick() == 1
+    assert metrics.LEASE_EXPIRIES.labels("lq", "dl.noop")._value.get() - before == 1
