@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from dataloader.job_filter import JobFilter
     from dataloader.maintenance.pruner import PruneReport
     from dataloader.maintenance.service import Service
+    from dataloader.services.observers import ObserverService
     from dataloader.services.search import SearchPage, SearchService
     from dataloader.workers.manager import WorkerManager
 
@@ -337,6 +338,7 @@ class App:
         from dataloader.maintenance.stats import StatsRollup
 
         services: list[Service] = self._schedule_services(settings)
+        services.append(self._node_service(settings))
         if settings.retention_enabled:
             services.append(Pruner.from_settings(self.pool, settings))
         if settings.stats_enabled:
@@ -467,6 +469,32 @@ class App:
         return SearchService(SearchRepository(self.pool))
 
     # -- end of recovery and operations ------------------------------------------------------------
+
+    # -- node registry and observers (issue 12; docs/observers.md) ---------------------------------
+
+    @property
+    def observers(self) -> ObserverService:
+        """Create, read, list and stop observers (never-ending work, spread over the nodes), and read
+        the node registry: `await app.observers.create(app.observers.spec(name=..., kind=..., args=...))`,
+        `await app.observers.stop(name, wait=10)`, `await app.observers.nodes()`."""
+        from dataloader.observers.registry import observers as kinds
+        from dataloader.services.observers import ObserverService
+        from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
+
+        service = self.__dict__.get("_observer_service")
+        if service is None or service.repo.pool is not self.pool:
+            service = self.__dict__["_observer_service"] = ObserverService(
+                ObserverRepository(self.pool), NodeRepository(self.pool), kinds)
+        return service
+
+    def _node_service(self, settings: Settings) -> Service:
+        """The node heartbeat of `running()` (every node): registers this process in dl_nodes and
+        runs up to DL_OBSERVER_CAPACITY observers."""
+        from dataloader.maintenance.node_registry import NodeHeartbeat
+
+        return NodeHeartbeat.from_settings(self.pool, self.dsn, settings, queues=[w.queue for w in settings.workers])
+
+    # -- end of node registry and observers ----------------------------------------------------------
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -171,6 +171,23 @@ class Settings(BaseSettings):
             parsed[queue] = {"limit": seconds, "fail": spec.get("fail", False)}
         return parsed
 
+    # --- Node registry and observers (issue 12; docs/observers.md) -------------------------------
+    # Every node heartbeats its dl_nodes row this often (one statement); a node silent for more than
+    # DL_NODE_DEAD_AFTER_SEC is marked dead by any other node and its observers move. An observer
+    # moves within dead_after + heartbeat (+ a claim) after its node died.
+    node_heartbeat_sec: float = Field(default=2, gt=0, le=300)
+    node_dead_after_sec: float = Field(default=15, gt=0, le=3600)
+    # How many observers this node runs at once (None: derived from the machine, see
+    # observers/policy.py machine_capacity; 0: none, the node only registers).
+    observer_capacity: int | None = Field(default=None, ge=0, le=100_000)
+    # A stopped async observer that has not returned after this long is cancelled.
+    observer_stop_grace_sec: float = Field(default=3, gt=0, le=600)
+    # A crashed observer restarts after base × 2^(n-1) seconds (n-th crash in a row), at most max;
+    # a run longer than healthy_after ends the streak.
+    observer_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
+    observer_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
+    observer_healthy_after_sec: float = Field(default=300, gt=0, le=7 * 86400)
+
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
                      "stats_keep", mode="before")
     @classmethod

@@ -102,6 +102,27 @@ class ScheduleExists(DataloaderError):
     code = "schedule_exists"
 
 
+# -- observers and nodes (issue 12; docs/observers.md) --------------------------------------------
+
+class InvalidObserverRequest(DataloaderError):
+    """An observer that cannot be created: a bad name, an unknown kind, args that cannot be stored."""
+
+    code = "invalid_request"
+
+
+class ObserverNotFound(DataloaderError):
+    code = "observer_not_found"
+
+
+class ObserverExists(DataloaderError):
+    code = "observer_exists"
+
+
+class ObserverFenced(Exception):
+    """Raised inside an observer whose run no longer holds it (moved to another node, or stopped):
+    it must end without writing more."""
+
+
 # -- raised by pipelines to steer their job --------------------------------------------------------
 
 class FatalError(Exception):

@@ -143,3 +143,13 @@ OPERATION_BATCH_SECONDS = Histogram(
 OPERATION_TAKEOVERS = Counter(
     "dl_operation_takeovers_total", "Bulk operations this node took over from a runner whose lease expired"
 )
+
+# --- Node registry and observers (issue 12; docs/observers.md) --------------------------------------
+OBSERVERS_RUNNING = Gauge("dl_observers_running", "Observers running on this node now")
+OBSERVER_CLAIMS = Counter("dl_observer_claims_total", "Observers this node took (started or moved here)")
+OBSERVER_CRASHES = Counter(
+    "dl_observer_crashes_total", "Observers that ended by themselves here (raised or returned); they restart "
+    "with backoff", ["kind"])
+NODES_MARKED_DEAD = Counter("dl_nodes_marked_dead_total", "Silent nodes this node declared dead")
+NODE_HEARTBEAT_SECONDS = Histogram("dl_node_heartbeat_duration_seconds", "One node heartbeat statement",
+                                   buckets=_FAST)

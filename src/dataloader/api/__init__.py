@@ -18,6 +18,8 @@ from dataloader.api.runtime import Runtime
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
 from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.observers_router import nodes_router
+from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
@@ -42,6 +44,8 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(stats_router)
     app.include_router(chains_router)
     app.include_router(operations_router)
+    app.include_router(observers_router)
+    app.include_router(nodes_router)
     app.include_router(os_router.router)
     app.include_router(metric_router.router)
 

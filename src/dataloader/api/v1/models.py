@@ -31,6 +31,8 @@ class ErrorCode(StrEnum):
     chain_not_found = "chain_not_found"
     schedule_not_found = "schedule_not_found"
     schedule_exists = "schedule_exists"
+    observer_not_found = "observer_not_found"
+    observer_exists = "observer_exists"
     schema_not_ready = "schema_not_ready"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
@@ -56,6 +58,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.chain_not_found: 404,
     ErrorCode.schedule_not_found: 404,
     ErrorCode.schedule_exists: 409,
+    ErrorCode.observer_not_found: 404,
+    ErrorCode.observer_exists: 409,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,
