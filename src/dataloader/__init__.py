@@ -18,11 +18,15 @@ from dataloader.exceptions import (
     IdempotencyConflict,
     InvalidCursor,
     InvalidJobRequest,
+    InvalidObserverRequest,
     JobAlreadyFinished,
     JobNotFound,
     JobNotRetryable,
     JobOutcome,
     JobStopped,
+    ObserverExists,
+    ObserverFenced,
+    ObserverNotFound,
     RestartConflict,
     Retry,
     SchemaMismatch,
@@ -31,6 +35,7 @@ from dataloader.exceptions import (
     UnknownTask,
 )
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.observers import Node, Observer, ObserverContext, ObserverSpec, ObserverState, observer
 from dataloader.schedules import MissedPolicy, Schedule, ScheduleRun, ScheduleSpec, schedule
 from dataloader.services.jobs import JobRequest
 from dataloader.sync import SyncApp
@@ -51,6 +56,7 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidCursor",
     "InvalidJobRequest",
+    "InvalidObserverRequest",
     "Job",
     "JobAlreadyFinished",
     "JobContext",
@@ -63,6 +69,14 @@ __all__ = [
     "JobStatus",
     "JobStopped",
     "MissedPolicy",
+    "Node",
+    "Observer",
+    "ObserverContext",
+    "ObserverExists",
+    "ObserverFenced",
+    "ObserverNotFound",
+    "ObserverSpec",
+    "ObserverState",
     "PipelineRegistry",
     "Queue",
     "RestartConflict",
@@ -78,6 +92,7 @@ __all__ = [
     "SyncApp",
     "Then",
     "UnknownTask",
+    "observer",
     "pipeline",
     "schedule",
 ]
