@@ -30,7 +30,9 @@ from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.processes.registry import processors
 from dataloader.services.jobs import JobRequest, JobService
+from dataloader.services.processes import ProcessService
 from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
 from dataloader.storage import migrate
@@ -99,9 +101,10 @@ class App:
                               "(use App.embedded() for a local development server)")
         try:
             load_pipeline_modules(settings.pipeline_module_names)
+            self._register_process_step()
             if migrate_schema:
                 await migrate.upgrade(dsn)
-            concurrency = sum(w.concurrency for w in settings.workers)
+            concurrency = sum(w.concurrency for w in settings.workers) + self._process_concurrency()
             pool = await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
             try:
                 await self._check_schema(pool)
@@ -134,6 +137,7 @@ class App:
         for manager in list(self._managers):
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
+        await self._close_processes()
         pool, self._pool = self._pool, None
         if pool is not None:
             if locks_held:
@@ -313,6 +317,7 @@ class App:
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
+        settings = self._with_process_queues(settings)
         manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper,
                                 services=self._maintenance_services(settings))
         await manager.start()
@@ -495,6 +500,50 @@ class App:
         return NodeHeartbeat.from_settings(self.pool, self.dsn, settings, queues=[w.queue for w in settings.workers])
 
     # -- end of node registry and observers ----------------------------------------------------------
+
+    # -- processes (issue 9; docs/processes.md) -----------------------------------------------------
+
+    @property
+    def processes(self) -> ProcessService:
+        """Event-sourced processes: `await app.processes.init("payments", "p-1", {...})`, `call`,
+        `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
+        `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
+        service = self.__dict__.get("_process_service")
+        if service is None or service.repo.pool is not self.pool:
+            from dataloader.processes.waiter import TaskWaiter
+            from dataloader.storage.process_repository import ProcessRepository
+
+            waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
+            service = self.__dict__["_process_service"] = ProcessService(
+                ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
+                default_lease_ttl_sec=self.settings.default_lease_ttl_sec)
+        return service
+
+    def _register_process_step(self) -> None:
+        from dataloader.processes.step import run_step
+        from dataloader.storage.process_repository import PROCESS_TASK
+
+        self.registry.register(PROCESS_TASK, run_step, replace=True)
+
+    @staticmethod
+    def _process_concurrency() -> int:
+        return sum(p.concurrency for ns in processors.names() if (p := processors.get(ns)) is not None)
+
+    @staticmethod
+    def _with_process_queues(settings: Settings) -> Settings:
+        """The workers of `running()`: the settings' queues plus `process:<ns>` of every registered
+        processor not already listed (its `concurrency` at a time)."""
+        listed = {w.queue for w in settings.workers}
+        extra = [Queue(p.queue, p.concurrency) for ns in processors.names()
+                 if (p := processors.get(ns)) is not None and p.queue not in listed]
+        return settings.model_copy(update={"workers": [*settings.workers, *extra]}) if extra else settings
+
+    async def _close_processes(self) -> None:
+        service = self.__dict__.pop("_process_service", None)
+        if service is not None:
+            await service.waiter.close()
+
+    # -- end of processes ---------------------------------------------------------------------------
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

@@ -121,6 +121,56 @@ class ObserverExists(DataloaderError):
 class ObserverFenced(Exception):
     """Raised inside an observer whose run no longer holds it (moved to another node, or stopped):
     it must end without writing more."""
+# -- requests about processes (issue 9; docs/processes.md) --------------------------------------
+
+class InvalidProcessRequest(DataloaderError):
+    code = "invalid_request"
+
+
+class UnknownNamespace(DataloaderError):
+    """No processor is registered for the namespace in this process."""
+
+    code = "unknown_namespace"
+
+
+class ProcessNotFound(DataloaderError):
+    code = "process_not_found"
+
+
+class ProcessExists(DataloaderError):
+    code = "process_exists"
+
+
+class ProcessWrongStatus(DataloaderError):
+    """The operation needs another status (a call needs `running`, a repair `error`); the message
+    names the process's status."""
+
+    code = "process_wrong_status"
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProcessTaskFailed(DataloaderError):
+    """The processor raised (or the task could not apply); `error` is its text, `task_id` the task."""
+
+    code = "process_task_failed"
+
+    def __init__(self, message: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class ProcessTimeout(DataloaderError):
+    """The task did not end within the caller's wait; it goes on, its result will be stored (read it
+    with the same idempotency key, or in the process's trace)."""
+
+    code = "process_timeout"
+
+    def __init__(self, message: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
 
 
 # -- raised by pipelines to steer their job --------------------------------------------------------

@@ -153,3 +153,37 @@ OBSERVER_CRASHES = Counter(
 NODES_MARKED_DEAD = Counter("dl_nodes_marked_dead_total", "Silent nodes this node declared dead")
 NODE_HEARTBEAT_SECONDS = Histogram("dl_node_heartbeat_duration_seconds", "One node heartbeat statement",
                                    buckets=_FAST)
+# Processes (issue 9; docs/processes.md). Progressor's timings in seconds: scanning is
+# dl_claim_duration_seconds (the claim of queue process:<ns>), the rest are below.
+PROCESS_PREPARE_SECONDS = Histogram(
+    "dl_process_request_preparing_duration_seconds",
+    "Preparing a request (init, call, repair): checks and the task's insert, until it is queued",
+    ["ns", "task_type"], buckets=_FAST,
+)
+PROCESS_TASK_SECONDS = Histogram(
+    "dl_process_task_processing_duration_seconds", "Task processing: the processor's run time",
+    ["ns", "task_type", "outcome"], buckets=_SLOW,
+)
+PROCESS_COMPLETION_SECONDS = Histogram(
+    "dl_process_task_completion_duration_seconds",
+    "Task completion: the step's write transaction (events, state, timer, task end, job finish)",
+    ["ns"], buckets=_FAST,
+)
+PROCESS_REMOVE_SECONDS = Histogram(
+    "dl_process_removing_duration_seconds", "Removing a process (by its remove timer or the API)",
+    ["ns"], buckets=_FAST,
+)
+PROCESS_TIMER_LATENESS_SECONDS = Histogram(
+    "dl_process_timer_lateness_seconds", "Timers: how late after its due time a timer task started",
+    ["ns", "task_type"], buckets=_FAST,
+)
+PROCESS_ZOMBIE_SECONDS = Histogram(
+    "dl_process_zombie_collection_duration_seconds",
+    "Zombie collection (on_lost='error'): parking the process of a task whose node died",
+    ["ns"], buckets=_FAST,
+)
+PROCESS_NOTIFICATION_SECONDS = Histogram(
+    "dl_process_notification_duration_seconds",
+    "Notification: from a task's end (commit) to its waiting caller learning of it", ["ns"], buckets=_FAST,
+)
+PROCESSES = Gauge("dl_processes", "Processes by namespace and status (read at scrape time)", ["ns", "status"])

@@ -121,7 +121,7 @@ class Attempt:
             max_attempts=pipeline.max_attempts or job.max_attempts, lock_key=job.lock_key,
             partition_key=job.partition_key, report_progress=self._report_progress,
             log=logging.getLogger(f"dataloader.pipeline.{job.task}"), loop=asyncio.get_running_loop(),
-            open_transaction=self._open_transaction,
+            open_transaction=self._open_transaction, db=self.env.pool,
         )
         self.ctx.stop_reason = self.stop_reason
         metrics.JOB_WAIT_SECONDS.labels(job.queue).observe(max(0.0, job.wait_sec))

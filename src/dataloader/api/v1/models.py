@@ -33,6 +33,12 @@ class ErrorCode(StrEnum):
     schedule_exists = "schedule_exists"
     observer_not_found = "observer_not_found"
     observer_exists = "observer_exists"
+    unknown_namespace = "unknown_namespace"
+    process_not_found = "process_not_found"
+    process_exists = "process_exists"
+    process_wrong_status = "process_wrong_status"
+    process_task_failed = "process_task_failed"
+    process_timeout = "process_timeout"
     schema_not_ready = "schema_not_ready"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
@@ -60,6 +66,12 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.schedule_exists: 409,
     ErrorCode.observer_not_found: 404,
     ErrorCode.observer_exists: 409,
+    ErrorCode.unknown_namespace: 404,
+    ErrorCode.process_not_found: 404,
+    ErrorCode.process_exists: 409,
+    ErrorCode.process_wrong_status: 409,
+    ErrorCode.process_task_failed: 422,
+    ErrorCode.process_timeout: 504,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,

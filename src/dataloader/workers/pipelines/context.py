@@ -44,6 +44,7 @@ class JobContext:
         log: logging.Logger,
         loop: asyncio.AbstractEventLoop,
         open_transaction: Callable[..., AbstractAsyncContextManager[asyncpg.Connection]] | None = None,
+        db: asyncpg.Pool | None = None,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
@@ -57,6 +58,9 @@ class JobContext:
         self._report_progress = report_progress
         self._loop = loop
         self._open_transaction = open_transaction
+        # The engine's pool, for reads a pipeline makes before its ctx.transaction() (the built-in
+        # process step reads its process here). None outside the engine (testing.run_inline).
+        self.db = db
         self.stop_reason: StopReason | None = None
         # Whether the pipeline was told of the stop (read stop_requested as true or called
         # raise_if_stopped after it was set). A pipeline that returns after seeing it may have

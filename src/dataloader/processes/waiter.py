@@ -1,0 +1,116 @@
+"""Callers of `init`, `call` and `repair` wait here for their task to end.
+
+A step's transaction sends `NOTIFY dl_process_task, '<task id>'` as it commits (apply_step.sql,
+end_task.sql, delete_process.sql). One LISTEN connection per App hears it and wakes the callers
+of that task, who then read the stored outcome. The task row is read once after the caller
+registered (so an end that came before the registration is not missed) and then again only on a
+notification, or on a bounded fallback poll (every `poll_sec` while listening, every second
+while the listener is down): no busy polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from dataloader.storage.db import connect
+
+log = logging.getLogger("dataloader.processes")
+
+CHANNEL = "dl_process_task"
+DISCONNECTED_POLL_SEC = 1.0
+
+
+class TaskWaiter:
+    def __init__(self, dsn: str, *, poll_sec: float = 10.0) -> None:
+        self.dsn = dsn
+        self.poll_sec = poll_sec
+        self._conn: asyncpg.Connection | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._waiting: dict[uuid.UUID, set[asyncio.Event]] = {}
+
+    @property
+    def listening(self) -> bool:
+        return self._conn is not None and not self._conn.is_closed()
+
+    async def start(self) -> None:
+        """Connect and LISTEN (again, after a loss). A failure leaves callers on the fallback poll."""
+        if self.listening:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self.listening:
+                return
+            try:
+                conn = await connect(self.dsn)
+                await conn.add_listener(CHANNEL, self._handle)
+                conn.add_termination_listener(self._lost)
+            except Exception as exc:  # the database is away: callers poll until it is back
+                log.warning("process waiter cannot listen; callers fall back to polling",
+                            extra={"error": str(exc)})
+                return
+            self._conn = conn
+            # Notifications sent while no one listened are gone: wake every caller to re-read.
+            self._wake_all()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), timeout=5)
+            except (TimeoutError, OSError, asyncpg.PostgresError):
+                conn.terminate()
+
+    def _lost(self, _conn: object) -> None:
+        self._conn = None
+        self._wake_all()
+
+    def _handle(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            task_id = uuid.UUID(payload)
+        except ValueError:
+            return
+        for event in self._waiting.get(task_id, ()):
+            event.set()
+
+    def _wake_all(self) -> None:
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
+
+    async def wait(self, task_id: uuid.UUID, read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool],
+                   timeout: float) -> tuple[bool, Any]:
+        """Read the task until `done(record)` or `timeout` seconds pass: (True, record) or
+        (False, last record)."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        event = asyncio.Event()
+        self._waiting.setdefault(task_id, set()).add(event)
+        try:
+            while True:
+                event.clear()
+                record = await read()
+                if done(record):
+                    return True, record
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False, record
+                poll = self.poll_sec if self.listening else DISCONNECTED_POLL_SEC
+                try:
+                    await asyncio.wait_for(event.wait(), min(remaining, poll))
+                except TimeoutError:
+                    if not self.listening:
+                        await self.start()
+        finally:
+            events = self._waiting.get(task_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiting[task_id]

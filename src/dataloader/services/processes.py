@@ -1,0 +1,317 @@
+"""Processes: init, call, repair, simple repair, get, list, remove — the business rules behind
+`App.processes`, the HTTP API (`/api/v1/processes/{ns}/...`) and the CLI alike. No SQL text here.
+
+`init`, `call` and `repair` insert their task (a `dl_jobs` row of queue `process:<ns>` with the
+process's lock_key) and wait for its end (`TaskWaiter`: LISTEN, plus a bounded fallback poll),
+then return the processor's response or raise its error. Past the caller's `timeout` they raise
+`ProcessTimeout` while the task goes on. An idempotency key (unique per namespace) makes a repeat
+return the stored response, or wait for the task still in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dataloader import metrics
+from dataloader.exceptions import (
+    ArgsTooLarge,
+    IdempotencyConflict,
+    InvalidCursor,
+    InvalidProcessRequest,
+    ProcessExists,
+    ProcessNotFound,
+    ProcessTaskFailed,
+    ProcessTimeout,
+    ProcessWrongStatus,
+    UnknownNamespace,
+)
+from dataloader.processes.model import CALLER_PRIORITY, HistoryRange, Process, ProcessStatus, TaskType
+from dataloader.processes.registry import ProcessorRegistry
+from dataloader.processes.step import timer_job
+from dataloader.processes.waiter import TaskWaiter
+from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
+
+MAX_LIST_LIMIT = 500
+DEFAULT_TIMEOUT_SEC = 30.0
+MAX_TIMEOUT_SEC = 3600.0
+_ID = re.compile(r"^[^\x00]{1,200}$")
+# Attempts of a caller task's job: lease-expiry re-runs only (its errors are not retried).
+CALLER_MAX_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class ProcessPage:
+    processes: list[Process]
+    next_cursor: str | None
+
+
+class ProcessService:
+    def __init__(self, repo: ProcessRepository, processors: ProcessorRegistry, waiter: TaskWaiter, *,
+                 max_args_bytes: int, default_lease_ttl_sec: int) -> None:
+        self.repo = repo
+        self.processors = processors
+        self.waiter = waiter
+        self.max_args_bytes = max_args_bytes
+        self.default_lease_ttl_sec = default_lease_ttl_sec
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def _processor(self, ns: str) -> Any:
+        processor = self.processors.get(ns) if isinstance(ns, str) else None
+        if processor is None:
+            raise UnknownNamespace(f"no processor is registered for namespace {ns!r} "
+                                   f"(registered: {', '.join(self.processors.names()) or 'none'})")
+        return processor
+
+    @staticmethod
+    def _check_id(process_id: Any) -> str:
+        if not isinstance(process_id, str) or not _ID.fullmatch(process_id) or not process_id.strip():
+            raise InvalidProcessRequest("process id must be 1-200 characters, not blank, without NUL")
+        return process_id
+
+    def _args_json(self, args: Any) -> str:
+        try:
+            text = json.dumps(args, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidProcessRequest(f"args must be JSON: {exc}") from None
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.max_args_bytes:
+            raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
+        if "\\u0000" in text:
+            raise InvalidProcessRequest("args must not contain NUL (\\u0000) characters")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidProcessRequest("args contain unpaired UTF-16 surrogates") from None
+        return text
+
+    @staticmethod
+    def _check_key(key: Any) -> str | None:
+        if key is None:
+            return None
+        if not isinstance(key, str) or not 1 <= len(key) <= 512 or "\x00" in key:
+            raise InvalidProcessRequest("idempotency_key must be 1-512 characters without NUL")
+        return key
+
+    @staticmethod
+    def _check_timeout(timeout: float | None) -> float:
+        if timeout is None:
+            return DEFAULT_TIMEOUT_SEC
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT_SEC:
+            raise InvalidProcessRequest(f"timeout must be > 0 and at most {MAX_TIMEOUT_SEC:g} seconds")
+        return float(timeout)
+
+    def _caller_task(self, ns: str, process_id: str, kind: TaskType, args_json: str, key: str | None,
+                     history_range: HistoryRange | None = None, request_id: str | None = None) -> NewTask:
+        processor = self._processor(ns)
+        return NewTask(task_id=uuid.uuid4(), ns=ns, process_id=process_id, type=kind.value, args_json=args_json,
+                       queue=processor.queue, priority=CALLER_PRIORITY, max_attempts=CALLER_MAX_ATTEMPTS,
+                       lease_ttl_sec=processor.lease_ttl_sec or self.default_lease_ttl_sec,
+                       history_range_json=dumps(history_range.to_dict()) if history_range else None,
+                       idempotency_key=key, producer="process", request_id=request_id)
+
+    # -- starting and calling ----------------------------------------------------------------------
+
+    async def init(self, ns: str, process_id: str, args: Any = None, *, idempotency_key: str | None = None,
+                   timeout: float | None = None, request_id: str | None = None) -> Any:
+        """Create the process and run `init`; returns the processor's response."""
+        started = time.perf_counter()
+        self._processor(ns)
+        process_id, key = self._check_id(process_id), self._check_key(idempotency_key)
+        wait = self._check_timeout(timeout)
+        task = self._caller_task(ns, process_id, TaskType.init, self._args_json(args), key, request_id=request_id)
+        async with self.repo.pool.acquire() as conn:
+            async with conn.transaction():
+                replay = await self._replay(conn, task)
+                if replay is None:
+                    if not await self.repo.insert_process(conn, ns, process_id):
+                        # A concurrent init with the same key may have committed while we waited
+                        # on the id: that is a replay, not a clash.
+                        replay = await self._replay(conn, task)
+                        if replay is None:
+                            raise ProcessExists(f"process {process_id!r} already exists in namespace {ns!r}")
+                    elif not await self.repo.insert_task(conn, task):
+                        raise ProcessExists(f"idempotency_key {key!r} is in use")  # raced; rolled back
+        metrics.PROCESS_PREPARE_SECONDS.labels(ns, "init").observe(time.perf_counter() - started)
+        return await self._outcome(replay or task.task_id, ns, wait)
+
+    async def call(self, ns: str, process_id: str, args: Any = None, *, idempotency_key: str | None = None,
+                   range: HistoryRange | Mapping[str, Any] | None = None, timeout: float | None = None,
+                   request_id: str | None = None) -> Any:
+        """Run `call` on a running process (409 otherwise, naming its status); returns the
+        processor's response. `range` limits the history the processor receives."""
+        return await self._caller(ns, process_id, TaskType.call, ProcessStatus.running, args,
+                                  idempotency_key=idempotency_key, history_range=range, timeout=timeout,
+                                  request_id=request_id)
+
+    async def repair(self, ns: str, process_id: str, args: Any = None, *, idempotency_key: str | None = None,
+                     timeout: float | None = None, request_id: str | None = None) -> Any:
+        """Run `repair` on a process in `error`; on success it is `running` again (and a timer the
+        failure suspended is re-armed)."""
+        return await self._caller(ns, process_id, TaskType.repair, ProcessStatus.error, args,
+                                  idempotency_key=idempotency_key, history_range=None, timeout=timeout,
+                                  request_id=request_id)
+
+    async def _caller(self, ns: str, process_id: str, kind: TaskType, needed: ProcessStatus, args: Any, *,
+                      idempotency_key: str | None, history_range: Any, timeout: float | None,
+                      request_id: str | None) -> Any:
+        started = time.perf_counter()
+        self._processor(ns)
+        process_id, key = self._check_id(process_id), self._check_key(idempotency_key)
+        wait = self._check_timeout(timeout)
+        try:
+            hrange = HistoryRange.of(history_range) if history_range is not None else None
+        except (TypeError, ValueError) as exc:
+            raise InvalidProcessRequest(str(exc)) from None
+        task = self._caller_task(ns, process_id, kind, self._args_json(args), key, hrange, request_id)
+        async with self.repo.pool.acquire() as conn:
+            async with conn.transaction():
+                replay = await self._replay(conn, task)
+                if replay is None:
+                    stored = await self.repo.get_process(ns, process_id, conn=conn)
+                    if stored is None:
+                        raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+                    status = stored.process.status
+                    if status != needed:
+                        raise ProcessWrongStatus(
+                            f"process {process_id!r} is {status.value}; a {kind.value} needs it {needed.value}",
+                            status.value)
+                    if not await self.repo.insert_task(conn, task):
+                        replay = await self._replay(conn, task)
+        metrics.PROCESS_PREPARE_SECONDS.labels(ns, kind.value).observe(time.perf_counter() - started)
+        return await self._outcome(replay or task.task_id, ns, wait)
+
+    async def _replay(self, conn: Any, task: NewTask) -> uuid.UUID | None:
+        """The task an idempotency key already names (None: new key). The same key for another
+        process or task type is a conflict."""
+        if task.idempotency_key is None:
+            return None
+        existing = await self.repo.get_task_by_key(task.ns, task.idempotency_key, conn=conn)
+        if existing is None:
+            return None
+        if existing.process_id != task.process_id or existing.type != task.type:
+            raise IdempotencyConflict(
+                f"idempotency_key {task.idempotency_key!r} already names a {existing.type} task of process "
+                f"{existing.process_id!r}")
+        return existing.task_id
+
+    async def _outcome(self, task_id: uuid.UUID, ns: str, timeout: float) -> Any:
+        ended, record = await self.waiter.wait(
+            task_id, lambda: self.repo.get_task(task_id), lambda r: r is None or r.status != "waiting", timeout)
+        if record is None:
+            raise ProcessNotFound(f"the process of task {task_id} was removed before the task ended")
+        if not ended:
+            raise ProcessTimeout(
+                f"task {task_id} did not end within {timeout:g} s; it goes on and its result will be stored "
+                "(repeat with the same idempotency_key, or read the process's trace)", str(task_id))
+        if record.finished_at is not None:
+            lag = (datetime.now(UTC) - record.finished_at).total_seconds()
+            metrics.PROCESS_NOTIFICATION_SECONDS.labels(ns).observe(max(lag, 0.0))
+        return self._result(record)
+
+    @staticmethod
+    def _result(record: TaskRecord) -> Any:
+        if record.status == "finished":
+            return record.response
+        if record.status == "cancelled":
+            raise ProcessTaskFailed(f"{record.type} task {record.task_id} was cancelled: {record.error or ''}".strip(),
+                                    str(record.task_id))
+        raise ProcessTaskFailed(record.error or f"{record.type} task {record.task_id} failed", str(record.task_id))
+
+    # -- operators ---------------------------------------------------------------------------------
+
+    async def simple_repair(self, ns: str, process_id: str) -> Process:
+        """Clear the error without calling the processor: `running` again, and the timer the failure
+        suspended (the failed timer task itself, or the timer armed when a call failed) re-armed."""
+        processor = self._processor(ns)
+        process_id = self._check_id(process_id)
+        async with self.repo.pool.acquire() as conn, conn.transaction():
+            stored = await self.repo.lock_process(conn, ns, process_id)
+            if stored is None:
+                raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+            process = stored.process
+            if process.status != ProcessStatus.error:
+                raise ProcessWrongStatus(
+                    f"process {process_id!r} is {process.status.value}; simple repair needs it error",
+                    process.status.value)
+            timer = None
+            suspended = process.suspended_timer
+            if suspended is not None:
+                due = max(suspended.at, datetime.now(UTC))
+                task = timer_job(ns, process_id, suspended.type, due, processor, self.default_lease_ttl_sec)
+                await self.repo.insert_task(conn, task)
+                from dataloader.processes.model import Timer
+
+                timer = Timer(suspended.type, due, task.task_id)
+            await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
+        return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
+
+    async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
+                  ) -> Process:
+        """The process with a page of its history (default: all of it, oldest first)."""
+        process_id = self._check_id(process_id)
+        try:
+            hrange = HistoryRange.of(range)
+        except (TypeError, ValueError) as exc:
+            raise InvalidProcessRequest(str(exc)) from None
+        stored = await self.repo.get_process(ns, process_id)
+        if stored is None:
+            raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+        history = await self.repo.events(ns, process_id, hrange)
+        from dataclasses import replace
+
+        return replace(stored.process, history=history)
+
+    async def remove(self, ns: str, process_id: str) -> None:
+        """Delete the process and all its rows; its queued tasks are canceled (their callers get
+        ProcessNotFound). A step running right now writes nothing (it finds the process gone)."""
+        process_id = self._check_id(process_id)
+        started = time.perf_counter()
+        if not await self.repo.delete_process(ns, process_id):
+            raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+        metrics.PROCESS_REMOVE_SECONDS.labels(ns).observe(time.perf_counter() - started)
+
+    async def list(self, ns: str, *, status: ProcessStatus | str | None = None, cursor: str | None = None,
+                   limit: int = 100) -> ProcessPage:
+        """Processes of a namespace by id (without history), `limit` at a time; pass the page's
+        `next_cursor` for the next one."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if status is not None:
+            try:
+                status = ProcessStatus(status).value
+            except ValueError:
+                raise InvalidProcessRequest(
+                    f"unknown status {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
+        after = _decode_cursor(cursor) if cursor else None
+        rows = await self.repo.list_processes(ns, status, after, limit + 1)
+        if len(rows) <= limit:
+            return ProcessPage(rows, None)
+        return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))
+
+    async def task(self, task_id: uuid.UUID) -> TaskRecord | None:
+        return await self.repo.get_task(task_id)
+
+
+def _encode_cursor(last_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([last_id]).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        (last_id,) = json.loads(raw)
+        if not isinstance(last_id, str):
+            raise ValueError("not an id")
+        return last_id
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise InvalidCursor("cursor is not one this API returned; start again without it") from None

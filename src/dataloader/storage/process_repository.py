@@ -1,0 +1,235 @@
+"""SQL of processes (`queries/processes/*.sql`), returning typed values (`Process`, `Event`,
+`TaskRecord`). Statements that must commit together take the caller's connection (`conn`), so the
+service and the step decide where a transaction begins and ends."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from dataloader.processes.model import Event, HistoryRange, Process, ProcessStatus, Timer
+from dataloader.storage.queries import sql
+
+PROCESS_TASK = "dl.process"
+
+
+def lock_key_of(ns: str, process_id: str) -> str:
+    """The lock_key of every task of a process: one holder at a time on any number of nodes."""
+    return f"process:{ns}:{process_id}"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    task_id: uuid.UUID
+    ns: str
+    process_id: str
+    type: str
+    args: Any
+    history_range: Any
+    idempotency_key: str | None
+    status: str
+    response: Any
+    error: str | None
+    scheduled_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    job_status: str | None = None
+    attempt: int | None = None
+    started_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> TaskRecord:
+        return cls(task_id=row["task_id"], ns=row["ns"], process_id=row["process_id"], type=row["task_type"],
+                   args=row["args"], history_range=row["history_range"], idempotency_key=row["idempotency_key"],
+                   status=row["status"], response=row["response"], error=row["error"],
+                   scheduled_at=row["scheduled_at"], created_at=row["created_at"], finished_at=row["finished_at"],
+                   job_status=row["job_status"], attempt=row["attempt"], started_at=row["started_at"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": str(self.task_id), "type": self.type, "args": self.args, "status": self.status,
+            "idempotency_key": self.idempotency_key, "response": self.response, "error": self.error,
+            "scheduled_at": self.scheduled_at.isoformat(), "created_at": self.created_at.isoformat(),
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "attempts": self.attempt, "job_status": self.job_status,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """A process as stored, with the bookkeeping a step needs (`version`)."""
+
+    process: Process
+    version: int
+
+
+def process_from_row(row: Any, history: list[Event] | None = None) -> ProcessRow:
+    aux = row["aux_state_bytes"] if row["aux_state_bytes"] is not None else row["aux_state"]
+    timer = suspended = None
+    if row["timer_type"] is not None and row["timer_at"] is not None:
+        if row["timer_task_id"] is not None:
+            timer = Timer(row["timer_type"], row["timer_at"], row["timer_task_id"])
+        else:
+            suspended = Timer(row["timer_type"], row["timer_at"], None)
+    previous = row["previous_status"]
+    process = Process(
+        ns=row["ns"], id=row["id"], status=ProcessStatus(row["status"]), detail=row["detail"], aux_state=aux,
+        metadata=row["metadata"], corrupted_by=row["corrupted_by"],
+        previous_status=ProcessStatus(previous) if previous else None, status_changed_at=row["status_changed_at"],
+        created_at=row["created_at"], last_event_id=row["last_event_id"], history=history or [], timer=timer,
+        suspended_timer=suspended)
+    return ProcessRow(process, row["version"])
+
+
+def event_from_row(row: Any) -> Event:
+    return Event(event_id=row["event_id"], timestamp=row["ts"], payload=row["payload"], metadata=row["metadata"],
+                 task_id=row["task_id"])
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    task_id: uuid.UUID
+    ns: str
+    process_id: str
+    type: str
+    args_json: str
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_ttl_sec: int
+    history_range_json: str | None = None
+    idempotency_key: str | None = None
+    due_at: datetime | None = None
+    producer: str | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """The writes of one step (apply_step.sql)."""
+
+    status: str
+    detail: str | None
+    corrupted_by: uuid.UUID | None
+    timer: Timer | None  # armed (task_id set) or suspended (task_id None), or none
+    task_status: str = "finished"
+    task_error: str | None = None
+    response_json: str | None = None
+    aux_set: bool = False
+    aux_json: str | None = None
+    aux_bytes: bytes | None = None
+    metadata_set: bool = False
+    metadata_json: str | None = None
+    event_payloads: tuple[str, ...] = ()
+    event_metadata: tuple[str | None, ...] = ()
+    lifecycle: tuple[str, ...] = ()
+    lifecycle_json: str | None = None
+
+
+class ProcessRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    # -- creating ----------------------------------------------------------------------------------
+
+    @staticmethod
+    async def insert_process(conn: asyncpg.Connection, ns: str, process_id: str) -> bool:
+        return await conn.fetchrow(sql("processes/insert_process"), ns, process_id) is not None
+
+    @staticmethod
+    async def insert_task(conn: asyncpg.Connection, task: NewTask) -> bool:
+        """False: the idempotency key already names a task (nothing inserted)."""
+        row = await conn.fetchrow(
+            sql("processes/insert_task"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
+            task.history_range_json, task.idempotency_key, task.due_at, task.queue,
+            lock_key_of(task.ns, task.process_id), task.priority, task.max_attempts, task.lease_ttl_sec,
+            task.producer, task.request_id)
+        return row is not None
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    async def get_task(self, task_id: uuid.UUID, conn: Any = None) -> TaskRecord | None:
+        row = await (conn or self.pool).fetchrow(sql("processes/get_task"), task_id)
+        return None if row is None else TaskRecord.from_row(row)
+
+    async def get_task_by_key(self, ns: str, key: str, conn: Any = None) -> TaskRecord | None:
+        row = await (conn or self.pool).fetchrow(sql("processes/get_task_by_key"), ns, key)
+        return None if row is None else TaskRecord.from_row(row)
+
+    async def get_process(self, ns: str, process_id: str, conn: Any = None) -> ProcessRow | None:
+        row = await (conn or self.pool).fetchrow(sql("processes/get_process"), ns, process_id)
+        return None if row is None else process_from_row(row)
+
+    @staticmethod
+    async def lock_process(conn: asyncpg.Connection, ns: str, process_id: str) -> ProcessRow | None:
+        row = await conn.fetchrow(sql("processes/lock_process"), ns, process_id)
+        return None if row is None else process_from_row(row)
+
+    async def events(self, ns: str, process_id: str, history: HistoryRange, conn: Any = None) -> list[Event]:
+        runner = conn or self.pool
+        if history.direction == "backward":
+            rows = await runner.fetch(sql("processes/events_backward"), ns, process_id, history.offset, history.limit)
+        else:
+            rows = await runner.fetch(sql("processes/events_forward"), ns, process_id, history.offset, history.limit)
+        return [event_from_row(r) for r in rows]
+
+    async def load_step(self, task_id: uuid.UUID) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(sql("processes/load_step"), task_id)
+
+    async def pending_caller(self, lock_key: str, priority: int, job_id: uuid.UUID) -> bool:
+        return bool(await self.pool.fetchval(sql("processes/pending_caller"), lock_key, priority, job_id))
+
+    async def was_reaped(self, job_id: uuid.UUID) -> bool:
+        return bool(await self.pool.fetchval(sql("processes/was_reaped"), job_id))
+
+    async def list_processes(self, ns: str, status: str | None, after: str | None, limit: int) -> list[Process]:
+        rows = await self.pool.fetch(sql("processes/list_processes"), ns, status, after, limit)
+        return [process_from_row(r).process for r in rows]
+
+    async def count_by_status(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql("processes/count_by_status"))
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    @staticmethod
+    async def cancel_timer(conn: asyncpg.Connection, task_id: uuid.UUID, reason: str) -> bool:
+        return bool(await conn.fetchval(sql("processes/cancel_timer"), task_id, reason))
+
+    @staticmethod
+    async def apply_step(conn: asyncpg.Connection, ns: str, process_id: str, task_id: uuid.UUID, version: int,
+                         w: StepWrite) -> bool:
+        timer = w.timer
+        row = await conn.fetchrow(
+            sql("processes/apply_step"), ns, process_id, task_id, version, w.status, w.aux_set, w.aux_json,
+            w.aux_bytes, w.metadata_set, w.metadata_json, list(w.event_payloads), list(w.event_metadata),
+            w.response_json, w.task_status, w.task_error, w.detail, w.corrupted_by,
+            timer.task_id if timer else None, timer.type if timer else None, timer.at if timer else None,
+            list(w.lifecycle), w.lifecycle_json)
+        return bool(row["applied"])
+
+    @staticmethod
+    async def end_task(conn: Any, task_id: uuid.UUID, status: str, error: str | None) -> bool:
+        return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error))
+
+    async def delete_process(self, ns: str, process_id: str, task_id: uuid.UUID | None = None,
+                             conn: Any = None) -> bool:
+        row = await (conn or self.pool).fetchrow(sql("processes/delete_process"), ns, process_id,
+                                                 lock_key_of(ns, process_id), task_id)
+        return bool(row["removed"])
+
+    @staticmethod
+    async def simple_repair(conn: asyncpg.Connection, ns: str, process_id: str, version: int,
+                            timer: Timer | None) -> bool:
+        return bool(await conn.fetchval(
+            sql("processes/simple_repair"), ns, process_id, version, timer.task_id if timer else None,
+            timer.type if timer else None, timer.at if timer else None))

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from dataloader import App, Queue, Settings
+from dataloader.processes import processors
+
+PROCESS_TABLES = "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes"
+
+
+def process_settings(dsn: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {"db_dsn": dsn, "workers": [Queue("plain", 2)], "heartbeat_sec": 0.2,
+                                 "poll_fallback_sec": 1, "default_lease_ttl_sec": 5}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def pdb(db: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    """The pool, with processes and the queue emptied before the test."""
+    await db.execute(f"TRUNCATE {PROCESS_TABLES}")
+    yield db
+
+
+@pytest.fixture
+def ns() -> AsyncIterator[str]:
+    """A fresh namespace for the test; its processor is unregistered afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    processors.unregister(name)
+
+
+@pytest.fixture
+async def app(pdb: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
+    async with App(process_settings(dsn)) as opened:
+        yield opened
