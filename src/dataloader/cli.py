@@ -677,3 +677,92 @@ def nodes_command(
         return [n.to_dict() for n in await app.observers.nodes(include_ended=all_incarnations)]
 
     _print(_with_app(run))
+
+# --- processes (issue 9; docs/processes.md) ----------------------------------------------------------
+
+processes_app = typer.Typer(help="Processes: get, list, trace, repair, simple-repair, remove.", no_args_is_help=True)
+app.add_typer(processes_app, name="processes")
+
+
+@processes_app.command("get")
+def processes_get(
+    ns: str,
+    process_id: str,
+    offset: Annotated[int, typer.Option(min=0, help="Event id to start after (forward) or before (backward)")] = 0,
+    limit: Annotated[int | None, typer.Option(min=1, max=100_000, help="Events at most (default: all)")] = None,
+    backward: Annotated[bool, typer.Option(help="Newest events first")] = False,
+) -> None:
+    """A process with (a page of) its history."""
+
+    async def run(app: App) -> dict[str, Any]:
+        page = {"offset": offset, "limit": limit, "direction": "backward" if backward else "forward"}
+        return (await app.processes.get(ns, process_id, page)).to_dict()
+
+    _print(_with_app(run))
+
+
+@processes_app.command("list")
+def processes_list(
+    ns: str,
+    status: Annotated[str | None, typer.Option(help="init, running or error")] = None,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 100,
+) -> None:
+    """Processes of a namespace by id (without history)."""
+
+    async def run(app: App) -> dict[str, Any]:
+        page = await app.processes.list(ns, status=status, cursor=cursor, limit=limit)
+        return {"processes": [{k: v for k, v in p.to_dict().items() if k != "history"} for p in page.processes],
+                "next_cursor": page.next_cursor}
+
+    _print(_with_app(run))
+
+
+@processes_app.command("trace")
+def processes_trace(ns: str, process_id: str) -> None:
+    """Every task of a process with the events it produced."""
+
+    async def run(app: App) -> list[dict[str, Any]]:
+        return await app.processes.trace(ns, process_id)
+
+    _print(_with_app(run))
+
+
+@processes_app.command("repair")
+def processes_repair(
+    ns: str,
+    process_id: str,
+    args: Annotated[str, typer.Option(help="JSON args for the processor's repair")] = "null",
+    timeout: Annotated[float, typer.Option(min=0.001, max=3600, help="Seconds to wait for the result")] = 30,
+) -> None:
+    """Run the processor's repair on a process in error (a worker serving process:<ns> runs it)."""
+    try:
+        parsed = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
+
+    async def run(app: App) -> dict[str, Any]:
+        return {"response": await app.processes.repair(ns, process_id, parsed, timeout=timeout)}
+
+    _print(_with_app(run))
+
+
+@processes_app.command("simple-repair")
+def processes_simple_repair(ns: str, process_id: str) -> None:
+    """Clear a process's error without calling its processor (its broken timer is scheduled again)."""
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.processes.simple_repair(ns, process_id)).to_dict()
+
+    _print(_with_app(run))
+
+
+@processes_app.command("remove")
+def processes_remove(ns: str, process_id: str) -> None:
+    """Delete a process and all its rows."""
+
+    async def run(app: App) -> dict[str, Any]:
+        await app.processes.remove(ns, process_id)
+        return {"removed": process_id, "ns": ns}
+
+    _print(_with_app(run))

@@ -21,6 +21,7 @@ from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.observers_router import nodes_router
 from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
+from dataloader.api.v1.processes_router import router as processes_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
@@ -42,6 +43,7 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(v1_router)
     app.include_router(schedules_router)
     app.include_router(stats_router)
+    app.include_router(processes_router)
     app.include_router(chains_router)
     app.include_router(operations_router)
     app.include_router(observers_router)

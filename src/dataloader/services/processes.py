@@ -298,6 +298,22 @@ class ProcessService:
             return ProcessPage(rows, None)
         return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))
 
+    async def trace(self, ns: str, process_id: str) -> list[dict[str, Any]]:
+        """Every task of the process, oldest first (args, status, times, attempts, response,
+        error), each with the events it produced."""
+        process_id = self._check_id(process_id)
+        if await self.repo.get_process(ns, process_id) is None:
+            raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+        tasks = await self.repo.list_tasks(ns, process_id)
+        events = await self.repo.events(ns, process_id, HistoryRange())
+        by_task: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+        for event in events:
+            by_task.setdefault(event.task_id, []).append(event.to_dict())
+        trace = [{**t.to_dict(), "events": by_task.pop(t.task_id, [])} for t in tasks]
+        if by_task:  # events written without a task of this process (an import by put)
+            trace.insert(0, {"task_id": None, "type": "import", "events": [e for es in by_task.values() for e in es]})
+        return trace
+
     async def task(self, task_id: uuid.UUID) -> TaskRecord | None:
         return await self.repo.get_task(task_id)
 

@@ -183,6 +183,9 @@ class ProcessRepository:
             rows = await runner.fetch(sql("processes/events_forward"), ns, process_id, history.offset, history.limit)
         return [event_from_row(r) for r in rows]
 
+    async def list_tasks(self, ns: str, process_id: str) -> list[TaskRecord]:
+        return [TaskRecord.from_row(r) for r in await self.pool.fetch(sql("processes/list_tasks"), ns, process_id)]
+
     async def load_step(self, task_id: uuid.UUID) -> asyncpg.Record | None:
         return await self.pool.fetchrow(sql("processes/load_step"), task_id)
 

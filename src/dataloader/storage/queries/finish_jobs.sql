@@ -43,7 +43,13 @@ WITH input AS (
     SET status = t.new_status,
         attempt = CASE WHEN t.outcome = 'release' THEN j.attempt - 1 ELSE j.attempt END,
         started_at = CASE WHEN t.outcome = 'release' AND j.attempt = 1 THEN NULL ELSE j.started_at END,
-        available_at = CASE WHEN t.new_status = 'queued'
+        available_at = CASE WHEN t.new_status = 'queued' AND t.outcome = 'release' AND t.reason = 'lock_busy'
+                                 AND t.delay_sec = 0
+                            -- put back at once because its key's holder (a job of ours whose
+                            -- ctx.transaction() committed, lock not yet released) is finishing:
+                            -- it keeps its place in line, so jobs of one key run in order
+                            THEN LEAST(j.available_at, now())
+                            WHEN t.new_status = 'queued'
                             -- clamped (a year; NaN counts as 0) so no delay can overflow the interval
                             THEN now() + make_interval(secs => CASE WHEN t.delay_sec = 'NaN' THEN 0
                                                                     ELSE LEAST(GREATEST(t.delay_sec, 0), 31536000)

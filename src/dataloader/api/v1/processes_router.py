@@ -1,0 +1,224 @@
+"""API v1 processes (issue 9; docs/processes.md): `/api/v1/processes/{ns}/...` — init, call,
+repair, simple repair, get (a page of history in either direction), list, remove.
+
+Errors have the jobs API's shape (`{error, detail}`): an unknown namespace or process is a 404, a
+call to a process in the wrong status a 409 naming it, a processor error a 422
+(`process_task_failed`, its text in `detail`), a task that outlasts the caller's wait a 504
+(`process_timeout`; the task goes on). A body that fails validation is a 422 that writes nothing.
+The rules are `dataloader.services.processes.ProcessService`'s.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Response, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dataloader.api.runtime import Runtime, get_runtime, require_token
+from dataloader.api.v1.exceptions import error_responses
+from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
+from dataloader.logger.context_vars import request_id_var
+from dataloader.processes.model import HistoryRange, Process
+from dataloader.processes.registry import NS_PATTERN
+from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, ProcessService
+
+router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
+
+
+def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessService:
+    return runtime.require_context().processes
+
+
+Api = Annotated[ProcessService, Depends(get_process_service)]
+Ns = Annotated[str, Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
+Id = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="The process id")]
+OFFSET_TEXT = "Event id to start after (forward) or before (backward); 0: from the first / from the newest"
+TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCode.process_task_failed,
+               ErrorCode.process_timeout, ErrorCode.idempotency_conflict, ErrorCode.args_too_large)
+
+
+def _storable_args(value: Any) -> Any:
+    problem = json_storage_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+class RangeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(default=0, ge=0, le=2**62, description=OFFSET_TEXT)
+    limit: int | None = Field(default=None, ge=1, le=100_000)
+    direction: Literal["forward", "backward"] = "forward"
+
+
+class TaskBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    args: Any = Field(default=None, description="The task's args (any JSON)")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
+    timeout_sec: float | None = Field(
+        default=None, gt=0, le=MAX_TIMEOUT_SEC,
+        description="How long to wait for the task (default 30 s); past it a 504, the task goes on")
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: Any) -> Any:
+        return _storable_args(value)
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        problem = storable_text_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class InitBody(TaskBody):
+    id: str = Field(min_length=1, max_length=200, description="The new process's id (unique in the namespace)")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        problem = storable_text_problem(value)
+        if problem or not value.strip():
+            raise ValueError(problem or "must not be blank")
+        return value
+
+
+class CallBody(TaskBody):
+    range: RangeBody | None = Field(default=None, description="The part of the history the processor receives")
+
+
+class TaskResponse(BaseModel):
+    ns: str
+    id: str
+    response: Any = Field(description="What the processor returned for the caller")
+
+
+class EventView(BaseModel):
+    event_id: int
+    timestamp: datetime
+    payload: Any
+    metadata: Any
+    task_id: str | None
+
+
+class TimerView(BaseModel):
+    type: str = Field(description="timeout or remove")
+    at: datetime
+    task_id: str | None
+
+
+class ProcessView(BaseModel):
+    ns: str
+    id: str
+    status: str = Field(description="init, running or error")
+    detail: str | None
+    aux_state: Any = Field(description="JSON, or {\"$bytes\": base64} when the processor keeps bytes")
+    metadata: Any
+    corrupted_by: str | None = Field(description="The task that put the process in error")
+    previous_status: str | None
+    status_changed_at: datetime
+    created_at: datetime
+    last_event_id: int
+    timer: TimerView | None = Field(description="The armed timer")
+    history: list[EventView] = Field(description="The page of history asked for")
+
+
+class ProcessListView(BaseModel):
+    processes: list[ProcessView] = Field(description="Without history")
+    next_cursor: str | None
+
+
+def view(process: Process) -> ProcessView:
+    return ProcessView(**process.to_dict())
+
+
+@router.post("/{ns}", status_code=status.HTTP_201_CREATED, response_model=TaskResponse,
+             summary="Create a process and run its init",
+             responses=error_responses(*TASK_ERRORS, ErrorCode.process_exists, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type, ErrorCode.invalid_request))
+async def init_process(ns: Ns, body: InitBody, api: Api, response: Response) -> TaskResponse:
+    """Creates the process and waits for the processor's `init`; returns its response. 409 when the
+    id exists (unless the same idempotency key: then the stored response)."""
+    result = await api.init(ns, body.id, body.args, idempotency_key=body.idempotency_key, timeout=body.timeout_sec,
+                            request_id=request_id_var.get())
+    response.headers["Location"] = f"/api/v1/processes/{ns}/{body.id}"
+    return TaskResponse(ns=ns, id=body.id, response=result)
+
+
+@router.post("/{ns}/{id}/call", response_model=TaskResponse, summary="Call a running process",
+             responses=error_responses(*TASK_ERRORS, ErrorCode.process_wrong_status, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type, ErrorCode.invalid_request))
+async def call_process(ns: Ns, id: Id, body: CallBody, api: Api) -> TaskResponse:
+    """Waits behind a running task of the process if there is one; 409 (naming the status) unless
+    the process is running."""
+    result = await api.call(ns, id, body.args, idempotency_key=body.idempotency_key,
+                            range=body.range.model_dump() if body.range else None, timeout=body.timeout_sec,
+                            request_id=request_id_var.get())
+    return TaskResponse(ns=ns, id=id, response=result)
+
+
+@router.post("/{ns}/{id}/repair", response_model=TaskResponse, summary="Repair a process in error",
+             responses=error_responses(*TASK_ERRORS, ErrorCode.process_wrong_status, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type, ErrorCode.invalid_request))
+async def repair_process(ns: Ns, id: Id, body: TaskBody, api: Api) -> TaskResponse:
+    """Runs the processor with `repair`; on success the process is running again."""
+    result = await api.repair(ns, id, body.args, idempotency_key=body.idempotency_key, timeout=body.timeout_sec,
+                              request_id=request_id_var.get())
+    return TaskResponse(ns=ns, id=id, response=result)
+
+
+@router.post("/{ns}/{id}/simple-repair", response_model=ProcessView, summary="Clear a process's error",
+             responses=error_responses(ErrorCode.unknown_namespace, ErrorCode.process_not_found,
+                                       ErrorCode.process_wrong_status))
+async def simple_repair_process(ns: Ns, id: Id, api: Api) -> ProcessView:
+    """No processor call: running again, the timer that broke it (or that its failure disarmed)
+    scheduled again. Returns the process with its last event."""
+    return view(await api.simple_repair(ns, id))
+
+
+@router.get("/{ns}", response_model=ProcessListView, summary="List processes of a namespace",
+            responses=error_responses(ErrorCode.invalid_cursor, ErrorCode.invalid_request))
+async def list_processes(
+    ns: Ns,
+    api: Api,
+    status_: Annotated[Literal["init", "running", "error"] | None, Query(alias="status")] = None,
+    cursor: Annotated[str | None, Query(max_length=2000, pattern=r"^[A-Za-z0-9_\-]*$")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 100,
+) -> ProcessListView:
+    page = await api.list(ns, status=status_, cursor=cursor, limit=limit)
+    return ProcessListView(processes=[view(p) for p in page.processes], next_cursor=page.next_cursor)
+
+
+@router.get("/{ns}/{id}", response_model=ProcessView, summary="A process with a page of its history",
+            responses=error_responses(ErrorCode.process_not_found))
+async def get_process(
+    ns: Ns,
+    id: Id,
+    api: Api,
+    offset: Annotated[int, Query(ge=0, le=2**62, description=OFFSET_TEXT)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    direction: Literal["forward", "backward"] = "forward",
+) -> ProcessView:
+    return view(await api.get(ns, id, HistoryRange(offset=offset, limit=limit, direction=direction)))
+
+
+@router.delete("/{ns}/{id}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a process and all its rows",
+               responses=error_responses(ErrorCode.process_not_found))
+async def remove_process(ns: Ns, id: Id, api: Api) -> Response:
+    await api.remove(ns, id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/{ns}/{id}/trace", summary="Every task of a process with the events it produced",
+            responses=error_responses(ErrorCode.process_not_found))
+async def trace_process(ns: Ns, id: Id, api: Api) -> dict[str, Any]:
+    """Tasks oldest first: type, args, status (waiting, finished, error, cancelled), times,
+    attempts, idempotency key, response, error, and `events`."""
+    return {"ns": ns, "id": id, "tasks": await api.trace(ns, id)}
