@@ -259,6 +259,25 @@ def test_idempotency_and_batches_in_the_callers_transaction(sync_app: SyncApp, d
     assert {j.id for j in result.succeeded} == {first.id, *ids}
 
 
+@pytest.mark.parametrize("kind", list(TRANSACTIONS))
+def test_queue_patterns_in_the_callers_transaction(sync_app: SyncApp, dsn: str, kind: str):
+    """Restartable, unique and chained jobs take the same paths on a caller's sync connection."""
+    with TRANSACTIONS[kind](dsn, True) as conn:
+        first = sync_app.enqueue("dl.noop", {"v": 1}, queue="q", lock_key="re", restartable=True, conn=conn)
+        again = sync_app.enqueue("dl.noop", {"v": 2}, queue="q", lock_key="re", restartable=True, conn=conn)
+        assert again.id == first.id and again.args == {"v": 2}
+        with pytest.raises(dataloader.RestartConflict):
+            sync_app.enqueue("dl.sleep", {}, queue="q", lock_key="re", restartable=True, conn=conn)
+        unique = sync_app.enqueue("dl.noop", {"u": 1}, queue="q", unique_for=60, conn=conn)
+        assert sync_app.enqueue("dl.noop", {"u": 1}, queue="q", unique_for=60, conn=conn).id == unique.id
+        chained = sync_app.enqueue("dl.noop", queue="q", then=[dataloader.Stage("dl.noop")], conn=conn)
+        assert chained.chain_id == chained.id
+
+    result = drain_sync(sync_app, "q", timeout=30)
+    assert {j.id for j in result.succeeded} >= {first.id, unique.id, chained.id}
+    assert [j.task for j in sync_app.chain(chained.id).jobs] == ["dl.noop", "dl.noop"]
+
+
 def test_the_transactional_path_validates_like_the_app_and_refuses_foreign_connections(
         sync_app: SyncApp, dsn: str):
     with psycopg_tx(dsn, True) as conn:
