@@ -60,3 +60,43 @@ async def test_a_generator_that_does_not_yield_is_cancelled_after_the_grace(dsn,
         job_id = await enqueue(db, "test.timeout_chunk_stuck")
         row = await wait_until(lambda: _ended(db, job_id), timeout=10)
     assert (row["status"], row["error"]) == ("failed", "run time limit of 0.5 s exceeded")
+
+
+async def _lock_held(db, key: str) -> bool:
+    return await db.fetchval("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                             "AND objid::bigint = (hashtext($1)::bigint & 4294967295)", key)
+
+
+async def test_a_sync_function_past_its_limit_ends_the_attempt_but_keeps_its_lock_key_until_the_thread_ends(dsn, db):
+    """A thread cannot be killed: the attempt fails at the limit, and the lock_key stays held (the
+    key's next job waits) until the thread really ends; then the next job runs at once."""
+    import asyncio
+    import threading
+
+    from tests.support.pipelines import THREAD_GATES
+
+    gate = THREAD_GATES.setdefault("stuck-1", threading.Event())
+    gate.clear()
+    try:
+        async with running_engine(dsn, db, timeout_grace_sec=0.2):
+            stuck = await enqueue(db, "test.timeout_sync_gated", lock_key="K", args={"gate": "stuck-1"})
+            row = await wait_until(lambda: _ended(db, stuck), timeout=10)
+            assert (row["status"], row["error"]) == ("failed", "run time limit of 0.5 s exceeded")
+            assert gate.is_set() is False  # the thread still runs
+            waiting = await enqueue(db, "dl.noop", lock_key="K")
+            for _ in range(10):  # sampled over about a second: the key stays taken while the thread runs
+                assert await _lock_held(db, "K")
+                assert (await job_row(db, waiting))["status"] in ("queued", "running")
+                assert (await job_row(db, waiting))["status"] != "succeeded"
+                await asyncio.sleep(0.1)
+            gate.set()
+            # woken by the release (DL_CLAIM_BACKOFF_SEC is 15 s: ending within 5 s shows it)
+            done = await wait_until(lambda: _ended(db, waiting), timeout=5)
+            assert done["status"] == "succeeded"
+            await wait_until(lambda: _not(_lock_held(db, "K")), timeout=10)
+    finally:
+        gate.set()
+
+
+async def _not(awaitable) -> bool:
+    return not await awaitable

@@ -54,7 +54,7 @@ async def test_concurrent_triggers_leave_one_queued_job(app: App, runs):
 
 async def test_a_trigger_naming_another_task_is_a_conflict_and_changes_nothing(app: App, runs):
     job = await app.enqueue("pattern.step", {"v": 1}, queue="idle", lock_key="index:4", restartable=True)
-    with pytest.raises(RestartConflict, match="pattern.step"):
+    with pytest.raises(RestartConflict, match=r"pattern\.step"):
         await app.enqueue("dl.noop", {"v": 2}, queue="idle", lock_key="index:4", restartable=True)
     assert (await app.get(job.id)).args == {"v": 1}
 

@@ -152,6 +152,10 @@ class QueueConnection:
         """Hold back a queued job whose lock_key a stray session holds; None if it is no longer queued."""
         return await self.conn.fetchval(sql("delay_lock_busy"), job_id, delay_sec)
 
+    async def wake_parked(self, parked: list[tuple[uuid.UUID, datetime]]) -> None:
+        """Jobs held back behind a key this connection just released may run now."""
+        await self.conn.execute(sql("wake_parked_jobs"), [p[0] for p in parked], [p[1] for p in parked])
+
     async def unlock(self, lock_key: str) -> bool:
         return await self.conn.fetchval(sql("unlock_key"), lock_key)
 

@@ -73,11 +73,15 @@ class Completer:
             owns_lock = ledger.holder(self._lock_hash_of(request)) == request.job_id
             requests.append(_with_unlock(request, request.unlock and owns_lock))
         started = time.perf_counter()
-        results = await QueueConnection(conn).finish(requests)
+        queue_conn = QueueConnection(conn)
+        results = await queue_conn.finish(requests)
         metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        parked = []
         for request in requests:
             if request.unlock:
-                ledger.release(self._lock_hash_of(request))
+                parked.extend(ledger.release(self._lock_hash_of(request)))
+        if parked:
+            await queue_conn.wake_parked(parked)
         self._flushed = (batch, requests, results)
 
     def resolve(self) -> None:

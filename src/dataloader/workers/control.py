@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 
 import asyncpg
 
@@ -29,6 +30,10 @@ class LockLedger:
 
     def __init__(self) -> None:
         self._held: dict[int, uuid.UUID] = {}
+        # Queued jobs held back because one of our own attempts that no longer runs (a sync thread
+        # past its run-time limit) still holds their key: (job_id, the available_at they were
+        # held back to), woken when that key is released.
+        self._parked: dict[int, list[tuple[uuid.UUID, datetime]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -45,8 +50,14 @@ class LockLedger:
     def take(self, lock_hash: int, job_id: uuid.UUID) -> None:
         self._held[lock_hash] = job_id
 
-    def release(self, lock_hash: int | None) -> None:
+    def release(self, lock_hash: int | None) -> list[tuple[uuid.UUID, datetime]]:
+        """Forget the lock; returns the jobs parked behind it (to wake now)."""
         self._held.pop(lock_hash, None)  # type: ignore[arg-type]
+        return self._parked.pop(lock_hash, []) if lock_hash is not None else []
+
+    def park(self, lock_hash: int, job_id: uuid.UUID, available_at: datetime) -> None:
+        """`job_id` was held back until `available_at` because our stray attempt holds the key."""
+        self._parked.setdefault(lock_hash, []).append((job_id, available_at))
 
     def holders(self) -> dict[uuid.UUID, int]:
         """job_id -> lock hash, for every lock held."""
@@ -54,6 +65,7 @@ class LockLedger:
 
     def clear(self) -> None:
         self._held.clear()
+        self._parked.clear()
 
     def snapshot(self) -> dict[int, uuid.UUID]:
         return dict(self._held)

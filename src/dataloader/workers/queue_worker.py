@@ -216,6 +216,10 @@ class QueueWorker:
             "job_id": str(job.job_id), "lock_key": job.lock_key, "live_holder": live_holder, "retry_in_sec": delay})
         if delay and result.status == "queued":
             self.timer.schedule_in(delay)
+            if holder is None and result.available_at is not None:
+                # The key's holder is an attempt of ours that ended while its thread runs on: the
+                # release of that key (when the thread ends) wakes this job at once.
+                self.control.ledger.park(job.lock_hash, job.job_id, result.available_at)
 
     async def _settle_busy(self, conn: asyncpg.Connection, candidate: SkippedCandidate) -> None:
         """A candidate left queued because another session holds its lock_key. If a job of that key
