@@ -57,8 +57,14 @@ class Stage(StrictModel):
     @field_validator("task", "queue", "lock_key", "idempotency_key")
     @classmethod
     def _plain_text(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or "\x00" in value):
+        if value is None:
+            return value
+        if not value.strip() or "\x00" in value:
             raise ValueError("must not be blank or contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must not contain unpaired UTF-16 surrogates") from None
         return value
 
 

@@ -98,6 +98,31 @@ async def test_lock_busy_job_backs_off_without_burning_an_attempt(dsn, db):
         await db.release(holder)
 
 
+async def test_a_stray_holder_is_looked_at_again_soon_then_ever_less_often(dsn, db):
+    """The first sighting of a stray is often a lock about to be released (another node's
+    ctx.transaction() just committed): the job is held back 0.2 s, then 0.8, 3.2 … up to
+    DL_CLAIM_BACKOFF_SEC, never hammering the claim while a real stray holds on."""
+    holder = await db.acquire()
+    await holder.execute("SELECT pg_advisory_lock(hashtext('stray'))")
+    try:
+        async with running_engine(dsn, db, claim_backoff_sec=60):
+            job_id = await enqueue(db, lock_key="stray")
+            await wait_until(lambda: _requeues(db, job_id, 3), timeout=10)
+            rows = await db.fetch("SELECT ts, payload FROM dl_job_events WHERE job_id=$1 AND kind='requeue' "
+                                  "ORDER BY event_id", job_id)
+            holds = [(dt.datetime.fromisoformat(r["payload"]["available_at"]) - r["ts"]).total_seconds()
+                     for r in rows[:3]]
+            assert [round(h, 1) for h in holds] == [0.2, 0.8, 3.2]
+            await holder.execute("SELECT pg_advisory_unlock(hashtext('stray'))")
+            assert (await wait_until(lambda: _succeeded(db, job_id), timeout=10))["attempt"] == 1
+    finally:
+        await db.release(holder)
+
+
+async def _requeues(db, job_id, count):
+    return await db.fetchval("SELECT count(*) FROM dl_job_events WHERE job_id=$1 AND kind='requeue'", job_id) >= count
+
+
 async def _has_event(db, job_id, kind):
     return kind in await event_kinds(db, job_id)
 

@@ -134,6 +134,11 @@ async def test_http_trigger_with_then_and_the_chain_endpoint(app: App, runs, dsn
         assert bad.status_code == 422
         unknown_field = await client.post("/api/v1/jobs/trigger", json={**body, "then": [{"task": "x", "oops": 1}]})
         assert unknown_field.status_code == 422
+        for stage in ('{"task": "\\ud800"}', '{"task": "x", "args": {"a": "\\ud800"}}',
+                      '{"task": "x", "args": {"a": "\\u0000"}}', '{"task": "x", "delay_sec": 1e400}'):
+            raw = ('{"queue": "q", "task": "pattern.step", "lock_key": "k", "then": [' + stage + "]}").encode()
+            odd = await client.post("/api/v1/jobs/trigger", content=raw, headers={"content-type": "application/json"})
+            assert odd.status_code == 422, (stage, odd.text)
     assert await runs.fetchval("SELECT count(*) FROM dl_jobs") == 2
 
 

@@ -67,7 +67,7 @@ def test_stage_args_that_cannot_be_stored_are_a_value_error_naming_the_stage():
 
 def test_stage_and_then_refuse_bad_values():
     for bad in ({"priority": -1}, {"delay_sec": float("inf")}, {"max_attempts": 0}, {"queue": ""},
-                {"task": "a\x00"}, {"task": "  "}, {"unknown": 1}):
+                {"task": "a\x00"}, {"task": "  "}, {"queue": "\ud800"}, {"unknown": 1}):
         with pytest.raises(ValidationError):
             Stage(**{"task": "t", **bad})
     with pytest.raises(ValueError):
@@ -161,3 +161,10 @@ def test_a_chain_s_status(statuses, expected):
     chain = Chain(job("succeeded").id, [job(s, i) for i, s in enumerate(statuses)])
     assert chain.status == expected
     assert [s["status"] for s in chain.to_dict()["stages"]] == statuses
+
+
+def test_a_stray_holder_is_held_back_short_first_then_up_to_the_claim_backoff():
+    from dataloader.workers.queue_worker import stray_hold_back
+
+    assert [stray_hold_back(n, 15) for n in range(6)] == [0.2, 0.8, 3.2, 12.8, 15, 15]
+    assert stray_hold_back(10**6, 15) == 15 and stray_hold_back(0, 0) == 0

@@ -36,6 +36,20 @@ log = logging.getLogger("dataloader.worker")
 MAX_CLAIM_BATCH = 64
 
 
+# Keys whose stray holders are remembered at most (then forgotten together: they only shorten a wait).
+MAX_STRAY_KEYS_REMEMBERED = 10_000
+FIRST_STRAY_HOLD_BACK_SEC = 0.2
+
+
+def stray_hold_back(strikes: int, claim_backoff_sec: float) -> float:
+    """How long to hold back a job whose lock_key a session with no running job holds, after
+    `strikes` earlier sightings of such a holder for the key. The first look is often not a stray
+    at all: a `ctx.transaction()` on another node committed the key's job a moment before its
+    control connection released the lock. So start short and grow fourfold up to
+    DL_CLAIM_BACKOFF_SEC: 0.2, 0.8, 3.2, 12.8 s, then the backoff."""
+    return min(claim_backoff_sec, FIRST_STRAY_HOLD_BACK_SEC * 4 ** min(strikes, 16))
+
+
 class QueueWorker:
     def __init__(self, queue: str, concurrency: int, env: EngineEnv) -> None:
         self.queue = queue
@@ -55,6 +69,8 @@ class QueueWorker:
         self._busy: list[SkippedCandidate] = []
         self._reentrant: list[ClaimedJob] = []
         self._claimed: list[ClaimedJob] = []
+        # lock_key -> how many times in a row a stray was seen holding it (see stray_hold_back)
+        self._stray_strikes: dict[str, int] = {}
 
     @property
     def held_locks(self) -> dict[int, uuid.UUID]:
@@ -190,6 +206,8 @@ class QueueWorker:
                     self.timer.schedule_in(due_in)
         ledger = self.control.ledger
         for job in batch.claimed:
+            if self._stray_strikes:
+                self._stray_strikes.pop(job.lock_key, None)
             if job.lock_hash not in ledger:
                 ledger.take(job.lock_hash, job.job_id)
                 self._claimed.append(job)  # started once the step has committed
@@ -225,7 +243,8 @@ class QueueWorker:
         """A candidate left queued because another session holds its lock_key. If a job of that key
         runs (or a claim of one was committing), its finish will wake us: nothing to do. If the
         key is free by now, claim again. If only a stray holds it (a fenced-off pipeline winding
-        down), hold the job back DL_CLAIM_BACKOFF_SEC so it does not head every claim meanwhile."""
+        down, or a lock a moment from its release), hold the job back, briefly at first and then
+        up to DL_CLAIM_BACKOFF_SEC (`stray_hold_back`), so it does not head every claim meanwhile."""
         queue_conn = QueueConnection(conn)
         running_holders, locked_now = await queue_conn.lock_holders(candidate.job_id, candidate.lock_key)
         if locked_now:
@@ -235,7 +254,11 @@ class QueueWorker:
         if running_holders:
             metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_claim").inc()
             return
-        delay = self.env.settings.claim_backoff_sec
+        strikes = self._stray_strikes.get(candidate.lock_key, 0)
+        if len(self._stray_strikes) >= MAX_STRAY_KEYS_REMEMBERED:
+            self._stray_strikes.clear()
+        self._stray_strikes[candidate.lock_key] = strikes + 1
+        delay = stray_hold_back(strikes, self.env.settings.claim_backoff_sec)
         moved = await queue_conn.delay_lock_busy(candidate.job_id, delay)
         metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_stray").inc()
         log.info("lock_key held by a session with no running job; job held back", extra={
