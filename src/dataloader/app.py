@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from dataloader.maintenance.pruner import PruneReport
     from dataloader.maintenance.service import Service
     from dataloader.services.observers import ObserverService
+    from dataloader.services.operations import OperationService
     from dataloader.services.search import SearchPage, SearchService
     from dataloader.workers.manager import WorkerManager
 
@@ -457,15 +458,31 @@ class App:
         return await self._search_service().count(filter)
 
     def _operations_services(self, settings: Settings) -> list[Service]:
-        """The queue-time checker (when a limit is set) of `running()`, on every node."""
+        """The queue-time checker (when a limit is set) and the bulk operation runner of `running()`,
+        on every node."""
+        from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
         from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
-        from dataloader.storage.operation_repository import QueueTimeRepository
+        from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
 
         services: list[Service] = []
         queue_time = QueueTimeSettings.from_settings(settings)
         if queue_time.enabled:
             services.append(QueueTimeChecker(QueueTimeRepository(self.pool), queue_time))
+        if settings.operations_enabled:
+            runner = OperationRunnerSettings.from_settings(settings)
+            services.append(OperationRunner(OperationRepository(self.pool), runner, owner=settings.node_name))
         return services
+
+    @property
+    def operations(self) -> OperationService:
+        """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"],
+        "queues": ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events
+        / wait. The runner of every node's `running()` works them (docs/operations.md)."""
+        from dataloader.services.operations import OperationService
+        from dataloader.storage.operation_repository import OperationRepository
+
+        return OperationService(OperationRepository(self.pool), self._search_service(),
+                                default_batch_size=self.settings.operations_batch_size)
 
     def _search_service(self) -> SearchService:
         from dataloader.services.search import SearchService

@@ -766,3 +766,159 @@ def processes_remove(ns: str, process_id: str) -> None:
         return {"removed": process_id, "ns": ns}
 
     _print(_with_app(run))
+
+
+def _actor() -> str:
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no user name in this environment (a bare container)
+        return "cli"
+
+
+async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> dict[str, Any]:
+    """A progress bar (done / total) until the operation ends; returns it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    op = await app.operations.get(operation_id)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        task = bar.add_task(f"{op.kind} {str(op.id)[:8]}", total=max(op.total, 1))
+        while True:
+            op = await app.operations.get(operation_id)
+            bar.update(task, completed=op.done, total=max(op.total, op.done, 1),
+                       description=f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+            if op.ended:
+                break
+            await asyncio.sleep(interval)
+    return op.to_dict()
+
+
+def _bulk(kind: str, f: dict[str, Any], params: dict[str, Any] | None, dry_run: bool, yes: bool, watch: bool,
+          batch_size: int | None) -> None:
+    async def count(app: App) -> dict[str, Any]:
+        return (await app.operations.start(kind, f, params=params, dry_run=True)).to_dict()
+
+    preview = _with_app(count)
+    if dry_run:
+        _print(preview)
+        return
+    typer.echo(f"{kind}: {preview['total']} jobs match {json.dumps(f)}", err=True)
+    if not yes and not typer.confirm("start it?", err=True):
+        raise typer.Exit(1)
+
+    async def start(app: App) -> dict[str, Any]:
+        op = await app.operations.start(kind, f, params=params, started_by=_actor(), batch_size=batch_size)
+        if not watch:
+            return op.to_dict()
+        return await _watch(app, op.id)
+
+    _print(_with_app(start))
+
+
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Only count the jobs it would examine")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before starting")]
+WatchOpt = Annotated[bool, typer.Option("--watch/--no-watch", help="Show progress until it ends")]
+BatchOpt = Annotated[int | None, typer.Option(min=1, max=10_000, help="Jobs per batch (DL_OPERATIONS_BATCH_SIZE)")]
+
+
+def _bulk_command(kind: str, help_text: str) -> None:
+    def command(
+        queue: QueueOpt = None, task: TaskOpt = None, status: StatusOpt = None, error: ErrorOpt = None,
+        created_from: TimeOpt = None, created_to: TimeOpt = None, finished_from: TimeOpt = None,
+        finished_to: TimeOpt = None, args_contains: ArgsOpt = None, args_path: PathOpt = None,
+        lock_key_prefix: PrefixOpt = None, held: HeldOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+        watch: WatchOpt = True, batch_size: BatchOpt = None,
+    ) -> None:
+        f = _filter(queue, task, status, error, created_from, created_to, finished_from, finished_to,
+                    args_contains, args_path, lock_key_prefix, held)
+        _bulk(kind, f, None, dry_run, yes, watch, batch_size)
+
+    command.__doc__ = help_text
+    ops_app.command(kind)(command)
+
+
+_bulk_command("requeue", "Requeue every failed, canceled or lost job matching the filter (fresh attempt budget).")
+_bulk_command("cancel", "Cancel every queued or running job matching the filter.")
+_bulk_command("delete", "Delete every finished job matching the filter (with its journal).")
+
+
+@ops_app.command("set-priority")
+def ops_set_priority(
+    priority: Annotated[int, typer.Argument(min=0, max=2**31 - 1, help="New priority (lower runs first)")],
+    queue: QueueOpt = None, task: TaskOpt = None, status: StatusOpt = None, error: ErrorOpt = None,
+    created_from: TimeOpt = None, created_to: TimeOpt = None, args_contains: ArgsOpt = None,
+    args_path: PathOpt = None, lock_key_prefix: PrefixOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+    watch: WatchOpt = True, batch_size: BatchOpt = None,
+) -> None:
+    """Give every queued job matching the filter a new priority."""
+    f = _filter(queue, task, status, error, created_from, created_to, None, None, args_contains, args_path,
+                lock_key_prefix, None)
+    _bulk("set_priority", f, {"priority": priority}, dry_run, yes, watch, batch_size)
+
+
+def _operation_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not an operation id (a UUID)") from None
+
+
+@ops_app.command("list")
+def ops_list(
+    state: Annotated[list[str] | None, typer.Option(help="running, paused, canceled, finished, failed")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+) -> None:
+    """Bulk operations, newest first, with their progress."""
+
+    async def run(app: App) -> list[dict[str, Any]]:
+        items, _ = await app.operations.list(states=state, limit=limit)
+        return [o.to_dict() for o in items]
+
+    _print(_with_app(run))
+
+
+@ops_app.command("show")
+def ops_show(operation_id: str) -> None:
+    """One operation, with its audit trail."""
+    oid = _operation_id(operation_id)
+
+    async def run(app: App) -> dict[str, Any]:
+        return {**(await app.operations.get(oid)).to_dict(),
+                "events": [e.to_dict() for e in await app.operations.events(oid)]}
+
+    _print(_with_app(run))
+
+
+@ops_app.command("watch")
+def ops_watch(operation_id: str) -> None:
+    """A progress bar until the operation ends."""
+    oid = _operation_id(operation_id)
+
+    async def run(app: App) -> dict[str, Any]:
+        return await _watch(app, oid)
+
+    _print(_with_app(run))
+
+
+def _state_command(action: str, help_text: str) -> None:
+    def command(operation_id: str) -> None:
+        oid = _operation_id(operation_id)
+
+        async def run(app: App) -> dict[str, Any]:
+            method = {"pause": app.operations.pause, "resume": app.operations.resume,
+                      "abort": app.operations.cancel}[action]
+            return (await method(oid, actor=_actor())).to_dict()
+
+        _print(_with_app(run))
+
+    command.__doc__ = help_text
+    ops_app.command(action)(command)
+
+
+_state_command("pause", "Pause an operation after the batch in flight.")
+_state_command("resume", "Resume a paused operation where it stopped.")
+_state_command("abort", "Cancel an operation for good after the batch in flight (what was done stays done).")

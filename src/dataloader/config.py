@@ -148,6 +148,8 @@ class Settings(BaseSettings):
     operations_period_sec: float = Field(default=2, gt=0, le=3600)
     operations_lease_sec: float = Field(default=30, ge=1, le=3600)
     operations_batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Pause between batches of one operation: throttles a bulk change next to a busy queue.
+    operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
     @field_validator("queue_time_limits_json", mode="before")
     @classmethod

@@ -251,3 +251,16 @@ class Cancel(JobOutcome):
     def __init__(self, reason: str = "canceled by the pipeline") -> None:
         self.reason = str(reason)
         super().__init__(self.reason)
+
+
+# --- Recovery and operations (issue 11) ---------------------------------------------------------
+
+class OperationNotFound(DataloaderError):
+    code = "operation_not_found"
+
+
+class OperationStateConflict(DataloaderError):
+    """Pause, resume or cancel asked of an operation in a state that does not allow it (a finished
+    operation cannot be resumed; a running one is not paused twice)."""
+
+    code = "operation_state_conflict"

@@ -111,6 +111,17 @@ async def test_search_plans_on_a_million_jobs(big):
         assert scans and not any(kind == "Seq Scan" for kind, _ in scans), scans
         assert {name for _, name in scans} <= {"ix_dl_jobs_trouble", "ix_dl_jobs_status_queue", None}, scans
 
+    # the bulk batch: next ids after the cursor, oldest first, by the same index ...
+    plan = await explain(pool, "operations/batch_ids", *filter_params(every_failed), datetime.now(UTC),
+                         None, None, 500)
+    assert_ordered_page(plan, "ix_dl_jobs_trouble")
+    # ... and after a cursor, the cursor is in the index condition
+    plan = await explain(pool, "operations/batch_ids", *filter_params(every_failed), datetime.now(UTC), *cursor, 500)
+    assert_ordered_page(plan, "ix_dl_jobs_trouble")
+    # ... or, with a queue too, the planner may read that status and queue's range and sort it:
+    # bounded by the filter's own matches, never by the table
+    assert_filter_range(await explain(pool, "operations/batch_ids", *filter_params(failed), datetime.now(UTC),
+                                      None, None, 500), "failed")
     # several statuses, or none: the (created_at, job_id) index in page order
     for f in (JobFilter(statuses=["failed", "lost"]), JobFilter(queues=["q2"])):
         assert_ordered_page(await explain(pool, "search/jobs", *page_args(f)), "ix_dl_jobs_created")

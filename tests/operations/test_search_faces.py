@@ -130,3 +130,46 @@ async def test_lease_expiry_counter_per_queue_and_task(db):
     before = metrics.LEASE_EXPIRIES.labels("lq", "dl.noop")._value.get()
     assert await Reaper(JobRepository(db)).tick() == 1
     assert metrics.LEASE_EXPIRIES.labels("lq", "dl.noop")._value.get() - before == 1
+
+
+async def test_http_operations_dry_run_start_pause_resume_cancel_events(client, db):
+    await fill(db)
+    dry = await client.post("/api/v1/operations", json={"kind": "requeue", "filter": {"statuses": ["failed"]},
+                                                         "dry_run": True})
+    assert dry.status_code == 200 and dry.json()["total"] == 9, dry.text
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    made = await client.post("/api/v1/operations", json={"kind": "requeue", "filter": {"queues": ["qb"]},
+                                                          "started_by": "alice", "batch_size": 2})
+    assert made.status_code == 201, made.text
+    op = made.json()
+    assert (op["state"], op["total"], op["started_by"]) == ("running", 3, "alice")
+    oid = op["operation_id"]
+    paused = await client.post(f"/api/v1/operations/{oid}/pause", json={"actor": "bob"})
+    assert paused.status_code == 200 and paused.json()["state"] == "paused"
+    again = await client.post(f"/api/v1/operations/{oid}/pause")
+    assert again.status_code == 409 and again.json()["error"] == "operation_state_conflict"
+    assert (await client.post(f"/api/v1/operations/{oid}/resume")).json()["state"] == "running"
+    assert (await client.post(f"/api/v1/operations/{oid}/cancel")).json()["state"] == "canceled"
+    listed = (await client.get("/api/v1/operations", params={"state": "canceled"})).json()
+    assert [o["operation_id"] for o in listed["operations"]] == [oid]
+    trail = (await client.get(f"/api/v1/operations/{oid}/events")).json()
+    assert [(e["kind"], e["actor"]) for e in trail] == [("created", "alice"), ("paused", "bob"), ("resumed", "api"),
+                                                        ("canceled", "api")]
+    missing = await client.get("/api/v1/operations/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404 and missing.json()["error"] == "operation_not_found"
+
+
+@pytest.mark.parametrize("body", [
+    {"kind": "explode"},
+    {"kind": "set_priority", "params": {"priority": -3}},
+    {"kind": "requeue", "params": {"x": 1}},
+    {"kind": "requeue", "filter": {"statuses": ["zzz"]}},
+    {"kind": "requeue", "filter": {"args_path": "$$$"}},
+    {"kind": "requeue", "batch_size": 0},
+    {"kind": "requeue", "started_by": ""},
+    {"kind": "requeue", "surprise": True},
+])
+async def test_bad_operation_requests_are_4xx_and_write_nothing(client, db, body):
+    r = await client.post("/api/v1/operations", json=body)
+    assert 400 <= r.status_code < 500 and set(r.json()) >= {"error", "detail"}, r.text
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0

@@ -3,9 +3,17 @@ operations with their batches. Statements in `queries/operations/`."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 import asyncpg
 
+from dataloader.job_filter import JobFilter
 from dataloader.storage.queries import sql
+from dataloader.storage.search_repository import filter_params
 
 
 class QueueTimeRepository:
@@ -18,3 +26,105 @@ class QueueTimeRepository:
         return await self.pool.fetch(
             sql("operations/flag_overdue"), queues, [limits[q][0] for q in queues], [limits[q][1] for q in queues],
             default_limit, default_fail, batch_size, lookback_sec)
+
+
+APPLY = {"requeue": "operations/apply_requeue", "cancel": "operations/apply_cancel",
+         "delete": "operations/apply_delete", "set_priority": "operations/apply_set_priority"}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What one batch did: jobs examined (matched the filter after the cursor), jobs changed (the
+    rest were no longer eligible: skipped), whether the operation is finished, and its row after."""
+
+    examined: int
+    changed: int
+    finished: bool
+    row: asyncpg.Record | None  # None: the runner no longer holds the operation (nothing was done)
+
+
+class OperationRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def count(self, f: JobFilter, snapshot: datetime) -> int:
+        """Jobs the operation would examine: the filter's matches created up to the snapshot."""
+        queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
+        c_to = snapshot if c_to is None or c_to > snapshot else c_to
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+            await conn.execute(sql("search/custom_plans"))
+            # created_to is exclusive and the snapshot inclusive: a job created at the very
+            # snapshot instant would be examined but not counted (total is a progress estimate).
+            return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from,
+                                       f_to, contains, path, prefix, held, None)
+
+    async def create(self, operation_id: uuid.UUID, kind: str, filter_json: dict[str, Any], params: dict[str, Any],
+                     total: int, batch_size: int, started_by: str, snapshot: datetime) -> asyncpg.Record:
+        return await self.pool.fetchrow(sql("operations/create"), operation_id, kind, filter_json, params, total,
+                                        batch_size, started_by, snapshot)
+
+    async def claim(self, owner: str, lease_sec: float) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(sql("operations/claim"), owner, lease_sec)
+
+    async def run_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
+                        parse_filter: Callable[[Any], JobFilter]) -> BatchResult:
+        """One batch in one transaction: lock the operation (still ours), pick the next ids after
+        its cursor, apply its change with the single-job compare-and-set, advance the cursor and
+        the counts. All or nothing: a crash anywhere leaves the cursor where the jobs are."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(sql("operations/batch_settings"))
+            op = await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+            if op is None:
+                return BatchResult(0, 0, False, None)
+            f = parse_filter(op["filter"])
+            queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = \
+                filter_params(f)
+            ids = await conn.fetch(sql("operations/batch_ids"), queues, tasks, statuses, error, c_from, c_to, f_from,
+                                   f_to, contains, path, prefix, held, op["snapshot_at"], op["cursor_created_at"],
+                                   op["cursor_job_id"], op["batch_size"])
+            job_ids = [r["job_id"] for r in ids]
+            changed = 0
+            if job_ids:
+                changed = await self._apply(conn, op["kind"], job_ids, operation_id, op["params"])
+            last = ids[-1] if ids else None
+            finished = len(ids) < op["batch_size"]
+            row = await conn.fetchrow(sql("operations/advance"), operation_id,
+                                      last["created_at"] if last else None, last["job_id"] if last else None,
+                                      len(ids), changed, lease_sec, finished)
+        return BatchResult(len(ids), changed, finished, row)
+
+    @staticmethod
+    async def _apply(conn: asyncpg.Connection, kind: str, job_ids: list[uuid.UUID], operation_id: uuid.UUID,
+                     params: dict[str, Any]) -> int:
+        if kind == "requeue":
+            return await conn.fetchval(sql("operations/apply_requeue"), job_ids, operation_id)
+        if kind == "cancel":
+            return await conn.fetchval(sql("operations/apply_cancel"), job_ids, operation_id)
+        if kind == "delete":
+            return await conn.fetchval(sql("operations/apply_delete"), job_ids, operation_id)
+        if kind == "set_priority":
+            return await conn.fetchval(sql("operations/apply_set_priority"), job_ids, operation_id,
+                                       int(params["priority"]))
+        raise ValueError(f"unknown operation kind {kind!r}")
+
+    async def release(self, operation_id: uuid.UUID, owner: str, epoch: int) -> bool:
+        return await self.pool.fetchval(sql("operations/release"), operation_id, owner, epoch) is not None
+
+    async def fail(self, operation_id: uuid.UUID, owner: str, epoch: int, error: str) -> bool:
+        return await self.pool.fetchval(sql("operations/fail"), operation_id, owner, epoch, error) is not None
+
+    async def set_state(self, operation_id: uuid.UUID, state: str, actor: str, from_states: list[str]
+                        ) -> tuple[str | None, bool]:
+        row = await self.pool.fetchrow(sql("operations/set_state"), operation_id, state, actor, from_states)
+        return (None, False) if row is None else (row["previous_state"], row["changed"])
+
+    async def get(self, operation_id: uuid.UUID) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(sql("operations/get"), operation_id)
+
+    async def list(self, states: list[str] | None, before: tuple[datetime, uuid.UUID] | None, limit: int
+                   ) -> list[asyncpg.Record]:
+        before_at, before_id = before if before is not None else (None, None)
+        return await self.pool.fetch(sql("operations/list"), states, before_at, before_id, limit)
+
+    async def events(self, operation_id: uuid.UUID) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql("operations/events"), operation_id)

@@ -39,6 +39,8 @@ class ErrorCode(StrEnum):
     process_wrong_status = "process_wrong_status"
     process_task_failed = "process_task_failed"
     process_timeout = "process_timeout"
+    operation_not_found = "operation_not_found"
+    operation_state_conflict = "operation_state_conflict"
     schema_not_ready = "schema_not_ready"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
@@ -72,6 +74,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.process_wrong_status: 409,
     ErrorCode.process_task_failed: 422,
     ErrorCode.process_timeout: 504,
+    ErrorCode.operation_not_found: 404,
+    ErrorCode.operation_state_conflict: 409,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,

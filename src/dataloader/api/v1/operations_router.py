@@ -1,13 +1,16 @@
 """API v1 of recovery and operations (issue 11; docs/operations.md): `POST /api/v1/search` (the
-operator's filter, cursor paging, counts). Errors have the jobs API's shape; a bad filter (unknown
-status, reversed range, bad jsonpath, NUL characters) is a 4xx and reads nothing."""
+operator's filter, cursor paging, counts) and `/api/v1/operations` (tracked bulk requeue, cancel,
+delete, set_priority: start or dry run, list, get, pause, resume, cancel, audit trail). Errors
+have the jobs API's shape; a bad filter (unknown status, reversed range, bad jsonpath, NUL
+characters) is a 4xx and writes nothing."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
@@ -16,6 +19,7 @@ from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import JobSummary
 from dataloader.job_filter import JobFilter
 from dataloader.services.jobs import MAX_LIST_LIMIT
+from dataloader.services.operations import MAX_BATCH_SIZE, MAX_OPERATIONS_LIMIT, DryRun, OperationService
 
 router = APIRouter(prefix="/api/v1", tags=["operations"], dependencies=[Depends(require_token)])
 
@@ -62,3 +66,138 @@ async def search(runtime: Annotated[Runtime, Depends(get_runtime)],
                      for j in page.jobs],
             "next_cursor": page.next_cursor, "count": page.count, "count_capped": page.count_capped,
             "filter": page.filter}
+
+
+# --- bulk operations ------------------------------------------------------------------------------
+
+OperationKind = Literal["requeue", "cancel", "delete", "set_priority"]
+OperationState = Literal["running", "paused", "canceled", "finished", "failed"]
+Actor = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")]
+
+
+class OperationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "requeue", "filter": {"statuses": ["failed"], "queues": ["load"],
+                                       "finished_from": "2030-01-01T02:00:00Z"}, "dry_run": True},
+        {"kind": "set_priority", "filter": {"queues": ["load"], "statuses": ["queued"]}, "params": {"priority": 10},
+         "started_by": "alice"},
+    ]})
+
+    kind: OperationKind
+    filter: JobFilter = Field(default_factory=JobFilter, description="The search's filter")
+    params: dict[str, Any] = Field(default_factory=dict, description='set_priority: {"priority": n}')
+    dry_run: bool = Field(default=False, description="Only count the jobs it would examine; start nothing")
+    started_by: Actor = Field(default="api", description="Who starts it (kept in its audit trail)")
+    batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH_SIZE)
+
+
+class ActorRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    actor: Actor = Field(default="api", description="Who asks (kept in the audit trail)")
+
+
+class OperationResponse(BaseModel):
+    operation_id: uuid.UUID
+    kind: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: OperationState
+    total: int = Field(description="Jobs the filter matched at the start (the dry-run count)")
+    done: int = Field(description="Jobs examined so far (progress: done / total)")
+    changed: int = Field(description="Of those, jobs changed")
+    skipped: int = Field(description="Of those, jobs no longer eligible when their batch ran")
+    batch_size: int
+    started_by: str
+    created_at: datetime
+    updated_at: datetime
+    snapshot_at: datetime = Field(description="Jobs created after this are left alone")
+    finished_at: datetime | None
+    runner: str | None = Field(description="The node working it now (null between runners)")
+    lease_expires_at: datetime | None
+    error: str | None
+
+
+class DryRunResponse(BaseModel):
+    dry_run: Literal[True]
+    kind: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    total: int = Field(description="Jobs it would examine")
+
+
+class OperationListResponse(BaseModel):
+    operations: list[OperationResponse] = Field(description="Newest first")
+    next_cursor: str | None
+
+
+class OperationEventResponse(BaseModel):
+    event_id: int
+    ts: datetime
+    kind: str = Field(description="created, started, taken_over, paused, resumed, canceled, finished, failed")
+    actor: str | None
+    payload: Any
+
+
+OperationId = Annotated[uuid.UUID, Path(description="The operation's id")]
+
+
+def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationService:
+    return runtime.require_context().operations
+
+
+Ops = Annotated[OperationService, Depends(get_operations)]
+
+
+@router.post("/operations", response_model=OperationResponse | DryRunResponse, status_code=201,
+             summary="Start a bulk requeue / cancel / delete / set_priority over a filter (or a dry run)",
+             responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
+                                       ErrorCode.invalid_request))
+async def start_operation(body: OperationRequest, ops: Ops, response: Response) -> Any:
+    result = await ops.start(body.kind, body.filter, params=body.params, started_by=body.started_by,
+                             dry_run=body.dry_run, batch_size=body.batch_size)
+    if isinstance(result, DryRun):
+        response.status_code = 200
+    return result.to_dict()
+
+
+@router.get("/operations", response_model=OperationListResponse, summary="Bulk operations, newest first",
+            responses=error_responses(ErrorCode.invalid_request, ErrorCode.invalid_cursor))
+async def list_operations(
+    ops: Ops,
+    state: Annotated[list[OperationState] | None, Query(description="Repeat for several")] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_OPERATIONS_LIMIT)] = 50,
+) -> Any:
+    items, next_cursor = await ops.list(states=list(state) if state else None, cursor=cursor, limit=limit)
+    return {"operations": [o.to_dict() for o in items], "next_cursor": next_cursor}
+
+
+@router.get("/operations/{operation_id}", response_model=OperationResponse, summary="One operation and its progress",
+            responses=error_responses(ErrorCode.operation_not_found))
+async def get_operation(operation_id: OperationId, ops: Ops) -> Any:
+    return (await ops.get(operation_id)).to_dict()
+
+
+@router.get("/operations/{operation_id}/events", response_model=list[OperationEventResponse],
+            summary="The operation's audit trail (it stays after the operation ends)",
+            responses=error_responses(ErrorCode.operation_not_found))
+async def operation_events(operation_id: OperationId, ops: Ops) -> Any:
+    return [e.to_dict() for e in await ops.events(operation_id)]
+
+
+def _state_route(action: str, summary: str) -> None:
+    async def change(operation_id: OperationId, ops: Ops,
+                     body: Annotated[ActorRequest | None, Body()] = None) -> Any:
+        actor = (body or ActorRequest()).actor
+        return (await getattr(ops, action)(operation_id, actor=actor)).to_dict()
+
+    change.__name__ = f"{action}_operation"
+    router.post(f"/operations/{{operation_id}}/{action}", response_model=OperationResponse, summary=summary,
+                responses=error_responses(ErrorCode.operation_not_found, ErrorCode.operation_state_conflict,
+                                          ErrorCode.invalid_json, ErrorCode.unsupported_media_type))(change)
+
+
+_state_route("pause", "Pause after the batch in flight")
+_state_route("resume", "Resume a paused operation from where it stopped")
+_state_route("cancel", "Cancel for good after the batch in flight (what was done stays done)")

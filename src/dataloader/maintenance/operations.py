@@ -1,0 +1,117 @@
+"""The bulk operation runner (issue 11): every node runs one. It takes the oldest running operation
+whose lease has expired (never taken, or its runner died: kill -9, a lost network) with a
+compare-and-set that bumps the lease epoch, then works it in small batches, each one transaction
+that re-checks (owner, epoch, state) under the operation's row lock, changes the batch's jobs with
+the single-job compare-and-set, and advances the cursor and counts — so a job is never handled
+twice, even across a takeover, and a pause or cancel lands between batches.
+
+A batch that fails (a lock timeout behind a pipeline's transaction, a lost connection) rolled back
+whole; the runner keeps its lease and tries again after a pause. An error that cannot pass (a
+filter that no longer parses) fails the operation, with the error in its row and audit trail. On
+stop the runner hands its operation back at once, so another node continues without waiting for
+the lease to run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from pydantic import Field
+
+from dataloader import metrics
+from dataloader.config import Settings
+from dataloader.exceptions import InvalidJobRequest
+from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
+from dataloader.maintenance.service import Scope
+from dataloader.services.search import parse_filter
+from dataloader.storage.db import is_connection_error
+from dataloader.storage.operation_repository import OperationRepository
+
+log = logging.getLogger("dataloader.maintenance.operations")
+
+
+class OperationRunnerSettings(PeriodicSettings):
+    period_sec: float = Field(default=2, gt=0, le=3600, description="DL_OPERATIONS_PERIOD_SEC")
+    lease_sec: float = Field(default=30, ge=0.5, le=3600, description="DL_OPERATIONS_LEASE_SEC")
+    # Seconds between batches: 0 runs them back to back (each is short and commits on its own).
+    batch_pause_sec: float = Field(default=0, ge=0, le=60)
+    # After a failed batch (a lock timeout, a lost connection): wait, keep the lease, try again.
+    retry_pause_sec: float = Field(default=1, ge=0, le=60)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OperationRunnerSettings:
+        return cls(period_sec=settings.operations_period_sec, lease_sec=settings.operations_lease_sec,
+                   batch_pause_sec=settings.operations_batch_pause_sec)
+
+
+class OperationRunner(PeriodicService):
+    name = "operations"
+    scope = Scope.EVERY_NODE
+
+    settings: OperationRunnerSettings
+
+    def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
+                 **kwargs: object) -> None:
+        super().__init__(settings, **kwargs)  # type: ignore[arg-type]
+        self.repo = repo
+        self.owner = owner
+
+    async def tick(self) -> int:
+        """Take operations and work them until none is left to take; returns the batches run."""
+        batches = 0
+        while not self.stopping.is_set():
+            op = await self.repo.claim(self.owner, self.settings.lease_sec)
+            if op is None:
+                return batches
+            if op["previous_owner"] is not None:
+                metrics.OPERATION_TAKEOVERS.inc()
+                log.warning("took over a bulk operation whose runner stopped renewing its lease",
+                            extra={"operation_id": str(op["operation_id"]), "previous_owner": op["previous_owner"],
+                                   "done": op["done"], "total": op["total"]})
+            batches += await self._work(op["operation_id"], op["kind"], op["lease_epoch"])
+        return batches
+
+    async def _work(self, operation_id, kind: str, epoch: int) -> int:
+        batches = 0
+        try:
+            while not self.stopping.is_set():
+                started = time.perf_counter()
+                try:
+                    result = await self.repo.run_batch(operation_id, self.owner, epoch, self.settings.lease_sec,
+                                                       parse_filter)
+                except asyncio.CancelledError:
+                    raise
+                except InvalidJobRequest as exc:  # its filter can never run: end it, say why
+                    await self.repo.fail(operation_id, self.owner, epoch, str(exc))
+                    log.error("bulk operation failed", extra={"operation_id": str(operation_id), "error": str(exc)})
+                    return batches
+                except Exception as exc:
+                    self.record_error(exc)
+                    level = log.warning if is_connection_error(exc) else log.exception
+                    level("bulk operation batch failed; retrying", extra={"operation_id": str(operation_id)})
+                    await self.clock.wait(self.stopping, self.settings.retry_pause_sec)
+                    continue
+                finally:
+                    metrics.OPERATION_BATCH_SECONDS.labels(kind).observe(time.perf_counter() - started)
+                if result.row is None:  # paused, canceled, or taken over: stop touching it
+                    return batches
+                batches += 1
+                metrics.OPERATION_JOBS.labels(kind, "changed").inc(result.changed)
+                metrics.OPERATION_JOBS.labels(kind, "skipped").inc(result.examined - result.changed)
+                if result.finished:
+                    log.info("bulk operation finished", extra={
+                        "operation_id": str(operation_id), "kind": kind, "done": result.row["done"],
+                        "changed": result.row["changed"], "total": result.row["total"]})
+                    return batches
+                if self.settings.batch_pause_sec:
+                    await self.clock.wait(self.stopping, self.settings.batch_pause_sec)
+        finally:
+            if self.stopping.is_set():
+                try:
+                    await self.repo.release(operation_id, self.owner, epoch)
+                except Exception:  # the lease runs out instead
+                    log.warning("could not hand a bulk operation back on stop",
+                                extra={"operation_id": str(operation_id)})
+        return batches

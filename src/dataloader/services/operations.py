@@ -1,0 +1,213 @@
+"""Bulk operations (issue 11): requeue, cancel, delete or change the priority of every job matching
+a filter, as a tracked operation — an id, the filter, the count a dry run saw, progress (done of
+total), pause / resume / cancel, who started it and when, and an audit trail that stays.
+
+The rules live here; the batches are run by the `OperationRunner` service on every node
+(`maintenance/operations.py`), and the statements are `storage/operation_repository.py`'s. What
+each kind changes is the single-job API's compare-and-set, applied to a batch:
+
+- requeue: failed, canceled or lost jobs back to the queue with a fresh attempt budget (retry);
+  a held job is released by it;
+- cancel: queued jobs canceled at once, running ones asked to stop (cancel);
+- delete: finished jobs deleted with their journal (never a queued or running one);
+- set_priority: queued jobs get the new priority.
+
+A job matched by the filter but no longer eligible when its batch runs (it succeeded meanwhile) is
+counted as examined, not changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dataloader.exceptions import InvalidJobRequest, OperationNotFound, OperationStateConflict
+from dataloader.job_filter import JobFilter
+from dataloader.services.jobs import PG_INT_MAX, decode_cursor, encode_cursor
+from dataloader.services.search import SearchService, parse_filter
+from dataloader.storage.operation_repository import OperationRepository
+
+KINDS = ("requeue", "cancel", "delete", "set_priority")
+STATES = ("running", "paused", "canceled", "finished", "failed")
+ENDED_STATES = frozenset({"canceled", "finished", "failed"})
+MAX_BATCH_SIZE = 10_000
+MAX_OPERATIONS_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    id: uuid.UUID
+    kind: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    state: str
+    total: int  # jobs the filter matched when it started (the dry-run count)
+    done: int  # jobs examined so far
+    changed: int  # of those, jobs changed (the others were no longer eligible)
+    batch_size: int
+    started_by: str
+    created_at: datetime
+    updated_at: datetime
+    snapshot_at: datetime
+    finished_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    lease_epoch: int = 0
+    error: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def skipped(self) -> int:
+        return self.done - self.changed
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Operation:
+        return cls(id=row["operation_id"], kind=row["kind"], filter=row["filter"], params=row["params"],
+                   state=row["state"], total=row["total"], done=row["done"], changed=row["changed"],
+                   batch_size=row["batch_size"], started_by=row["started_by"], created_at=row["created_at"],
+                   updated_at=row["updated_at"], snapshot_at=row["snapshot_at"], finished_at=row["finished_at"],
+                   lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
+                   lease_epoch=row["lease_epoch"], error=row["error"])
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"operation_id": str(self.id), "kind": self.kind, "filter": self.filter, "params": self.params,
+                "state": self.state, "total": self.total, "done": self.done, "changed": self.changed,
+                "skipped": self.skipped, "batch_size": self.batch_size, "started_by": self.started_by,
+                "created_at": self.created_at, "updated_at": self.updated_at, "snapshot_at": self.snapshot_at,
+                "finished_at": self.finished_at, "runner": self.lease_owner,
+                "lease_expires_at": self.lease_expires_at, "error": self.error}
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """What an operation would do, without doing it."""
+
+    kind: str
+    filter: dict[str, Any]
+    params: dict[str, Any]
+    total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": True, "kind": self.kind, "filter": self.filter, "params": self.params, "total": self.total}
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEvent:
+    event_id: int
+    ts: datetime
+    kind: str
+    actor: str | None
+    payload: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "ts": self.ts.isoformat(), "kind": self.kind, "actor": self.actor,
+                "payload": self.payload}
+
+
+def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise InvalidJobRequest(f"unknown operation kind {kind!r}; known: {', '.join(KINDS)}")
+    params = dict(params or {})
+    if kind == "set_priority":
+        priority = params.get("priority")
+        if set(params) != {"priority"} or isinstance(priority, bool) or not isinstance(priority, int) \
+                or not 0 <= priority <= PG_INT_MAX:
+            raise InvalidJobRequest(f"set_priority needs params {{\"priority\": 0..{PG_INT_MAX}}}")
+        return {"priority": priority}
+    if params:
+        raise InvalidJobRequest(f"{kind} takes no params")
+    return {}
+
+
+class OperationService:
+    def __init__(self, repo: OperationRepository, search: SearchService, *, default_batch_size: int = 500) -> None:
+        self.repo = repo
+        self.search = search
+        self.default_batch_size = default_batch_size
+
+    async def start(self, kind: str, filter: JobFilter | Mapping[str, Any] | None, *,
+                    params: Mapping[str, Any] | None = None, started_by: str = "unknown", dry_run: bool = False,
+                    batch_size: int | None = None) -> Operation | DryRun:
+        """Start a bulk operation (any node's runner takes it within DL_OPERATIONS_PERIOD_SEC), or,
+        with `dry_run`, only count the jobs it would examine. The filter is the search's."""
+        checked_params = check_params(kind, params)
+        f = await self.search.checked(filter)
+        batch = batch_size or self.default_batch_size
+        if not 1 <= batch <= MAX_BATCH_SIZE:
+            raise InvalidJobRequest(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
+        if not started_by or len(started_by) > 200 or "\x00" in started_by:
+            raise InvalidJobRequest("started_by must be 1-200 characters without NUL")
+        snapshot = datetime.now(UTC)
+        total = await self.repo.count(f, snapshot)
+        if dry_run:
+            return DryRun(kind, f.describe(), checked_params, total)
+        row = await self.repo.create(uuid.uuid4(), kind, f.describe(), checked_params, total, batch, started_by,
+                                     snapshot)
+        return Operation.from_row(row)
+
+    async def get(self, operation_id: uuid.UUID) -> Operation:
+        row = await self.repo.get(operation_id)
+        if row is None:
+            raise OperationNotFound(f"no operation {operation_id}")
+        return Operation.from_row(row)
+
+    async def list(self, *, states: list[str] | None = None, cursor: str | None = None, limit: int = 50
+                   ) -> tuple[list[Operation], str | None]:
+        if not 1 <= limit <= MAX_OPERATIONS_LIMIT:
+            raise InvalidJobRequest(f"limit must be between 1 and {MAX_OPERATIONS_LIMIT}")
+        unknown = sorted(set(states or ()) - set(STATES))
+        if unknown:
+            raise InvalidJobRequest(f"unknown state {', '.join(unknown)}; known: {', '.join(STATES)}")
+        rows = await self.repo.list(states or None, decode_cursor(cursor) if cursor else None, limit + 1)
+        ops = [Operation.from_row(r) for r in rows]
+        if len(ops) <= limit:
+            return ops, None
+        return ops[:limit], encode_cursor(ops[limit - 1].created_at, ops[limit - 1].id)
+
+    async def events(self, operation_id: uuid.UUID) -> list[OperationEvent]:
+        await self.get(operation_id)
+        return [OperationEvent(r["event_id"], r["ts"], r["kind"], r["actor"], r["payload"])
+                for r in await self.repo.events(operation_id)]
+
+    async def pause(self, operation_id: uuid.UUID, *, actor: str = "unknown") -> Operation:
+        """Stop after the batch in flight; `resume` continues from the cursor."""
+        return await self._set_state(operation_id, "paused", actor, ["running"])
+
+    async def resume(self, operation_id: uuid.UUID, *, actor: str = "unknown") -> Operation:
+        return await self._set_state(operation_id, "running", actor, ["paused"])
+
+    async def cancel(self, operation_id: uuid.UUID, *, actor: str = "unknown") -> Operation:
+        """End it for good after the batch in flight; what was done stays done."""
+        return await self._set_state(operation_id, "canceled", actor, ["running", "paused"])
+
+    async def _set_state(self, operation_id: uuid.UUID, state: str, actor: str, from_states: list[str]) -> Operation:
+        previous, changed = await self.repo.set_state(operation_id, state, actor, from_states)
+        if previous is None:
+            raise OperationNotFound(f"no operation {operation_id}")
+        if not changed:
+            raise OperationStateConflict(f"operation {operation_id} is {previous}; only an operation that is "
+                                         f"{' or '.join(from_states)} can be made {state}")
+        return await self.get(operation_id)
+
+    async def wait(self, operation_id: uuid.UUID, *, timeout: float | None = None, interval: float = 0.5) -> Operation:
+        """Until the operation ends (finished, canceled or failed); returns it."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            op = await self.get(operation_id)
+            if op.ended:
+                return op
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"operation {operation_id} is still {op.state} ({op.done}/{op.total})")
+            await asyncio.sleep(interval)
+
+
+__all__ = ["KINDS", "DryRun", "Operation", "OperationEvent", "OperationService", "parse_filter"]
