@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     # Bulk operations: every node runs their runner; an operation whose runner stopped renewing
     # its lease for operations_lease_sec is taken over by another node.
     operations_enabled: bool = True
-    operations_period_sec: float = Field(default=2, gt=0, le=3600)
+    operations_period_sec: float = Field(default=5, gt=0, le=3600)
     operations_lease_sec: float = Field(default=30, ge=1, le=3600)
     operations_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.

@@ -33,7 +33,7 @@ log = logging.getLogger("dataloader.maintenance.operations")
 
 
 class OperationRunnerSettings(PeriodicSettings):
-    period_sec: float = Field(default=2, gt=0, le=3600, description="DL_OPERATIONS_PERIOD_SEC")
+    period_sec: float = Field(default=5, gt=0, le=3600, description="DL_OPERATIONS_PERIOD_SEC")
     lease_sec: float = Field(default=30, ge=0.5, le=3600, description="DL_OPERATIONS_LEASE_SEC")
     # Seconds between batches: 0 runs them back to back (each is short and commits on its own).
     batch_pause_sec: float = Field(default=0, ge=0, le=60)

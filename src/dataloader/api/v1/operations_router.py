@@ -151,8 +151,9 @@ Ops = Annotated[OperationService, Depends(get_operations)]
 
 @router.post("/operations", response_model=OperationResponse | DryRunResponse, status_code=201,
              summary="Start a bulk requeue / cancel / delete / set_priority over a filter (or a dry run)",
-             responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
-                                       ErrorCode.invalid_request))
+             responses={200: {"model": DryRunResponse, "description": "The dry run's count (dry_run: true)"},
+                        **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
+                                          ErrorCode.invalid_request)})
 async def start_operation(body: OperationRequest, ops: Ops, response: Response) -> Any:
     result = await ops.start(body.kind, body.filter, params=body.params, started_by=body.started_by,
                              dry_run=body.dry_run, batch_size=body.batch_size)
