@@ -10,13 +10,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
+from dataloader.api.v1.utils import StorableFields
 from dataloader.schedules.model import NAME_PATTERN, Schedule, ScheduleSpec
 from dataloader.services.schedules import MAX_HISTORY_LIMIT, ScheduleService
 
@@ -33,7 +33,7 @@ Api = Annotated[ScheduleService, Depends(get_schedule_service)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The schedule's name")]
 
 
-class ScheduleCreateRequest(ScheduleSpec):
+class ScheduleCreateRequest(StorableFields, ScheduleSpec):
     """The body of `POST /api/v1/schedules`: exactly one of `cron` and `every_sec`. Unknown fields
     are refused."""
 
@@ -42,22 +42,6 @@ class ScheduleCreateRequest(ScheduleSpec):
          "args": {"kind": "daily"}, "queue": "reports", "missed": "run_once"},
         {"name": "sync.every-5m", "task": "sync.crm", "every_sec": 300, "missed": "skip"},
     ]})
-
-    @field_validator("name", "task", "queue", "lock_key", "cron", "tz")
-    @classmethod
-    def _storable_text(cls, value: str | None) -> str | None:
-        problem = storable_text_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("args")
-    @classmethod
-    def _storable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problem = json_storage_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class ScheduleResponse(BaseModel):

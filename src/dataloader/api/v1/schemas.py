@@ -13,14 +13,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    field_validator,
 )
 
 from dataloader.api.v1.utils import (
+    StorableFields,
     check_rfc3339,
     check_utc_representable,
-    json_storage_problem,
-    storable_text_problem,
 )
 from dataloader.job import Job, JobStatus
 from dataloader.services.jobs import JobRequest
@@ -30,7 +28,7 @@ Rfc3339Time = Annotated[
 ]
 
 
-class TriggerRequest(JobRequest):
+class TriggerRequest(StorableFields, JobRequest):
     """The body of `POST /api/v1/jobs/trigger`. Unknown fields are refused."""
 
     model_config = ConfigDict(
@@ -49,22 +47,6 @@ class TriggerRequest(JobRequest):
         default=None,
         description="Earliest start, RFC 3339 with a timezone (e.g. 2030-01-01T12:00:00Z); default now",
     )
-
-    @field_validator("queue", "task", "lock_key", "partition_key", "idempotency_key")
-    @classmethod
-    def _storable_text(cls, value: str | None) -> str | None:
-        problem = storable_text_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("args")
-    @classmethod
-    def _storable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problem = json_storage_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class TriggerResponse(BaseModel):

@@ -12,6 +12,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel, field_validator
+
 MAX_ARGS_DEPTH = 64
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
@@ -72,3 +74,22 @@ def safe_text(value: object, limit: int = 300) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class StorableFields(BaseModel):
+    """Mixed into a request body: every text field must be storable as PostgreSQL text and every
+    object field as jsonb (no NUL, no unpaired surrogates, bounded nesting), checked at the edge
+    so bad input is a 422 that writes nothing. One validator for every body that has such fields."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            problem = storable_text_problem(value)
+        elif isinstance(value, dict):
+            problem = json_storage_problem(value)
+        else:
+            return value
+        if problem:
+            raise ValueError(problem)
+        return value
