@@ -79,6 +79,11 @@ async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
                 rows = await runtime.context.repo.queue_stats()
         except Exception as exc:  # a scrape must not fail because the database is away
             log.warning("metrics: queue stats unavailable", extra={"error": repr(exc)})
+        try:  # dl_processes: processes by namespace and status (issue 9)
+            async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
+                await runtime.context.processes.refresh_metrics()
+        except Exception as exc:
+            log.warning("metrics: process counts unavailable", extra={"error": repr(exc)})
     # No await between setting and generating: no other scrape can interleave on this loop.
     QUEUE_STATS.snapshot = rows
     try:

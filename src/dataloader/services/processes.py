@@ -10,13 +10,14 @@ return the stored response, or wait for the task still in flight.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +35,17 @@ from dataloader.exceptions import (
     ProcessWrongStatus,
     UnknownNamespace,
 )
-from dataloader.processes.model import CALLER_PRIORITY, HistoryRange, Process, ProcessStatus, TaskType
+from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
+from dataloader.processes.model import (
+    CALLER_PRIORITY,
+    HistoryRange,
+    Process,
+    ProcessStatus,
+    SetTimer,
+    TaskType,
+    Timer,
+    UnsetTimer,
+)
 from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
@@ -249,8 +260,6 @@ class ProcessService:
                 due = max(suspended.at, datetime.now(UTC))
                 task = timer_job(ns, process_id, suspended.type, due, processor, self.default_lease_ttl_sec)
                 await self.repo.insert_task(conn, task)
-                from dataloader.processes.model import Timer
-
                 timer = Timer(suspended.type, due, task.task_id)
             await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
         return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
@@ -314,8 +323,115 @@ class ProcessService:
             trace.insert(0, {"task_id": None, "type": "import", "events": [e for es in by_task.values() for e in es]})
         return trace
 
+    # -- import, feed, metrics -----------------------------------------------------------------------
+
+    async def put(self, ns: str, process: Mapping[str, Any], action: SetTimer | UnsetTimer | None = None) -> Process:
+        """Import a whole process (migration from another system): `{"id", "status" (default
+        running), "detail", "aux_state", "metadata", "history": [{"event_id", "timestamp",
+        "payload", "metadata"}]}`; event ids default to 1, 2, 3…. `action` may arm its timer
+        (`SetTimer`, also with `remove=True`). `ProcessExists` if the id is taken."""
+        processor = self._processor(ns)
+        if not isinstance(process, Mapping):
+            raise InvalidProcessRequest("process must be a mapping")
+        unknown = set(process) - {"id", "status", "detail", "aux_state", "metadata", "history"}
+        if unknown:
+            raise InvalidProcessRequest(f"unknown process field(s): {', '.join(sorted(map(str, unknown)))}")
+        process_id = self._check_id(process.get("id"))
+        try:
+            status = ProcessStatus(process.get("status", "running")).value
+        except ValueError:
+            raise InvalidProcessRequest("status must be init, running or error") from None
+        detail = process.get("detail")
+        if detail is not None and (not isinstance(detail, str) or "\x00" in detail):
+            raise InvalidProcessRequest("detail must be text without NUL")
+        aux = process.get("aux_state")
+        aux_json, aux_bytes = (None, bytes(aux)) if isinstance(aux, bytes | bytearray) else (
+            None if aux is None else self._json("aux_state", aux), None)
+        metadata = process.get("metadata")
+        metadata_json = None if metadata is None else self._json("metadata", metadata)
+        history = process.get("history") or []
+        if not isinstance(history, list | tuple):
+            raise InvalidProcessRequest("history must be a list of events")
+        ids, stamps, payloads, metas = [], [], [], []
+        for n, event in enumerate(history, start=1):
+            if not isinstance(event, Mapping) or "payload" not in event:
+                raise InvalidProcessRequest(f"history[{n - 1}] must be a mapping with a payload")
+            event_id = event.get("event_id", n)
+            if not isinstance(event_id, int) or isinstance(event_id, bool) or event_id < 1 or event_id >= 2**62 or (
+                    ids and event_id <= ids[-1]):
+                raise InvalidProcessRequest("event ids must be integers >= 1, strictly increasing")
+            ids.append(event_id)
+            stamps.append(_timestamp(event.get("timestamp"), n - 1))
+            payloads.append(self._json(f"history[{n - 1}].payload", event["payload"]))
+            metas.append(None if event.get("metadata") is None else self._json("event metadata", event["metadata"]))
+        if action is not None and not isinstance(action, SetTimer | UnsetTimer):
+            raise InvalidProcessRequest("action must be SetTimer, UnsetTimer or None")
+        if isinstance(action, SetTimer) and status != ProcessStatus.running.value:
+            raise InvalidProcessRequest("only a running process can be imported with a timer")
+        async with self.repo.pool.acquire() as conn, conn.transaction():
+            timer = None
+            task = None
+            if isinstance(action, SetTimer):
+                kind = "remove" if action.remove else "timeout"
+                task = timer_job(ns, process_id, kind, action.due(), processor, self.default_lease_ttl_sec)
+                timer = Timer(kind, task.due_at, task.task_id)  # type: ignore[arg-type]
+            if not await self.repo.import_process(conn, ns, process_id, status=status, detail=detail, aux_json=aux_json,
+                                                  aux_bytes=aux_bytes, metadata_json=metadata_json, event_ids=ids,
+                                                  timestamps=stamps, payloads=payloads, metas=metas, timer=timer):
+                raise ProcessExists(f"process {process_id!r} already exists in namespace {ns!r}")
+            if task is not None:
+                await self.repo.insert_task(conn, task)
+        return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
+
+    def _json(self, what: str, value: Any) -> str:
+        try:
+            return self._args_json(value)
+        except InvalidProcessRequest as exc:
+            raise InvalidProcessRequest(f"{what}: {exc}") from None
+
+    async def feed(self, ns: str, *, after: str | None = None, limit: int = 100) -> FeedPage:
+        """A page of the namespace's event feed after the cursor `after` (None: from the start);
+        `page.cursor` is where the next read starts. Rows come in a stable order, each exactly once."""
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidProcessRequest("limit must be between 1 and 1000")
+        return await read_page(self.repo, ns, after, limit)
+
+    def follow(self, ns: str, *, after: str | None = None, stop: asyncio.Event | None = None,
+               poll_sec: float = 10.0) -> AsyncIterator[FeedItem]:
+        """The namespace's feed from `after` on, as it grows (LISTEN; until `stop` is set)."""
+        parse_cursor(after)
+        return follow(self.repo, self.waiter.dsn, ns, after, stop=stop, poll_sec=poll_sec)
+
+    def require_namespace(self, ns: str) -> None:
+        """UnknownNamespace unless a processor of `ns` is registered in this process."""
+        self._processor(ns)
+
+    @staticmethod
+    def check_cursor(cursor: str | None) -> None:
+        parse_cursor(cursor)
+
+    async def refresh_metrics(self) -> None:
+        """Set dl_processes (processes by namespace and status) from the database."""
+        rows = await self.repo.count_by_status()
+        metrics.PROCESSES.clear()
+        for row in rows:
+            metrics.PROCESSES.labels(row["ns"], row["status"]).set(row["processes"])
+
     async def task(self, task_id: uuid.UUID) -> TaskRecord | None:
         return await self.repo.get_task(task_id)
+
+
+def _timestamp(value: Any, index: int) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidProcessRequest(f"history[{index}].timestamp is not an ISO time") from None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidProcessRequest(f"history[{index}].timestamp must be an aware time")
+    return value
 
 
 def _encode_cursor(last_id: str) -> str:

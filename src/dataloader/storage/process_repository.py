@@ -236,3 +236,20 @@ class ProcessRepository:
         return bool(await conn.fetchval(
             sql("processes/simple_repair"), ns, process_id, version, timer.task_id if timer else None,
             timer.type if timer else None, timer.at if timer else None))
+
+    async def read_feed(self, ns: str, after_xid: int, after_seq: int, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql("processes/read_feed"), ns, str(after_xid), after_seq, limit)
+
+    async def feed_held_back(self, ns: str, after_xid: int, after_seq: int) -> bool:
+        return bool(await self.pool.fetchval(sql("processes/feed_held_back"), ns, str(after_xid), after_seq))
+
+    @staticmethod
+    async def import_process(conn: asyncpg.Connection, ns: str, process_id: str, *, status: str,
+                             detail: str | None, aux_json: str | None, aux_bytes: bytes | None,
+                             metadata_json: str | None, event_ids: list[int], timestamps: list[datetime | None],
+                             payloads: list[str], metas: list[str | None], timer: Timer | None) -> bool:
+        row = await conn.fetchrow(
+            sql("processes/import_process"), ns, process_id, status, detail, aux_json, aux_bytes, metadata_json,
+            event_ids, timestamps, payloads, metas, timer.task_id if timer else None,
+            timer.type if timer else None, timer.at if timer else None)
+        return bool(row["imported"])

@@ -10,18 +10,23 @@ The rules are `dataloader.services.processes.ProcessService`'s.
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.schemas import Rfc3339Time
 from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
 from dataloader.logger.context_vars import request_id_var
-from dataloader.processes.model import HistoryRange, Process
+from dataloader.processes.model import HistoryRange, Process, SetTimer
 from dataloader.processes.registry import NS_PATTERN
 from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, ProcessService
 
@@ -35,6 +40,7 @@ def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessServi
 Api = Annotated[ProcessService, Depends(get_process_service)]
 Ns = Annotated[str, Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
 Id = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="The process id")]
+MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"
 OFFSET_TEXT = "Event id to start after (forward) or before (backward); 0: from the first / from the newest"
 TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCode.process_task_failed,
                ErrorCode.process_timeout, ErrorCode.idempotency_conflict, ErrorCode.args_too_large)
@@ -194,6 +200,123 @@ async def list_processes(
 ) -> ProcessListView:
     page = await api.list(ns, status=status_, cursor=cursor, limit=limit)
     return ProcessListView(processes=[view(p) for p in page.processes], next_cursor=page.next_cursor)
+
+
+class PutEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: int | None = Field(default=None, ge=1, le=2**62)
+    timestamp: Rfc3339Time | None = None
+    payload: Any
+    metadata: Any = None
+
+    @field_validator("payload", "metadata")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        return _storable_args(value)
+
+
+class PutTimer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["timeout", "remove"] = "timeout"
+    at: Rfc3339Time
+
+
+class FeedItemView(BaseModel):
+    cursor: str = Field(description="Resume after this item by passing it as `after`")
+    ns: str
+    process_id: str
+    kind: str = Field(description="event, init, repair, error, remove or import")
+    event_id: int | None
+    task_id: str | None
+    timestamp: datetime
+    payload: Any
+    metadata: Any
+
+
+class FeedPageView(BaseModel):
+    items: list[FeedItemView]
+    cursor: str = Field(description="Where the next read starts (the given cursor when nothing new was served)")
+
+
+Cursor = Annotated[str | None, Query(max_length=45, pattern=r"^\d{1,20}\.\d{1,19}$",
+                                     description="A cursor this feed returned; absent or 0.0: from the start")]
+
+
+@router.get("/{ns}/events", response_model=FeedPageView, summary="A page of the namespace's event feed",
+            responses=error_responses(ErrorCode.unknown_namespace, ErrorCode.invalid_cursor))
+async def read_feed(ns: Ns, api: Api, after: Cursor = None,
+                    limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> FeedPageView:
+    """Every event and lifecycle change (init, repair, error, remove, import) of the namespace's
+    processes, in a stable order, each exactly once: a row is served once it committed and every
+    older transaction ended, so a cursor never skips a late commit and never shows a rollback."""
+    api.require_namespace(ns)
+    page = await api.feed(ns, after=after, limit=limit)
+    return FeedPageView(**page.to_dict())
+
+
+@router.get("/{ns}/events/stream", summary="The namespace's event feed as Server-Sent Events",
+            response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "SSE: id = cursor, event = kind"},
+                       **error_responses(ErrorCode.unknown_namespace, ErrorCode.invalid_cursor)})
+async def stream_feed(
+    ns: Ns,
+    api: Api,
+    after: Cursor = None,
+    last_event_id: Annotated[str | None, Header(max_length=45, pattern=r"^\d{1,20}\.\d{1,19}$")] = None,
+    max_sec: Annotated[float, Query(gt=0, le=3600, description=MAX_SEC_TEXT)] = 300,
+) -> StreamingResponse:
+    """Follows the feed from `after` (or the Last-Event-ID header) as it grows: each item is an
+    SSE message whose `id` is its cursor, `event` its kind and `data` the item as JSON."""
+    api.require_namespace(ns)
+    start = last_event_id or after
+    api.check_cursor(start)
+
+    async def messages() -> AsyncIterator[bytes]:
+        stop = asyncio.Event()
+        timer = asyncio.get_running_loop().call_later(max_sec, stop.set)
+        try:
+            yield b": following\n\n"
+            async for item in api.follow(ns, after=start, stop=stop):
+                body = json.dumps(item.to_dict(), default=str, ensure_ascii=False)
+                yield f"id: {item.cursor}\nevent: {item.kind}\ndata: {body}\n\n".encode()
+        finally:
+            timer.cancel()
+
+    return StreamingResponse(messages(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class PutBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["init", "running", "error"] = "running"
+    detail: str | None = Field(default=None, max_length=4000)
+    aux_state: Any = None
+    metadata: Any = None
+    history: list[PutEvent] = Field(default_factory=list, max_length=100_000)
+    timer: PutTimer | None = Field(default=None, description="Arm the process's timer (running processes only)")
+
+    @field_validator("aux_state", "metadata")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        return _storable_args(value)
+
+
+@router.put("/{ns}/{id}", status_code=status.HTTP_201_CREATED, response_model=ProcessView,
+            summary="Import a whole process with its history",
+            responses=error_responses(ErrorCode.unknown_namespace, ErrorCode.process_exists, ErrorCode.invalid_json,
+                                      ErrorCode.unsupported_media_type, ErrorCode.invalid_request))
+async def put_process(ns: Ns, id: Id, body: PutBody, api: Api) -> ProcessView:
+    """Migration from another system: the process, its events (ids default to 1, 2, 3…) and
+    optionally its timer. 409 when the id exists. Returns it with its last event."""
+    action = None
+    if body.timer is not None:
+        action = SetTimer(at=body.timer.at, remove=body.timer.type == "remove")
+    process = body.model_dump(exclude={"timer"})
+    process["history"] = [e.model_dump(exclude_none=True) for e in body.history]
+    return view(await api.put(ns, {"id": id, **process}, action))
 
 
 @router.get("/{ns}/{id}", response_model=ProcessView, summary="A process with a page of its history",

@@ -50,7 +50,9 @@ WITH proc AS (
     SET status = $14, response = $13::text::jsonb, error = $15, finished_at = now()
     WHERE task_id = $3::uuid AND EXISTS (SELECT 1 FROM proc)
 ), notified AS (
-    SELECT pg_notify('dl_process_task', $3::uuid::text) FROM proc
+    -- the caller waiting on this task, and the feed's followers (one per namespace and commit:
+    -- PostgreSQL folds identical notifications of a transaction)
+    SELECT pg_notify('dl_process_task', $3::uuid::text), pg_notify('dl_process_feed', $1) FROM proc
 )
 SELECT (SELECT count(*) FROM proc) AS applied, (SELECT count(*) FROM notified) AS notified,
        (SELECT last_event_id FROM proc) AS last_event_id

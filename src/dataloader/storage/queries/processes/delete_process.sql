@@ -22,6 +22,8 @@ WITH waiting AS (
     SELECT ns, id, 'remove', $4::uuid FROM proc
 ), notified AS (
     SELECT pg_notify('dl_process_task', w.task_id::text) FROM waiting w
+    UNION ALL
+    SELECT pg_notify('dl_process_feed', $1) FROM proc
 )
 SELECT (SELECT count(*) FROM proc) AS removed, (SELECT count(*) FROM jobs) AS canceled_jobs,
        (SELECT count(*) FROM notified) AS woken

@@ -12,5 +12,7 @@ WITH proc AS (
 ), feed AS (
     INSERT INTO dl_process_feed (ns, process_id, kind, payload)
     SELECT ns, id, 'repair', jsonb_build_object('status', 'running', 'simple', true) FROM proc
+), notified AS (
+    SELECT pg_notify('dl_process_feed', $1) FROM proc
 )
-SELECT count(*) AS repaired FROM proc
+SELECT (SELECT count(*) FROM proc) AS repaired, (SELECT count(*) FROM notified) AS notified
