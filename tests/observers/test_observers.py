@@ -194,3 +194,28 @@ async def _quiet_for(pool, app, seconds):
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+async def test_one_observer_crashing_or_hanging_does_not_touch_the_others(odb, make_app, dsn):
+    app = make_app("solo")
+    async with app, app.running():
+        api = app.observers
+        await api.create(api.spec(name="steady", kind="test.probe", args={"dsn": dsn, "tick_sec": 0.05,
+                                                                           "save": True}))
+        await api.create(api.spec(name="crashy", kind="test.crash", args={"dsn": dsn}))
+        await api.create(api.spec(name="stubborn", kind="test.stubborn"))
+        await wait_until(lambda: _failures_at_least(api, "crashy", 3), timeout=20, message="3 crashes")
+        steady = await api.get("steady")
+        assert (steady.state, steady.epoch, steady.failures) == (ObserverState.PROCESSING, 1, 0)
+        ticks = steady.checkpoint["ticks"]
+        await wait_until(lambda: _ticks_above(api, "steady", ticks), timeout=5, message="steady keeps working")
+        assert await starts(odb, "steady") == 1
+        assert (await api.get("stubborn")).state is ObserverState.PROCESSING
+
+
+async def _failures_at_least(api, name, n):
+    return (await api.get(name)).failures >= n
+
+
+async def _ticks_above(api, name, ticks):
+    return (await api.get(name)).checkpoint["ticks"] > ticks
