@@ -53,6 +53,8 @@ WITH candidate AS (
         attempt = LEAST(j.attempt, 2147483646) + 1,
         lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
         heartbeat_at = now(),
+        -- each attempt journals its first heartbeat (heartbeat_jobs.sql, 0015)
+        heartbeat_journaled_at = NULL,
         -- a restartable job stops absorbing re-triggers once it runs: the next trigger queues a
         -- new job behind it on the same lock_key (0011)
         restart_key = NULL

@@ -1,14 +1,21 @@
--- Extend the leases of running attempts ($1 job ids, $2 their attempts) and journal a heartbeat
--- for each. Fenced: an attempt that is no longer running with that number gets no row back.
+-- Extend the leases of running attempts ($1 job ids, $2 their attempts). Fenced: an attempt that
+-- is no longer running with that number gets no row back.
+-- The journal gets a 'heartbeat' row for an attempt's first heartbeat and then at most one per
+-- hour (0015): liveness is the row's heartbeat_at and lease, renewed on every beat; the journal
+-- keeps a trail without 360 rows per running job-hour. `journaled` is true exactly when this
+-- statement set heartbeat_journaled_at (to this transaction's now()).
 WITH beat AS (
     UPDATE dl_jobs j
     SET heartbeat_at = now(),
-        lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec)
+        lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
+        heartbeat_journaled_at = CASE WHEN j.heartbeat_journaled_at IS NULL
+                                        OR j.heartbeat_journaled_at <= now() - interval '1 hour'
+                                      THEN now() ELSE j.heartbeat_journaled_at END
     FROM unnest($1::uuid[], $2::int[]) AS i(job_id, attempt)
     WHERE j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
-    RETURNING j.job_id, j.queue, j.attempt, j.cancel_requested
+    RETURNING j.job_id, j.queue, j.attempt, j.cancel_requested, j.heartbeat_journaled_at = now() AS journaled
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'heartbeat', jsonb_build_object('attempt', attempt) FROM beat
+    SELECT job_id, queue, 'heartbeat', jsonb_build_object('attempt', attempt) FROM beat WHERE journaled
 )
 SELECT job_id, cancel_requested FROM beat;
