@@ -15,6 +15,8 @@ from dataloader.api.v1.schemas import (
     JobListResponse,
     JobStatusResponse,
     Rfc3339Time,
+    TriggerBatchRequest,
+    TriggerBatchResponse,
     TriggerRequest,
     TriggerResponse,
 )
@@ -54,6 +56,26 @@ async def trigger(body: TriggerRequest, response: Response, api: Api) -> Trigger
     if not result.created:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/api/v1/jobs/{result.job_id}/status"
+    if not result.served:
+        response.headers[WARNING_HEADER] = QUEUE_NOT_SERVED
+    return result
+
+
+@router.post(
+    "/jobs/batch",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TriggerBatchResponse,
+    summary="Enqueue up to 1000 jobs in one statement",
+    responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type, ErrorCode.unknown_task,
+                              ErrorCode.invalid_request, ErrorCode.args_too_large, ErrorCode.request_too_large),
+)
+async def trigger_batch(body: TriggerBatchRequest, response: Response, api: Api) -> TriggerBatchResponse:
+    """Each item is a trigger body; all are checked before any is inserted, then one statement
+    inserts them (one NOTIFY per queue). A job whose `idempotency_key` (or `unique_for_sec` window)
+    already names a job is skipped, not compared. Restartable jobs and chains go one at a time
+    through `/jobs/trigger` (422 here). The body limit is the trigger's (`DL_MAX_ARGS_BYTES` × 2 +
+    64 KiB): split larger batches."""
+    result = await api.trigger_batch(body)
     if not result.served:
         response.headers[WARNING_HEADER] = QUEUE_NOT_SERVED
     return result

@@ -49,6 +49,28 @@ class TriggerRequest(StorableFields, JobRequest):
     )
 
 
+MAX_BATCH_JOBS = 1000
+
+
+class TriggerBatchRequest(BaseModel):
+    """The body of `POST /api/v1/jobs/batch`: up to 1000 trigger bodies, inserted by one statement."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"jobs": [
+        {"queue": "default", "task": "dl.noop", "lock_key": "a"},
+        {"queue": "default", "task": "dl.noop", "lock_key": "b", "args": {"n": 2}},
+    ]}]})
+
+    jobs: list[TriggerRequest] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+class TriggerBatchResponse(BaseModel):
+    job_ids: list[uuid.UUID] = Field(description="The jobs inserted, in request order")
+    inserted: int = Field(description="How many jobs were inserted")
+    skipped: int = Field(description="Jobs not inserted: their idempotency_key (or unique_for_sec window) "
+                                     "already named a job")
+    served: bool = Field(description="Whether a worker of this process serves every queue of the batch")
+
+
 class TriggerResponse(BaseModel):
     job_id: uuid.UUID = Field(description="Id of the job (the existing one for a repeated idempotency_key)")
     status: JobStatus = Field(description="Status of the job now")

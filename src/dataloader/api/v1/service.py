@@ -18,6 +18,8 @@ from dataloader.api.v1.schemas import (
     JobListResponse,
     JobStatusResponse,
     JobSummary,
+    TriggerBatchRequest,
+    TriggerBatchResponse,
     TriggerRequest,
     TriggerResponse,
 )
@@ -55,6 +57,15 @@ class ApiJobService:
             log.warning("no worker of this process serves the queue; another replica must",
                         extra={"queue": job.queue, "served_queues": sorted(self.served_queues)})
         return TriggerResponse(job_id=job.id, status=job.status, created=result.created, served=served)
+
+    async def trigger_batch(self, body: TriggerBatchRequest) -> TriggerBatchResponse:
+        ids = await self.jobs.trigger_many(list(body.jobs), producer="http")
+        queues = {req.queue for req in body.jobs}
+        served = queues <= self.served_queues
+        log.info("jobs enqueued (batch)", extra={"inserted": len(ids), "skipped": len(body.jobs) - len(ids),
+                                                 "queues": sorted(queues), "served": served})
+        return TriggerBatchResponse(job_ids=ids, inserted=len(ids), skipped=len(body.jobs) - len(ids),
+                                    served=served)
 
     async def status(self, job_id: uuid.UUID) -> JobStatusResponse:
         return JobStatusResponse.model_validate(status_view(await self.jobs.get(job_id)))
