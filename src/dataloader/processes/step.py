@@ -52,7 +52,7 @@ from dataloader.storage.process_repository import (
     ProcessRepository,
     StepWrite,
     dumps,
-    lock_key_of,
+    events_from_json,
     process_from_row,
 )
 from dataloader.workers.outcome import describe, encode_result
@@ -97,7 +97,7 @@ async def run_step(ctx: JobContext) -> None:
         raise FatalError(f"no processor registered for namespace {ns!r} on this worker "
                          f"(registered: {', '.join(processors.names()) or 'none'})")
     repo = ProcessRepository(ctx.db)
-    row = await repo.load_step(ctx.job_id)
+    row = await repo.load_step(ctx.job_id, ctx.lock_key, CALLER_PRIORITY)
     if row is None or row["task_status"] != "waiting":
         return  # the process was removed (its tasks with it), or this task already ended
     step = _Step(ctx, repo, processor, row)
@@ -119,6 +119,8 @@ class _Step:
         self.type = TaskType(row["task_type"])
         self.args = row["args"]
         self.history_range = row["history_range"]
+        self.caller_pending = bool(row["caller_pending"])
+        self.history = None if row["history"] is None else events_from_json(row["history"])
         self.idempotency_key = row["idempotency_key"]
         self.log = logging.LoggerAdapter(log, {"ns": self.process.ns, "process_id": self.process.id,
                                                "task_id": str(self.task_id), "task_type": self.type.value})
@@ -144,7 +146,7 @@ class _Step:
             if armed is None or armed.task_id != self.task_id or process.status != ProcessStatus.running:
                 await self._end_quietly("cancelled", "timer superseded or process not running")
                 return
-            if await self.repo.pending_caller(lock_key_of(self.ns, self.pid), CALLER_PRIORITY, self.task_id):
+            if self.caller_pending:
                 # A call or repair arrived for this process: the timer waits behind it (claims take
                 # callers first), and runs after unless that call's result moves or unsets it.
                 raise Snooze(0)
@@ -159,8 +161,9 @@ class _Step:
             await self._end_quietly("error", f"process {self.pid!r} is {process.status.value}; "
                                              f"a {kind.value} needs it {needed.value}")
             return
-        history_range = HistoryRange.of(self.history_range) if self.history_range else HistoryRange()
-        history = await self.repo.events(self.ns, self.pid, history_range)
+        history = self.history
+        if history is None:
+            history = await self.repo.events(self.ns, self.pid, HistoryRange.of(self.history_range))
         process = _with_history(process, history)
         task = ProcessTask(task_id=self.task_id, type=kind, args=self.args, attempt=self.ctx.attempt,
                            idempotency_key=self.idempotency_key)

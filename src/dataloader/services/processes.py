@@ -140,20 +140,9 @@ class ProcessService:
         process_id, key = self._check_id(process_id), self._check_key(idempotency_key)
         wait = self._check_timeout(timeout)
         task = self._caller_task(ns, process_id, TaskType.init, self._args_json(args), key, request_id=request_id)
-        async with self.repo.pool.acquire() as conn:
-            async with conn.transaction():
-                replay = await self._replay(conn, task)
-                if replay is None:
-                    if not await self.repo.insert_process(conn, ns, process_id):
-                        # A concurrent init with the same key may have committed while we waited
-                        # on the id: that is a replay, not a clash.
-                        replay = await self._replay(conn, task)
-                        if replay is None:
-                            raise ProcessExists(f"process {process_id!r} already exists in namespace {ns!r}")
-                    elif not await self.repo.insert_task(conn, task):
-                        raise ProcessExists(f"idempotency_key {key!r} is in use")  # raced; rolled back
+        task_id = await self._enqueue(task, None)
         metrics.PROCESS_PREPARE_SECONDS.labels(ns, "init").observe(time.perf_counter() - started)
-        return await self._outcome(replay or task.task_id, ns, wait)
+        return await self._outcome(task_id, ns, wait)
 
     async def call(self, ns: str, process_id: str, args: Any = None, *, idempotency_key: str | None = None,
                    range: HistoryRange | Mapping[str, Any] | None = None, timeout: float | None = None,
@@ -184,22 +173,41 @@ class ProcessService:
         except (TypeError, ValueError) as exc:
             raise InvalidProcessRequest(str(exc)) from None
         task = self._caller_task(ns, process_id, kind, self._args_json(args), key, hrange, request_id)
-        async with self.repo.pool.acquire() as conn:
-            async with conn.transaction():
-                replay = await self._replay(conn, task)
-                if replay is None:
-                    stored = await self.repo.get_process(ns, process_id, conn=conn)
-                    if stored is None:
-                        raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
-                    status = stored.process.status
-                    if status != needed:
-                        raise ProcessWrongStatus(
-                            f"process {process_id!r} is {status.value}; a {kind.value} needs it {needed.value}",
-                            status.value)
-                    if not await self.repo.insert_task(conn, task):
-                        replay = await self._replay(conn, task)
+        task_id = await self._enqueue(task, needed.value)
         metrics.PROCESS_PREPARE_SECONDS.labels(ns, kind.value).observe(time.perf_counter() - started)
-        return await self._outcome(replay or task.task_id, ns, wait)
+        return await self._outcome(task_id, ns, wait)
+
+    async def _enqueue(self, task: NewTask, needed: str | None) -> uuid.UUID:
+        """Queue a caller's task (one statement), or find the task its idempotency key already names.
+        `needed`: the status the process must have (None: init, which creates it)."""
+        if task.idempotency_key is None:
+            row = await self.repo.enqueue_caller(self.repo.pool, task, needed)
+            self._check_enqueued(task, row, needed)
+            return task.task_id
+        async with self.repo.pool.acquire() as conn, conn.transaction():
+            replay = await self._replay(conn, task)
+            if replay is not None:
+                return replay
+            row = await self.repo.enqueue_caller(conn, task, needed)
+            if not row["queued"]:
+                # A concurrent request with the same key may have committed meanwhile (it held the
+                # key or the new id until then): then this is its replay, not a clash.
+                replay = await self._replay(conn, task)
+                if replay is not None:
+                    return replay
+            self._check_enqueued(task, row, needed)
+            return task.task_id
+
+    @staticmethod
+    def _check_enqueued(task: NewTask, row: Any, needed: str | None) -> None:
+        if row["queued"]:
+            return
+        if needed is None:
+            raise ProcessExists(f"process {task.process_id!r} already exists in namespace {task.ns!r}")
+        if row["status"] is None:
+            raise ProcessNotFound(f"no process {task.process_id!r} in namespace {task.ns!r}")
+        raise ProcessWrongStatus(f"process {task.process_id!r} is {row['status']}; a {task.type} needs it {needed}",
+                                 row["status"])
 
     async def _replay(self, conn: Any, task: NewTask) -> uuid.UUID | None:
         """The task an idempotency key already names (None: new key). The same key for another

@@ -91,6 +91,12 @@ def process_from_row(row: Any, history: list[Event] | None = None) -> ProcessRow
     return ProcessRow(process, row["version"])
 
 
+def events_from_json(items: list[Any]) -> list[Event]:
+    """The history aggregated by load_step.sql: [event_id, ts, payload, metadata, task_id] each."""
+    return [Event(event_id=i[0], timestamp=datetime.fromisoformat(i[1]), payload=i[2], metadata=i[3],
+                  task_id=uuid.UUID(i[4]) if i[4] else None) for i in items]
+
+
 def event_from_row(row: Any) -> Event:
     return Event(event_id=row["event_id"], timestamp=row["ts"], payload=row["payload"], metadata=row["metadata"],
                  task_id=row["task_id"])
@@ -143,10 +149,6 @@ class ProcessRepository:
     # -- creating ----------------------------------------------------------------------------------
 
     @staticmethod
-    async def insert_process(conn: asyncpg.Connection, ns: str, process_id: str) -> bool:
-        return await conn.fetchrow(sql("processes/insert_process"), ns, process_id) is not None
-
-    @staticmethod
     async def insert_task(conn: asyncpg.Connection, task: NewTask) -> bool:
         """False: the idempotency key already names a task (nothing inserted)."""
         row = await conn.fetchrow(
@@ -155,6 +157,14 @@ class ProcessRepository:
             lock_key_of(task.ns, task.process_id), task.priority, task.max_attempts, task.lease_ttl_sec,
             task.producer, task.request_id)
         return row is not None
+
+    @staticmethod
+    async def enqueue_caller(conn: Any, task: NewTask, needed_status: str | None) -> asyncpg.Record:
+        """One statement: (status found, process created, task queued); see enqueue_caller.sql."""
+        return await conn.fetchrow(
+            sql("processes/enqueue_caller"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
+            task.history_range_json, task.idempotency_key, task.queue, lock_key_of(task.ns, task.process_id),
+            task.priority, task.max_attempts, task.lease_ttl_sec, task.producer, task.request_id, needed_status)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -186,11 +196,8 @@ class ProcessRepository:
     async def list_tasks(self, ns: str, process_id: str) -> list[TaskRecord]:
         return [TaskRecord.from_row(r) for r in await self.pool.fetch(sql("processes/list_tasks"), ns, process_id)]
 
-    async def load_step(self, task_id: uuid.UUID) -> asyncpg.Record | None:
-        return await self.pool.fetchrow(sql("processes/load_step"), task_id)
-
-    async def pending_caller(self, lock_key: str, priority: int, job_id: uuid.UUID) -> bool:
-        return bool(await self.pool.fetchval(sql("processes/pending_caller"), lock_key, priority, job_id))
+    async def load_step(self, task_id: uuid.UUID, lock_key: str, caller_priority: int) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(sql("processes/load_step"), task_id, lock_key, caller_priority)
 
     async def was_reaped(self, job_id: uuid.UUID) -> bool:
         return bool(await self.pool.fetchval(sql("processes/was_reaped"), job_id))
