@@ -151,6 +151,23 @@ class Settings(BaseSettings):
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.
     operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
+    # Held jobs (dead letter): queues (comma-separated, "*" for all) whose jobs that use up their
+    # attempts are held for an operator instead of failed; and error-text prefixes held at once.
+    hold_queues: str = ""
+    hold_errors_json: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    @field_validator("hold_errors_json", mode="before")
+    @classmethod
+    def _parse_hold_errors(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value or "[]")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v and "\x00" not in v for v in value):
+            raise ValueError('must be a JSON list of error-text prefixes like ["ValidationError"]')
+        return value
+
     @field_validator("queue_time_limits_json", mode="before")
     @classmethod
     def _parse_queue_time_limits(cls, value: Any) -> Any:

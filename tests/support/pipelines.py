@@ -376,3 +376,11 @@ async def timeout_chunk_stuck(ctx: JobContext):
 def timeout_sync_gated(ctx: JobContext) -> None:
     """Ignores the stop; its thread ends when the test opens its gate."""
     THREAD_GATES[ctx.args["gate"]].wait(20)
+
+
+@pipeline("test.fail_until", backoff=lambda attempt: 0.2)
+async def fail_until(ctx: JobContext) -> None:
+    """Fails (RuntimeError with `message`) until the epoch second `until`, then succeeds: a job an
+    operator holds, fixes (time passes) and releases."""
+    if time.time() < float(ctx.args["until"]):
+        raise RuntimeError(str(ctx.args.get("message", "not yet")))

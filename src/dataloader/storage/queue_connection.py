@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from dataloader.hold import HoldRule
 from dataloader.storage.queries import sql
 
 # "committed": the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
@@ -168,7 +169,9 @@ class QueueConnection:
         rows = await self.conn.fetch(sql("heartbeat_jobs"), [a[0] for a in attempts], [a[1] for a in attempts])
         return {r["job_id"]: r["cancel_requested"] for r in rows}
 
-    async def finish(self, requests: list[FinishRequest]) -> dict[uuid.UUID, FinishResult]:
+    async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
+                     ) -> dict[uuid.UUID, FinishResult]:
+        """`hold`: the queue's held-jobs rule (dataloader/hold.py; None: nothing is held)."""
         rows = await self.conn.fetch(
             sql("finish_jobs"),
             [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
@@ -176,6 +179,7 @@ class QueueConnection:
             [float(r.delay_sec) for r in requests], [r.reason for r in requests],
             [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests],
             [r.next_json for r in requests],
+            bool(hold and hold.exhausted), list(hold.errors) if hold and hold.errors else None,
         )
         return {
             r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])

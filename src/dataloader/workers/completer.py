@@ -19,6 +19,7 @@ from dataclasses import replace
 import asyncpg
 
 from dataloader import metrics
+from dataloader.hold import HoldRule
 from dataloader.storage.queue_connection import FinishRequest, FinishResult, QueueConnection
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.control import LockLedger
@@ -34,10 +35,12 @@ class Completer:
     the requests' futures after commit."""
 
     def __init__(self, queue: str, running: Mapping[uuid.UUID, Attempt], *,
-                 on_submit: Callable[[], None], on_requeued: Callable[[float], None]) -> None:
+                 on_submit: Callable[[], None], on_requeued: Callable[[float], None],
+                 hold: HoldRule | None = None) -> None:
         """`on_submit`: wake the worker's loop. `on_requeued(delay)`: a finish put its job back to
         run `delay` seconds from now (a retry): look for work then."""
         self.queue = queue
+        self.hold = hold  # the queue's held-jobs rule (dataloader/hold.py)
         self._running = running
         self._on_submit = on_submit
         self._on_requeued = on_requeued
@@ -74,7 +77,7 @@ class Completer:
             requests.append(_with_unlock(request, request.unlock and owns_lock))
         started = time.perf_counter()
         queue_conn = QueueConnection(conn)
-        results = await queue_conn.finish(requests)
+        results = await queue_conn.finish(requests, self.hold)
         metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
         parked = []
         for request in requests:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import asyncpg
 
 from dataloader import metrics
+from dataloader.hold import HoldRule
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, SkippedCandidate
 from dataloader.waiting import Backoff, wait_event
@@ -59,7 +60,8 @@ class QueueWorker:
         self.timer = DueTimer(env.settings.poll_fallback_sec, on_fire=self._timer_fired, clock=env.clock)
         self.running: dict[uuid.UUID, Attempt] = {}
         self.control = ControlConnection(queue, env.pool, env.quarantine, self.running)
-        self.completer = Completer(queue, self.running, on_submit=self._wake_up, on_requeued=self.timer.schedule_in)
+        self.completer = Completer(queue, self.running, on_submit=self._wake_up, on_requeued=self.timer.schedule_in,
+                                   hold=HoldRule.for_queue(env.settings, queue))
         self.heartbeats = HeartbeatSchedule(env.settings.heartbeat_sec, env.clock)
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()

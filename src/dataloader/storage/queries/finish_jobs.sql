@@ -13,16 +13,21 @@
 -- checked by the worker (workers/chaining.py), NULL for none. They are inserted only if this
 -- statement ends the attempt as succeeded, so a crash can neither lose nor double a stage: the
 -- stage commits with its parent's finish or not at all, and a fenced-off finish inserts nothing.
+-- $13 hold: this queue holds jobs whose attempts ran out (held jobs, 0014: `failed` with held_at
+-- set, journaled 'failed' with held: true); $14 error-text prefixes held at once without the retries
+-- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/hold.py)
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
 -- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (
-    SELECT *
+    SELECT u.*, (u.outcome = 'error' AND $14::text[] IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM unnest($14::text[]) AS p(prefix) WHERE starts_with(u.error, p.prefix)))
+                AS held_error
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::int[], $7::float8[],
                 $8::text[], $9::text[], $10::bool[], $11::text[], $12::text[])
-         AS i(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock,
+         AS u(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock,
               result, next)
 ), target AS (
-    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result, i.next,
+    SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result, i.next, i.held_error,
            COALESCE(i.max_attempts, j.max_attempts) AS max_attempts,
            CASE
                WHEN i.outcome = 'succeeded' THEN 'succeeded'
@@ -30,6 +35,7 @@ WITH input AS (
                -- a cancel asked for while it ran wins over a retry or a hand-back
                WHEN j.cancel_requested THEN 'canceled'
                WHEN i.outcome = 'release' THEN 'queued'
+               WHEN i.held_error THEN 'failed'
                -- attempts since the last manual retry (0006) against the budget
                WHEN NOT i.fatal AND j.attempt - j.attempts_before_retry < COALESCE(i.max_attempts, j.max_attempts)
                    THEN 'queued'
@@ -66,11 +72,16 @@ WITH input AS (
         -- a job that starts a chain becomes its first stage
         chain_id = CASE WHEN t.new_status = 'succeeded' AND t.next IS NOT NULL
                         THEN COALESCE(j.chain_id, j.job_id) ELSE j.chain_id END,
-        finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END
+        finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END,
+        held_at = CASE WHEN t.new_status = 'failed' AND t.outcome = 'error' AND (t.held_error OR ($13::boolean AND NOT t.fatal))
+                       THEN now() ELSE j.held_at END,
+        held_reason = CASE WHEN t.new_status = 'failed' AND t.outcome = 'error' AND t.held_error THEN 'held_error'
+                           WHEN t.new_status = 'failed' AND t.outcome = 'error' AND $13::boolean AND NOT t.fatal
+                               THEN 'attempts_exhausted' ELSE j.held_reason END
     FROM target t
     WHERE j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
-              t.fatal, t.reason, j.chain_id, t.next
+              t.fatal, t.reason, j.chain_id, t.next, j.held_reason
 ), next_jobs AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
                          available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
@@ -101,6 +112,7 @@ WITH input AS (
                'attempt', e.attempt,
                'error', e.error,
                'fatal', CASE WHEN e.fatal THEN true END,
+               'held', CASE WHEN e.status = 'failed' AND e.held_reason IS NOT NULL THEN e.held_reason END,
                'reason', CASE WHEN e.outcome = 'release' THEN e.reason
                               -- an error with a reason of its own: 'timeout' (the run-time limit)
                               WHEN e.outcome = 'error' AND e.reason IS NOT NULL AND e.status <> 'canceled'

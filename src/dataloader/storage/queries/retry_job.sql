@@ -13,7 +13,9 @@ WITH target AS (
         lease_expires_at = NULL,
         finished_at = NULL,
         -- back in the queue as a plain job: it never takes over a restartable job's re-triggers
-        restart_key = NULL
+        restart_key = NULL,
+        -- a held job is released by its retry (0014); a fresh wait for the queue-time limit
+        held_at = NULL, held_reason = NULL, queue_overdue_at = NULL
     FROM target t
     WHERE j.job_id = t.job_id AND t.status IN ('failed', 'canceled', 'lost')
     RETURNING j.job_id, j.queue, j.attempt, t.status AS previous_status

@@ -15,6 +15,7 @@ WITH doomed AS (
       AND status = $2::dl_status
       AND status IN ('succeeded', 'failed', 'canceled', 'lost')
       AND finished_at < now() - make_interval(secs => $3::float8)
+      AND held_at IS NULL  -- a held job waits for an operator, whatever its age (0014)
     ORDER BY finished_at
     LIMIT $4
     FOR UPDATE SKIP LOCKED
