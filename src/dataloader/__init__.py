@@ -27,6 +27,8 @@ from dataloader.exceptions import (
     ObserverExists,
     ObserverFenced,
     ObserverNotFound,
+    OperationNotFound,
+    OperationStateConflict,
     ProcessExists,
     ProcessNotFound,
     ProcessTaskFailed,
@@ -40,6 +42,7 @@ from dataloader.exceptions import (
     UnknownTask,
 )
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.job_filter import JobFilter
 from dataloader.observers import Node, Observer, ObserverContext, ObserverSpec, ObserverState, observer
 from dataloader.processes import (
     HistoryRange,
@@ -55,6 +58,8 @@ from dataloader.processes import (
 )
 from dataloader.schedules import MissedPolicy, Schedule, ScheduleRun, ScheduleSpec, schedule
 from dataloader.services.jobs import JobRequest
+from dataloader.services.operations import Operation
+from dataloader.services.search import SearchPage
 from dataloader.sync import SyncApp
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
@@ -80,6 +85,7 @@ __all__ = [
     "JobAlreadyFinished",
     "JobContext",
     "JobEvent",
+    "JobFilter",
     "JobNotFound",
     "JobNotRetryable",
     "JobOutcome",
@@ -97,6 +103,9 @@ __all__ = [
     "ObserverNotFound",
     "ObserverSpec",
     "ObserverState",
+    "Operation",
+    "OperationNotFound",
+    "OperationStateConflict",
     "PipelineRegistry",
     "Process",
     "ProcessExists",
@@ -115,6 +124,7 @@ __all__ = [
     "ScheduleSpec",
     "SchemaMismatch",
     "SchemaNotReady",
+    "SearchPage",
     "SetTimer",
     "Settings",
     "Snooze",
