@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from datetime import datetime
 
@@ -29,6 +30,24 @@ log = logging.getLogger("dataloader.api")
 
 # Args are logged only when small: a 256 KiB payload per request would drown the log.
 MAX_LOGGED_ARGS = 2048
+
+
+# A producer-only node (serve with no worker for the queue) is common: warn once per queue per
+# interval, not on every request (the response header and `served: false` say it every time).
+UNSERVED_WARNING_INTERVAL_SEC = 600.0
+_unserved_warned_at: dict[str, float] = {}
+
+
+def _warn_unserved(queue: str, served_queues: frozenset[str]) -> None:
+    now = time.monotonic()
+    last = _unserved_warned_at.get(queue)
+    if last is not None and now - last < UNSERVED_WARNING_INTERVAL_SEC:
+        return
+    if len(_unserved_warned_at) > 10_000:
+        _unserved_warned_at.clear()
+    _unserved_warned_at[queue] = now
+    log.warning("no worker of this process serves the queue; another replica must (logged once per queue "
+                "every 10 minutes)", extra={"queue": queue, "served_queues": sorted(served_queues)})
 
 
 class ApiJobService:
@@ -54,8 +73,7 @@ class ApiJobService:
             },
         )
         if not served:
-            log.warning("no worker of this process serves the queue; another replica must",
-                        extra={"queue": job.queue, "served_queues": sorted(self.served_queues)})
+            _warn_unserved(job.queue, self.served_queues)
         return TriggerResponse(job_id=job.id, status=job.status, created=result.created, served=served)
 
     async def trigger_batch(self, body: TriggerBatchRequest) -> TriggerBatchResponse:
