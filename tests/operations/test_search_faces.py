@@ -173,3 +173,39 @@ async def test_bad_operation_requests_are_4xx_and_write_nothing(client, db, body
     r = await client.post("/api/v1/operations", json=body)
     assert 400 <= r.status_code < 500 and set(r.json()) >= {"error", "detail"}, r.text
     assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+
+
+async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, subprocess_env):
+    from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
+    from dataloader.storage.operation_repository import OperationRepository
+
+    await fill(db)
+    dry = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout[dry.stdout.index("{"):])["total"] == 6
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    refused = ops_cli(subprocess_env, "requeue", "--queue", "qa")  # asks first; no answer: nothing starts
+    assert refused.returncode == 1 and "7 jobs match" in refused.stderr  # no status: the succeeded one too
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    started = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--yes", "--no-watch",
+                      "--batch-size", "2")
+    assert started.returncode == 0, started.stderr
+    op = json.loads(started.stdout[started.stdout.index("{"):])
+    assert (op["state"], op["total"], op["started_by"].startswith("cli")) == ("running", 6, True)
+    oid = op["operation_id"]
+    paused = ops_cli(subprocess_env, "pause", oid)
+    assert json.loads(paused.stdout[paused.stdout.index("{"):])["state"] == "paused"
+    assert ops_cli(subprocess_env, "resume", oid).returncode == 0
+    # a runner (any node's; here in the test process) works it; `watch` then ends at once
+    await OperationRunner(OperationRepository(db), OperationRunnerSettings(period_sec=1), owner="t").tick()
+    watched = ops_cli(subprocess_env, "watch", oid)
+    assert watched.returncode == 0 and "6/6" in watched.stderr, watched.stderr
+    assert json.loads(watched.stdout[watched.stdout.index("{"):])["state"] == "finished"
+    shown = ops_cli(subprocess_env, "show", oid)
+    shown = json.loads(shown.stdout[shown.stdout.index("{"):])
+    assert [e["kind"] for e in shown["events"]] == ["created", "paused", "resumed", "started", "finished"]
+    aborted = ops_cli(subprocess_env, "abort", oid)
+    assert aborted.returncode == 1 and "operation_state_conflict" in aborted.stderr
+    listed = json.loads(ops_cli(subprocess_env, "list").stdout)
+    assert [o["operation_id"] for o in listed] == [oid]
+    assert ops_cli(subprocess_env, "show", "not-a-uuid").returncode == 2
