@@ -71,12 +71,15 @@ def _print(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-async def _wait_for_signal() -> str:
+def _signal_future() -> asyncio.Future[str]:
+    """Resolves with the name of the first SIGTERM/SIGINT. Installed before the workers start: a
+    signal in the window between "workers started" and the wait would otherwise kill the process
+    with the default action (exit -15, no graceful hand-back)."""
     loop = asyncio.get_running_loop()
     stop: asyncio.Future[str] = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(signal.Signals(s).name))
-    return await stop
+    return stop
 
 
 @app.command()
@@ -151,10 +154,11 @@ async def _run_worker(settings: Settings, run_reaper: bool) -> int:
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         return 1
+    stop = _signal_future()
     try:
         async with app.running(reaper=run_reaper):
             freeze_startup_objects()
-            sig = await _wait_for_signal()
+            sig = await stop
             log.info("received %s, shutting down", sig)
     finally:
         await app.close()
