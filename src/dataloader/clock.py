@@ -55,10 +55,13 @@ class SystemClock:
         if timeout is None:
             await event.wait()
             return True
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as the
+        # event is set (the caller's loop then runs on, e.g. a DueTimer that ignores its stop).
         try:
-            await asyncio.wait_for(event.wait(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
-            return False
+            return event.is_set()
         return True
 
 

@@ -190,3 +190,24 @@ async def test_wait_event_returns_whether_the_event_or_the_deadline_came_first()
     event.set()
     assert await waiting is True
     assert await wait_event(event, 0.0, clock=clock) is True  # already set: no wait at all
+
+
+async def test_a_cancel_that_arrives_as_the_event_is_set_is_not_lost():
+    """Python 3.11's wait_for drops a cancel that lands in the same loop turn as the event: the
+    waiting loop (a worker's DueTimer) then ran on and held up the worker's stop for the whole
+    shutdown timeout."""
+    import asyncio
+
+    from dataloader.clock import SYSTEM_CLOCK
+
+    for _ in range(20):
+        event = asyncio.Event()
+        waiter = asyncio.create_task(SYSTEM_CLOCK.wait(event, 10))
+        await asyncio.sleep(0)  # the waiter is parked on the event
+        event.set()
+        waiter.cancel()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            continue
+        raise AssertionError("the cancel was swallowed: wait() returned instead")
