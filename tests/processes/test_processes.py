@@ -174,6 +174,19 @@ async def test_call_error_puts_process_in_error_then_repair(app, ns):
             await app.processes.repair(ns, "p1", {})
 
 
+async def test_a_call_queued_behind_a_failing_call_gets_the_wrong_status_409(app, ns):
+    register(ns)
+    async with app.running():
+        await app.processes.init(ns, "p1", {})
+        failing = asyncio.create_task(app.processes.call(ns, "p1", {"sleep": 0.5, "fail": "boom"}))
+        await asyncio.sleep(0.2)  # the failing call runs; the next one is accepted (running) and waits
+        with pytest.raises(ProcessWrongStatus, match="is error") as wrong:
+            await app.processes.call(ns, "p1", {"n": 2})
+        assert wrong.value.status == "error"
+        with pytest.raises(ProcessTaskFailed, match="boom"):
+            await failing
+
+
 async def test_init_error_leaves_process_in_error(app, ns):
     register(ns)
     async with app.running():

@@ -158,8 +158,11 @@ class _Step:
         needed = {TaskType.init: ProcessStatus.init, TaskType.call: ProcessStatus.running,
                   TaskType.repair: ProcessStatus.error, TaskType.timeout: ProcessStatus.running}[kind]
         if process.status != needed:
+            # It changed after the task was queued (a call behind one that failed): the caller
+            # gets what the API answers up front, a wrong-status error naming the status.
             await self._end_quietly("error", f"process {self.pid!r} is {process.status.value}; "
-                                             f"a {kind.value} needs it {needed.value}")
+                                             f"a {kind.value} needs it {needed.value}",
+                                    response_json=dumps({"wrong_status": process.status.value}))
             return
         history = self.history
         if history is None:
@@ -307,9 +310,9 @@ class _Step:
         metrics.PROCESS_REMOVE_SECONDS.labels(self.ns).observe(time.perf_counter() - started)
         self.log.info("process removed by its timer")
 
-    async def _end_quietly(self, status: str, error: str) -> None:
+    async def _end_quietly(self, status: str, error: str, response_json: str | None = None) -> None:
         async with self.ctx.transaction() as conn:
-            await self.repo.end_task(conn, self.task_id, status, error)
+            await self.repo.end_task(conn, self.task_id, status, error, response_json)
         self.log.info("process task not applicable", extra={"status": status, "reason": error})
 
 

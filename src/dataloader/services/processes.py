@@ -241,6 +241,9 @@ class ProcessService:
     def _result(record: TaskRecord) -> Any:
         if record.status == "finished":
             return record.response
+        wrong = record.response.get("wrong_status") if isinstance(record.response, dict) else None
+        if record.status == "error" and wrong is not None:
+            raise ProcessWrongStatus(record.error or f"process is {wrong}", str(wrong))
         if record.status == "cancelled":
             raise ProcessTaskFailed(f"{record.type} task {record.task_id} was cancelled: {record.error or ''}".strip(),
                                     str(record.task_id))

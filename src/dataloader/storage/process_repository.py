@@ -228,8 +228,9 @@ class ProcessRepository:
         return bool(row["applied"])
 
     @staticmethod
-    async def end_task(conn: Any, task_id: uuid.UUID, status: str, error: str | None) -> bool:
-        return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error))
+    async def end_task(conn: Any, task_id: uuid.UUID, status: str, error: str | None,
+                       response_json: str | None = None) -> bool:
+        return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error, response_json))
 
     async def delete_process(self, ns: str, process_id: str, task_id: uuid.UUID | None = None,
                              conn: Any = None) -> bool:
