@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 
 import pytest
@@ -384,3 +385,15 @@ async def test_many_events_in_one_process(app, ns):
     process = await app.processes.get(ns, "p1", {"limit": 3, "direction": "backward"})
     assert process.last_event_id == 10_000 and [e.event_id for e in process.history] == [10_000, 9_999, 9_998]
 
+
+
+async def test_step_logs_carry_the_namespace_and_process_id(app, ns, caplog):
+    register(ns)
+    caplog.set_level(logging.INFO, logger="dataloader.processes")
+    async with app.running():
+        await app.processes.init(ns, "p1", {})
+        with pytest.raises(ProcessTaskFailed):
+            await app.processes.call(ns, "p1", {"fail": "logged"})
+    failed = [r for r in caplog.records if r.name == "dataloader.processes" and r.getMessage() == "process task failed"]
+    assert failed and failed[0].ns == ns and failed[0].process_id == "p1" and "logged" in failed[0].error
+    assert failed[0].task_type == "call"

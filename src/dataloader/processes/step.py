@@ -64,6 +64,15 @@ log = logging.getLogger("dataloader.processes")
 MAX_VALUE_BYTES = 1024 * 1024
 
 
+class _ProcessLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Every line carries ns, process_id, task_id and task_type, plus the call's own extra fields
+    (the stock LoggerAdapter replaces them)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+
 class InvalidIntent(Exception):
     """The processor returned something that is not a valid Intent (the task fails as if it raised)."""
 
@@ -122,7 +131,7 @@ class _Step:
         self.caller_pending = bool(row["caller_pending"])
         self.history = None if row["history"] is None else events_from_json(row["history"])
         self.idempotency_key = row["idempotency_key"]
-        self.log = logging.LoggerAdapter(log, {"ns": self.process.ns, "process_id": self.process.id,
+        self.log = _ProcessLog(log, {"ns": self.process.ns, "process_id": self.process.id,
                                                "task_id": str(self.task_id), "task_type": self.type.value})
 
     @property
