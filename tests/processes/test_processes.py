@@ -25,7 +25,7 @@ from dataloader.exceptions import (
 )
 from dataloader.processes import HistoryRange, ProcessStatus, RetryPolicy
 from tests.conftest import wait_until
-from tests.processes.processors import register
+from tests.processes.processors import Boom, register
 
 
 async def kinds(app: App, ns: str, pid: str) -> list[str]:
@@ -397,3 +397,16 @@ async def test_step_logs_carry_the_namespace_and_process_id(app, ns, caplog):
     failed = [r for r in caplog.records if r.name == "dataloader.processes" and r.getMessage() == "process task failed"]
     assert failed and failed[0].ns == ns and failed[0].process_id == "p1" and "logged" in failed[0].error
     assert failed[0].task_type == "call"
+
+
+async def test_simple_repair_after_a_non_retryable_timer_error(app, ns, pdb):
+    register(ns, retry=RetryPolicy(initial_timeout=0.1, max_attempts=5, non_retryable_errors=(Boom,)))
+    async with app.running():
+        await app.processes.init(ns, "p1", {"timer": 0, "aux": {"timeout_fails": "always"}})
+        await wait_until(lambda: _is(app, ns, "p1", "error"), timeout=15)
+        broken = (await app.processes.get(ns, "p1")).corrupted_by
+        assert await pdb.fetchval("SELECT attempt FROM dl_jobs WHERE job_id = $1", broken) == 1  # not retried
+        await pdb.execute("UPDATE dl_processes SET aux_state = '{\"timeout_fails\": 0}' WHERE ns = $1", ns)
+        await app.processes.simple_repair(ns, "p1")
+        await wait_until(lambda: _count_kind(app, ns, "p1", "timeout", 1), timeout=15)
+    assert await kinds(app, ns, "p1") == ["init", "timeout"]
