@@ -153,6 +153,8 @@ class NodeHeartbeat(Service):
                 if runner.wake.is_set():
                     runner.wake.clear()
                     await self._claim()
+                if self.stopping.is_set():
+                    break  # the stop's wake-up may have been consumed by the claim check above
                 await self.clock.wait(runner.wake, max(0.0, next_beat - self.clock.monotonic()))
         except NodeLost as exc:
             reason = FENCED
