@@ -27,7 +27,7 @@ nodes_router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[D
 MAX_STOP_WAIT_SEC = 60
 
 
-def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverService:
+async def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverService:
     return runtime.require_context().observers
 
 

@@ -142,7 +142,7 @@ class OperationEventResponse(BaseModel):
 OperationId = Annotated[uuid.UUID, Path(description="The operation's id")]
 
 
-def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationService:
+async def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationService:
     return runtime.require_context().operations
 
 

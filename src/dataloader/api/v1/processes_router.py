@@ -33,7 +33,7 @@ from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, Proce
 router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
 
 
-def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessService:
+async def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessService:
     return runtime.require_context().processes
 
 

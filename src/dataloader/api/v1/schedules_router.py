@@ -25,7 +25,7 @@ router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], dependencies=
 UPCOMING = 5
 
 
-def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleService:
+async def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleService:
     return runtime.require_context().schedules
 
 
