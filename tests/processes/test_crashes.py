@@ -79,3 +79,30 @@ async def test_kill_9_mid_task_with_on_lost_error_parks_the_process(app, pdb, wo
     # an operator repairs it; the process works again
     await app.processes.simple_repair("zombie", "k1")
     assert (await app.processes.call("zombie", "k1", {"n": 2}, timeout=60))["n"] == 2
+
+
+async def test_a_task_lost_on_its_last_attempt_puts_the_process_in_error(app, pdb, workers, local_processors):
+    """The reaper ends a task whose node died on its last attempt as `lost`; its process must not
+    stay `running` with a task that will never end: the same statement puts it in `error`
+    (corrupted_by = the task), writes the feed's error row and answers the waiting caller."""
+    first = workers(queues={"plain": 1}, **WORKER)
+    await first.wait_ready()
+    await app.processes.init("clitest", "lost1", {}, timeout=60)
+    call = asyncio.create_task(app.processes.call("clitest", "lost1", {"n": 1, "sleep": 2.5}, timeout=60))
+    await wait_until(lambda: _running_call(pdb, "clitest", "lost1"), timeout=30)
+    first.kill()
+    task_id = await pdb.fetchval("SELECT task_id FROM dl_process_tasks WHERE ns = 'clitest' AND process_id = 'lost1' "
+                                 "AND task_type = 'call'")
+    await pdb.execute("UPDATE dl_jobs SET max_attempts = attempt WHERE job_id = $1", task_id)  # its last one
+    second = workers(queues={"plain": 1}, **WORKER)  # its reaper finds the expired lease
+    await second.wait_ready()
+    with pytest.raises(ProcessTaskFailed, match="lost"):
+        await asyncio.wait_for(call, 60)
+    assert await pdb.fetchval("SELECT status FROM dl_jobs WHERE job_id = $1", task_id) == "lost"
+    process = await app.processes.get("clitest", "lost1")
+    assert (process.status.value, process.corrupted_by) == ("error", task_id)
+    assert "lost" in process.detail
+    kinds = [i.kind for i in (await app.processes.feed("clitest", limit=100)).items if i.process_id == "lost1"]
+    assert kinds[-1] == "error"
+    await app.processes.simple_repair("clitest", "lost1")
+    assert (await app.processes.call("clitest", "lost1", {"n": 2}, timeout=60))["n"] == 2

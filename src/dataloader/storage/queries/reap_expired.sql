@@ -32,5 +32,31 @@ WITH expired AS (
            CASE WHEN status = 'queued' THEN 'requeue' ELSE status::text END,
            jsonb_build_object('attempt', attempt, 'reason', 'lease_expired')
     FROM reaped
+), lost_process_tasks AS (
+    -- A process task (docs/processes.md) whose last attempt's node died ends in error, and its
+    -- process with it (corrupted_by = the task, as when a timer's retries run out), in this same
+    -- statement: a process never keeps running with a task that will never end.
+    UPDATE dl_process_tasks t
+    SET status = 'error', finished_at = now(),
+        error = 'lost: its lease expired on its last attempt (' || r.attempt || ')'
+    FROM reaped r
+    WHERE r.status = 'lost' AND t.task_id = r.job_id AND t.status = 'waiting'
+    RETURNING t.task_id, t.ns, t.process_id, t.task_type, t.error
+), broken_processes AS (
+    UPDATE dl_processes p
+    SET previous_status = p.status, status = 'error', status_changed_at = now(), corrupted_by = l.task_id,
+        detail = 'task ' || l.task_type || ' ' || l.error, version = p.version + 1, updated_at = now()
+    FROM lost_process_tasks l
+    WHERE p.ns = l.ns AND p.id = l.process_id AND p.status <> 'error'
+    RETURNING p.ns, p.id, l.task_id, l.task_type
+), process_feed AS (
+    INSERT INTO dl_process_feed (ns, process_id, kind, task_id, payload)
+    SELECT ns, id, 'error', task_id, jsonb_build_object('reason', 'task_lost', 'task_type', task_type)
+    FROM broken_processes
+), process_notified AS (
+    SELECT pg_notify('dl_process_task', l.task_id::text), pg_notify('dl_process_feed', l.ns)
+    FROM lost_process_tasks l
 )
-SELECT job_id, queue, task, status::text AS status, attempt FROM reaped;
+SELECT job_id, queue, task, status::text AS status, attempt,
+       (SELECT count(*) FROM process_notified) AS processes_broken
+FROM reaped;
