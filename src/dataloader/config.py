@@ -43,6 +43,17 @@ class Queue(BaseModel):
 WorkerConfig = Queue  # the name used before Queue
 
 
+def _json_text(value: Any, empty: str) -> Any:
+    """A setting given as JSON text (an env var), parsed; other values pass through. One error
+    message for every JSON setting."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value or empty)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DL_", extra="ignore", populate_by_name=True)
 
@@ -159,11 +170,7 @@ class Settings(BaseSettings):
     @field_validator("hold_errors_json", mode="before")
     @classmethod
     def _parse_hold_errors(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value or "[]")
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        value = _json_text(value, "[]")
         if not isinstance(value, list) or not all(isinstance(v, str) and v and "\x00" not in v for v in value):
             raise ValueError('must be a JSON list of error-text prefixes like ["ValidationError"]')
         return value
@@ -171,11 +178,7 @@ class Settings(BaseSettings):
     @field_validator("queue_time_limits_json", mode="before")
     @classmethod
     def _parse_queue_time_limits(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value or "{}")
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        value = _json_text(value, "{}")
         if not isinstance(value, dict):
             raise ValueError('must be a JSON object like {"load": {"limit": "15m", "fail": false}}')
         parsed: dict[str, dict[str, Any]] = {}
@@ -216,11 +219,7 @@ class Settings(BaseSettings):
     @field_validator("retention_queues_json", mode="before")
     @classmethod
     def _parse_retention_queues(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value or "{}")
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        value = _json_text(value, "{}")
         if not isinstance(value, dict):
             raise ValueError('must be a JSON object like {"load": {"succeeded": "1d"}}')
         parsed: dict[str, dict[str, float]] = {}
