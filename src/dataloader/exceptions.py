@@ -173,6 +173,21 @@ class ProcessTimeout(DataloaderError):
         self.task_id = task_id
 
 
+class ProcessBusy(DataloaderError):
+    """A restart needs the process idle: one of its tasks runs now, or a caller's task waits in the
+    queue (retry when it ended)."""
+
+    code = "process_busy"
+
+
+class RestartNotPossible(DataloaderError):
+    """The process cannot go back to that point: an imported process has no `init` to restart
+    from, an event written by an import has no task, a task that never changed the process (or
+    ran before migration 0016) kept no state to go back to."""
+
+    code = "restart_not_possible"
+
+
 # -- raised by pipelines to steer their job --------------------------------------------------------
 
 class FatalError(Exception):

@@ -186,4 +186,20 @@ PROCESS_NOTIFICATION_SECONDS = Histogram(
     "dl_process_notification_duration_seconds",
     "Notification: from a task's end (commit) to its waiting caller learning of it", ["ns"], buckets=_FAST,
 )
+PROCESS_RESTARTS = Counter(
+    "dl_process_restarts_total", "Processes restarted (from: start, error, task, event)", ["ns", "from"],
+)
+PROCESS_RESTART_SECONDS = Histogram(
+    "dl_process_restart_duration_seconds", "One process restart's transaction", ["ns"], buckets=_FAST,
+)
+PROCESS_CHECK_FINDINGS = Counter(
+    "dl_process_check_findings_total",
+    "Processes a consistency check found at fault, by kind of fault (repaired or only reported)",
+    ["ns", "kind", "repaired"],
+)
+PROCESSES_IDLE = Gauge(
+    "dl_processes_idle",
+    "Running processes with no timer, no task and no change for longer than DL_PROCESS_IDLE_SEC",
+    ["ns"],
+)
 PROCESSES = Gauge("dl_processes", "Processes by namespace and status (read at scrape time)", ["ns", "status"])

@@ -113,7 +113,11 @@ async def run_step(ctx: JobContext) -> None:
     try:
         await step.run()
     except _Superseded:
+        # Its caller must not wait on a task nothing will end: it ends cancelled (a removed
+        # process took the task row with it, so this changes nothing then).
         step.log.info("process changed or removed while its task ran; the step wrote nothing")
+        await step._end_quietly("cancelled", "the process was changed (restarted, repaired or imported) "
+                                             "while this task ran; the task wrote nothing")
 
 
 class _Step:

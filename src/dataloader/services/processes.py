@@ -47,6 +47,7 @@ from dataloader.processes.model import (
     UnsetTimer,
 )
 from dataloader.processes.registry import ProcessorRegistry
+from dataloader.processes.restart import RestartPoint, RestartResult, restart_in
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
@@ -274,6 +275,23 @@ class ProcessService:
                 timer = Timer(suspended.type, due, task.task_id)
             await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
         return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
+
+    async def restart(self, ns: str, process_id: str, from_: str | None = None, *, task_id: Any = None,
+                      event_id: Any = None) -> RestartResult:
+        """Put the process back to the state a task found and run that task again, then the calls that
+        finished after it (processes/restart.py): `from_="start"` (its first init), `"error"` (the
+        task that broke it), or `task_id=` / `event_id=` (the task that wrote that event). Does not
+        wait for the tasks; `trace` shows them. ProcessBusy while a task of it runs or waits."""
+        self._processor(ns)
+        process_id = self._check_id(process_id)
+        point = RestartPoint.of(from_, task_id=task_id, event_id=event_id)
+        started = time.perf_counter()
+        async with self.repo.pool.acquire() as conn, conn.transaction():
+            result = await restart_in(conn, self.repo, ns, process_id, point,
+                                      default_lease_ttl_sec=self.default_lease_ttl_sec)
+        metrics.PROCESS_RESTARTS.labels(ns, point.kind).inc()
+        metrics.PROCESS_RESTART_SECONDS.labels(ns).observe(time.perf_counter() - started)
+        return result
 
     async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
                   ) -> Process:

@@ -45,6 +45,7 @@ class TaskRecord:
     job_status: str | None = None
     attempt: int | None = None
     started_at: datetime | None = None
+    restart_of: uuid.UUID | None = None  # the task this one runs again (a restart queued it)
 
     @classmethod
     def from_row(cls, row: Any) -> TaskRecord:
@@ -52,7 +53,8 @@ class TaskRecord:
                    args=row["args"], history_range=row["history_range"], idempotency_key=row["idempotency_key"],
                    status=row["status"], response=row["response"], error=row["error"],
                    scheduled_at=row["scheduled_at"], created_at=row["created_at"], finished_at=row["finished_at"],
-                   job_status=row["job_status"], attempt=row["attempt"], started_at=row["started_at"])
+                   job_status=row["job_status"], attempt=row["attempt"], started_at=row["started_at"],
+                   restart_of=row["restart_of"])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class TaskRecord:
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "attempts": self.attempt, "job_status": self.job_status,
+            "restart_of": str(self.restart_of) if self.restart_of else None,
         }
 
 
@@ -244,6 +247,56 @@ class ProcessRepository:
         return bool(await conn.fetchval(
             sql("processes/simple_repair"), ns, process_id, version, timer.task_id if timer else None,
             timer.type if timer else None, timer.at if timer else None))
+
+    # -- restart (processes/restart.py) ---------------------------------------------------------------
+
+    @staticmethod
+    async def take_process_key(conn: asyncpg.Connection, ns: str, process_id: str, wait_sec: float) -> bool:
+        """Take the process's lock_key until the transaction ends; False if a task of it runs or the
+        key stays held for `wait_sec` (nothing is taken then). Inside a savepoint, so a lock
+        timeout leaves the caller's transaction usable."""
+        previous = await conn.fetchval("SELECT current_setting('lock_timeout')")
+        await conn.execute("SELECT set_config('lock_timeout', $1, true)", f"{int(wait_sec * 1000)}ms")
+        try:
+            async with conn.transaction():
+                row = await conn.fetchrow(sql("processes/restart_key"), lock_key_of(ns, process_id))
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+            return False
+        finally:
+            await conn.execute("SELECT set_config('lock_timeout', $1, true)", previous)
+        return not row["running"]
+
+    @staticmethod
+    async def restart_lock(conn: asyncpg.Connection, ns: str, process_id: str) -> tuple[ProcessRow, bool] | None:
+        """The process row-locked, and whether a caller's task waits; None: no such process."""
+        row = await conn.fetchrow(sql("processes/restart_lock"), ns, process_id)
+        return None if row is None else (process_from_row(row), row["caller_waiting"])
+
+    @staticmethod
+    async def restart_point(conn: asyncpg.Connection, ns: str, process_id: str, task_id: uuid.UUID | None,
+                            event_id: int | None) -> asyncpg.Record:
+        return await conn.fetchrow(sql("processes/restart_point"), ns, process_id, task_id, event_id)
+
+    @staticmethod
+    async def restart_replays(conn: asyncpg.Connection, ns: str, process_id: str, task_id: uuid.UUID
+                              ) -> list[asyncpg.Record]:
+        return await conn.fetch(sql("processes/restart_replays"), ns, process_id, task_id)
+
+    @staticmethod
+    async def insert_replays(conn: asyncpg.Connection, ns: str, process_id: str, task_ids: list[uuid.UUID],
+                             types: list[str], args: list[str], ranges: list[str | None],
+                             restart_of: list[uuid.UUID], queue: str, lock_key: str, priority: int,
+                             max_attempts: int, lease_ttl_sec: int) -> int:
+        return await conn.fetchval(sql("processes/insert_replays"), ns, process_id, task_ids, types, args, ranges,
+                                   restart_of, queue, lock_key, priority, max_attempts, lease_ttl_sec)
+
+    @staticmethod
+    async def restart_apply(conn: asyncpg.Connection, ns: str, process_id: str, task_id: uuid.UUID,
+                            timer: Timer | None, feed_json: str) -> tuple[str, int]:
+        row = await conn.fetchrow(sql("processes/restart_apply"), ns, process_id, task_id,
+                                  timer.task_id if timer else None, timer.type if timer else None,
+                                  timer.at if timer else None, feed_json)
+        return row["status"], row["removed_events"]
 
     async def read_feed(self, ns: str, after_xid: int, after_seq: int, limit: int) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("processes/read_feed"), ns, str(after_xid), after_seq, limit)

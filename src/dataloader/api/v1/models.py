@@ -39,6 +39,8 @@ class ErrorCode(StrEnum):
     process_wrong_status = "process_wrong_status"
     process_task_failed = "process_task_failed"
     process_timeout = "process_timeout"
+    process_busy = "process_busy"
+    restart_not_possible = "restart_not_possible"
     operation_not_found = "operation_not_found"
     operation_state_conflict = "operation_state_conflict"
     schema_not_ready = "schema_not_ready"
@@ -74,6 +76,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.process_wrong_status: 409,
     ErrorCode.process_task_failed: 422,
     ErrorCode.process_timeout: 504,
+    ErrorCode.process_busy: 409,
+    ErrorCode.restart_not_possible: 409,
     ErrorCode.operation_not_found: 404,
     ErrorCode.operation_state_conflict: 409,
     ErrorCode.schema_not_ready: 503,

@@ -2,7 +2,8 @@
 -- step's job, fenced: finish_in_transaction.sql): the process's new state, its new events, their
 -- feed rows and the lifecycle rows, the task's end, and a NOTIFY for the caller waiting on it.
 -- Compare-and-set on `version` ($4): nothing is written if the process changed since the step
--- read it (removed, or changed by the API); `applied` says so.
+-- read it (removed, or changed by the API); `applied` says so. The task keeps the state it found
+-- (state_before) for a restart from it.
 -- $1 ns, $2 process id, $3 task id, $4 version read, $5 new status, $6 set aux_state?, $7 aux_state
 -- (JSON text), $8 aux_state bytes, $9 set metadata?, $10 metadata (JSON text), $11 event payloads
 -- (JSON text[]), $12 event metadata (JSON text[]), $13 response (JSON text), $14 task status
@@ -46,8 +47,19 @@ WITH proc AS (
     ) f
     ORDER BY f.part, f.ord
 ), task AS (
+    -- state_before: the process as this task found it, for a restart from this task (0016). Every
+    -- part of one statement sees the rows as they were before it, so this reads the version the
+    -- `proc` update replaces.
     UPDATE dl_process_tasks
-    SET status = $14, response = $13::text::jsonb, error = $15, finished_at = now()
+    SET status = $14, response = $13::text::jsonb, error = $15, finished_at = now(),
+        state_before = (
+            SELECT jsonb_build_object(
+                'status', b.status, 'detail', b.detail, 'corrupted_by', b.corrupted_by,
+                'aux_state', b.aux_state, 'aux_state_bytes', encode(b.aux_state_bytes, 'base64'),
+                'metadata', b.metadata, 'last_event_id', b.last_event_id,
+                'timer_type', b.timer_type, 'timer_at', b.timer_at,
+                'timer_armed', b.timer_task_id IS NOT NULL)
+            FROM dl_processes b WHERE b.ns = $1 AND b.id = $2)
     WHERE task_id = $3::uuid AND EXISTS (SELECT 1 FROM proc)
 ), notified AS (
     -- the caller waiting on this task, and the feed's followers (one per namespace and commit:
