@@ -81,7 +81,8 @@ async def test_restart_from_error_reruns_the_failed_call_with_fixed_code(app, ns
                                               {"op": "add", "amount": -3}]
     trace = await app.processes.trace(ns, "acc")
     rerun = [t for t in trace if t["restart_of"] is not None]
-    assert [(t["type"], t["status"], t["restart_of"]) for t in rerun] == [("call", "finished", str(broken.corrupted_by))]
+    assert [(t["type"], t["status"], t["restart_of"]) for t in rerun] == [
+        ("call", "finished", str(broken.corrupted_by))]
     feed = await pdb.fetch("SELECT kind, payload FROM dl_process_feed WHERE ns = $1 AND kind = 'restart'", ns)
     assert len(feed) == 1 and feed[0]["payload"]["from"] == "error"
 
