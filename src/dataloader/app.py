@@ -470,7 +470,8 @@ class App:
             services.append(QueueTimeChecker(QueueTimeRepository(self.pool), queue_time))
         if settings.operations_enabled:
             runner = OperationRunnerSettings.from_settings(settings)
-            services.append(OperationRunner(OperationRepository(self.pool), runner, owner=settings.node_name))
+            services.append(OperationRunner(OperationRepository(self.pool), runner, owner=settings.node_name,
+                                            default_lease_ttl_sec=settings.default_lease_ttl_sec))
         return services
 
     @property
@@ -533,7 +534,7 @@ class App:
             waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
             service = self.__dict__["_process_service"] = ProcessService(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
-                default_lease_ttl_sec=self.settings.default_lease_ttl_sec)
+                default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations)
         return service
 
     def _register_process_step(self) -> None:

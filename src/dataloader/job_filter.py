@@ -24,6 +24,13 @@ _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
+def glob_to_ilike(pattern: str) -> str:
+    """An operator's pattern as ILIKE's: * and ? become % and _, and their own % _ \\ match
+    themselves."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
 class JobFilter(StrictModel):
     queues: list[str] | None = Field(default=None, max_length=100, description="Any of these queues")
     tasks: list[str] | None = Field(default=None, max_length=100, description="Any of these tasks")
@@ -103,10 +110,7 @@ class JobFilter(StrictModel):
     def error_like(self) -> str | None:
         """`error` as an ILIKE pattern: the user's * and ? become % and _, and their own % _ \\
         match themselves."""
-        if self.error is None:
-            return None
-        escaped = self.error.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        return escaped.replace("*", "%").replace("?", "_")
+        return None if self.error is None else glob_to_ilike(self.error)
 
     def describe(self) -> dict[str, Any]:
         """The filter as JSON (stored with a bulk operation; shown back to the operator)."""

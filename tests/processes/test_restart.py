@@ -184,3 +184,65 @@ async def test_restart_points_that_do_not_exist_or_cannot_be_gone_back_to(app, n
             await app.processes.restart(ns, "imported", **bad)
     assert await pdb.fetchval("SELECT version FROM dl_processes WHERE id = 'imported'") == 1
     assert await pdb.fetchval("SELECT count(*) FROM dl_process_feed WHERE kind = 'restart'") == 0
+
+
+async def test_bulk_restart_of_the_processes_a_bad_deploy_broke(app, ns, pdb):
+    """A tracked operation: a dry run counts them, the runner restarts each from its error with the
+    fixed code in batches, progress is exact, and the healthy process is left alone."""
+    ledger = Ledger()
+    ledger.register(ns)
+    ledger.buggy = True
+    async with app.running():
+        for n in range(30):
+            await app.processes.init(ns, f"acc-{n:02}", {"balance": n})
+            with pytest.raises(ProcessTaskFailed):
+                await app.processes.call(ns, f"acc-{n:02}", {"amount": -1})
+        await app.processes.init(ns, "healthy", {"balance": 0})
+        ledger.buggy = False  # the fix is deployed
+        dry = await app.processes.restart_many({"ns": ns, "statuses": ["error"]}, "error", dry_run=True)
+        assert dry.total == 30
+        assert await pdb.fetchval("SELECT count(*) FROM dl_operations") == 0  # a dry run starts nothing
+        op = await app.processes.restart_many({"ns": ns, "statuses": ["error"], "detail": "*negative*"}, "error",
+                                              started_by="alice", batch_size=7)
+        assert op.total == 30 and op.kind == "process_restart"
+        done = await app.operations.wait(op.id, timeout=60)
+        assert (done.state, done.done, done.changed) == ("finished", 30, 30)
+        await wait_until(lambda: pdb.fetchval(
+            "SELECT count(*) = 0 FROM dl_process_tasks WHERE ns = $1 AND status = 'waiting'", ns), timeout=30)
+    balances = {r["id"]: r["aux_state"]["balance"] for r in await pdb.fetch(
+        "SELECT id, aux_state FROM dl_processes WHERE ns = $1 AND status = 'running'", ns)}
+    assert balances == {**{f"acc-{n:02}": n - 1 for n in range(30)}, "healthy": 0}
+    audit = [e.kind for e in await app.operations.events(op.id)]
+    assert audit[0] == "created" and audit[-1] == "finished"
+
+
+async def test_bulk_restart_skips_what_it_cannot_restart_and_says_why(app, ns, pdb):
+    ledger = Ledger()
+    ledger.register(ns)
+    await app.processes.put(ns, {"id": "imported", "status": "error", "detail": "broken elsewhere"})
+    async with app.running():
+        op = await app.processes.restart_many({"ns": ns}, "error")
+        done = await app.operations.wait(op.id, timeout=30)
+    assert (done.state, done.done, done.changed, done.skipped) == ("finished", 1, 0, 1)
+    skipped = [e.payload for e in await app.operations.events(op.id) if e.kind == "skipped"]
+    assert skipped[0]["processes"][0]["id"] == "imported"
+    assert "RestartNotPossible" in skipped[0]["processes"][0]["reason"]
+
+
+@pytest.mark.parametrize("filter,params", [
+    ({}, {"from": "error"}),
+    ({"ns": "bad ns!"}, {"from": "error"}),
+    ({"ns": "x", "statuses": ["sleeping"]}, {"from": "error"}),
+    ({"ns": "x", "ids": ["\x00"]}, {"from": "error"}),
+    ({"ns": "x", "extra": 1}, {"from": "error"}),
+    ({"ns": "x"}, {"from": "middle"}),
+    ({"ns": "x"}, {"from_task": str(uuid.uuid4())}),
+    ({"ns": "x"}, {}),
+])
+async def test_bulk_restart_bad_input_is_refused_and_writes_nothing(app, pdb, filter, params):
+    from dataloader.exceptions import InvalidJobRequest
+
+    before = await pdb.fetchval("SELECT count(*) FROM dl_operations")
+    with pytest.raises(InvalidJobRequest):
+        await app.operations.start("process_restart", filter, params=params)
+    assert await pdb.fetchval("SELECT count(*) FROM dl_operations") == before

@@ -18,13 +18,15 @@ import asyncio
 import logging
 import time
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from dataloader import metrics
 from dataloader.config import Settings
 from dataloader.exceptions import InvalidJobRequest
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
+from dataloader.processes.restart import bulk_restarter
+from dataloader.services.operations import PROCESS_KINDS
 from dataloader.services.search import parse_filter
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.operation_repository import OperationRepository
@@ -53,10 +55,11 @@ class OperationRunner(PeriodicService):
     settings: OperationRunnerSettings
 
     def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
-                 **kwargs: object) -> None:
+                 default_lease_ttl_sec: int = 60, **kwargs: object) -> None:
         super().__init__(settings, **kwargs)  # type: ignore[arg-type]
         self.repo = repo
         self.owner = owner
+        self.restart_process = bulk_restarter(default_lease_ttl_sec)
 
     async def tick(self) -> int:
         """Take operations and work them until none is left to take; returns the batches run."""
@@ -79,11 +82,15 @@ class OperationRunner(PeriodicService):
             while not self.stopping.is_set():
                 started = time.perf_counter()
                 try:
-                    result = await self.repo.run_batch(operation_id, self.owner, epoch, self.settings.lease_sec,
-                                                       parse_filter)
+                    if kind in PROCESS_KINDS:
+                        result = await self.repo.run_process_batch(operation_id, self.owner, epoch,
+                                                                   self.settings.lease_sec, self.restart_process)
+                    else:
+                        result = await self.repo.run_batch(operation_id, self.owner, epoch, self.settings.lease_sec,
+                                                           parse_filter)
                 except asyncio.CancelledError:
                     raise
-                except InvalidJobRequest as exc:  # its filter can never run: end it, say why
+                except (InvalidJobRequest, ValidationError) as exc:  # its filter can never run: end it, say why
                     await self.repo.fail(operation_id, self.owner, epoch, str(exc))
                     log.error("bulk operation failed", extra={"operation_id": str(operation_id), "error": str(exc)})
                     return batches

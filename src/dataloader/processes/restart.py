@@ -21,13 +21,16 @@ caller's task waits in the queue, rather than reorder them.
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import asyncpg
 
+from dataloader import metrics
 from dataloader.exceptions import InvalidProcessRequest, ProcessBusy, ProcessNotFound, RestartNotPossible
 from dataloader.processes.model import CALLER_PRIORITY, TaskType, Timer
 from dataloader.processes.registry import Processor, processors
@@ -172,6 +175,30 @@ async def restart_in(conn: asyncpg.Connection, repo: ProcessRepository, ns: str,
     return RestartResult(ns, process_id, row["task_id"], row["task_type"], status, removed, new_ids, timer)
 
 
+def restart_params(params: Any) -> RestartPoint:
+    """The params of a bulk restart: {"from": "start" | "error"} or {"from_event": n} (a task id is
+    one process's; it makes no sense across many)."""
+    if not isinstance(params, dict) or not params or set(params) - {"from", "from_event"}:
+        raise InvalidProcessRequest('process_restart needs params {"from": "start" | "error"} or {"from_event": n}')
+    return RestartPoint.of(params.get("from"), event_id=params.get("from_event"))
+
+
+def bulk_restarter(default_lease_ttl_sec: int) -> Callable[[asyncpg.Connection, str, str, dict[str, Any]],
+                                                          Awaitable[bool]]:
+    """What a bulk process_restart operation applies to each process, in its batch's transaction."""
+
+    async def restart_one(conn: asyncpg.Connection, ns: str, process_id: str, params: dict[str, Any]) -> bool:
+        point = restart_params(params)
+        started = time.perf_counter()
+        await restart_in(conn, ProcessRepository(conn), ns, process_id, point,
+                         default_lease_ttl_sec=default_lease_ttl_sec)
+        metrics.PROCESS_RESTARTS.labels(ns, point.kind).inc()
+        metrics.PROCESS_RESTART_SECONDS.labels(ns).observe(time.perf_counter() - started)
+        return True
+
+    return restart_one
+
+
 def _no_point(point: RestartPoint, process_id: str, event_found: bool) -> Exception:
     if point.kind == "start":
         return RestartNotPossible(f"process {process_id!r} has no init task (it was imported); "
@@ -184,4 +211,4 @@ def _no_point(point: RestartPoint, process_id: str, event_found: bool) -> Except
     return ProcessNotFound(f"process {process_id!r} has no task {point.task_id}")
 
 
-__all__ = ["RestartPoint", "RestartResult", "restart_in"]
+__all__ = ["RestartPoint", "RestartResult", "bulk_restarter", "restart_in", "restart_params"]

@@ -23,15 +23,23 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dataloader.exceptions import InvalidJobRequest, OperationNotFound, OperationStateConflict
+from pydantic import ValidationError
+
+from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest, OperationNotFound, OperationStateConflict
 from dataloader.job_filter import JobFilter
 from dataloader.services.jobs import PG_INT_MAX, decode_cursor, encode_cursor
-from dataloader.services.search import SearchService, parse_filter
+from dataloader.services.search import SearchService, filter_error, parse_filter
 from dataloader.storage.operation_repository import OperationRepository
 
-KINDS = ("requeue", "cancel", "delete", "set_priority")
+if TYPE_CHECKING:
+    from dataloader.processes.selection import ProcessFilter
+
+JOB_KINDS = ("requeue", "cancel", "delete", "set_priority")
+# Over processes (filter: ProcessFilter); started by app.processes.restart_many.
+PROCESS_KINDS = ("process_restart",)
+KINDS = JOB_KINDS + PROCESS_KINDS
 STATES = ("running", "paused", "canceled", "finished", "failed")
 ENDED_STATES = frozenset({"canceled", "finished", "failed"})
 MAX_BATCH_SIZE = 10_000
@@ -116,6 +124,13 @@ def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     if kind not in KINDS:
         raise InvalidJobRequest(f"unknown operation kind {kind!r}; known: {', '.join(KINDS)}")
     params = dict(params or {})
+    if kind == "process_restart":
+        from dataloader.processes.restart import restart_params
+
+        try:
+            return restart_params(params).to_dict()
+        except InvalidProcessRequest as exc:
+            raise InvalidJobRequest(str(exc)) from None
     if kind == "set_priority":
         priority = params.get("priority")
         if set(params) != {"priority"} or isinstance(priority, bool) or not isinstance(priority, int) \
@@ -139,19 +154,35 @@ class OperationService:
         """Start a bulk operation (any node's runner takes it within DL_OPERATIONS_PERIOD_SEC), or,
         with `dry_run`, only count the jobs it would examine. The filter is the search's."""
         checked_params = check_params(kind, params)
-        f = await self.search.checked(filter)
+        f = self._process_filter(filter) if kind in PROCESS_KINDS else await self.search.checked(filter)
         batch = batch_size or self.default_batch_size
         if not 1 <= batch <= MAX_BATCH_SIZE:
             raise InvalidJobRequest(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
         if not started_by or len(started_by) > 200 or "\x00" in started_by:
             raise InvalidJobRequest("started_by must be 1-200 characters without NUL")
         snapshot = datetime.now(UTC)
-        total = await self.repo.count(f, snapshot)
+        if isinstance(f, JobFilter):
+            total = await self.repo.count(f, snapshot)
+        else:
+            total = await self.repo.count_processes(f, snapshot)
         if dry_run:
             return DryRun(kind, f.describe(), checked_params, total)
         row = await self.repo.create(uuid.uuid4(), kind, f.describe(), checked_params, total, batch, started_by,
                                      snapshot)
         return Operation.from_row(row)
+
+    @staticmethod
+    def _process_filter(filter: Any) -> ProcessFilter:
+        from dataloader.processes.selection import ProcessFilter
+
+        if isinstance(filter, ProcessFilter):
+            return filter
+        if not isinstance(filter, Mapping):
+            raise InvalidJobRequest("a process operation's filter must be a mapping with at least ns")
+        try:
+            return ProcessFilter.model_validate(dict(filter))
+        except ValidationError as exc:
+            raise filter_error(exc) from None
 
     async def get(self, operation_id: uuid.UUID) -> Operation:
         row = await self.repo.get(operation_id)

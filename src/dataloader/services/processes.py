@@ -17,7 +17,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,8 +48,10 @@ from dataloader.processes.model import (
 )
 from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, restart_in
+from dataloader.processes.selection import ProcessFilter
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
+from dataloader.services.operations import DryRun, Operation, OperationService
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
 
 MAX_LIST_LIMIT = 500
@@ -68,12 +70,19 @@ class ProcessPage:
 
 class ProcessService:
     def __init__(self, repo: ProcessRepository, processors: ProcessorRegistry, waiter: TaskWaiter, *,
-                 max_args_bytes: int, default_lease_ttl_sec: int) -> None:
+                 max_args_bytes: int, default_lease_ttl_sec: int,
+                 operations: Callable[[], OperationService] | None = None) -> None:
         self.repo = repo
+        self._operations = operations
         self.processors = processors
         self.waiter = waiter
         self.max_args_bytes = max_args_bytes
         self.default_lease_ttl_sec = default_lease_ttl_sec
+
+    def operations(self) -> OperationService:
+        if self._operations is None:
+            raise RuntimeError("this ProcessService was built without the operations service")
+        return self._operations()
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -292,6 +301,17 @@ class ProcessService:
         metrics.PROCESS_RESTARTS.labels(ns, point.kind).inc()
         metrics.PROCESS_RESTART_SECONDS.labels(ns).observe(time.perf_counter() - started)
         return result
+
+    async def restart_many(self, filter: ProcessFilter | Mapping[str, Any], from_: str | None = None, *,
+                           event_id: int | None = None, started_by: str = "unknown", dry_run: bool = False,
+                           batch_size: int | None = None) -> Operation | DryRun:
+        """Restart every process the filter matches (its `ns` is required) as a tracked bulk operation
+        (`app.operations` shows, pauses, resumes, cancels it); each process as `restart` does, from
+        `"start"`, `"error"` or `event_id`. A process that cannot be restarted when its batch comes
+        (busy, nothing to go back to) is skipped, and the operation's audit trail says why."""
+        params: dict[str, Any] = {"from": from_} if from_ is not None else {"from_event": event_id}
+        return await self.operations().start("process_restart", filter, params=params, started_by=started_by,
+                                             dry_run=dry_run, batch_size=batch_size)
 
     async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
                   ) -> Process:

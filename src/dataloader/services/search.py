@@ -42,9 +42,14 @@ def parse_filter(value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
     try:
         return JobFilter.model_validate(dict(value or {}))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "filter"
-        raise InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise filter_error(exc) from None
+
+
+def filter_error(exc: ValidationError) -> InvalidJobRequest:
+    """A filter's first validation problem as one InvalidJobRequest (a 4xx) naming the field."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "filter"
+    return InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}")
 
 
 class SearchService:

@@ -3,17 +3,27 @@ operations with their batches. Statements in `queries/operations/`."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from dataloader.exceptions import DataloaderError
 from dataloader.job_filter import JobFilter
 from dataloader.storage.queries import sql
 from dataloader.storage.search_repository import filter_params
+
+if TYPE_CHECKING:
+    from dataloader.processes.selection import ProcessFilter
+
+# Changes one process of a process operation in the batch's transaction: (conn, ns, id, params) ->
+# changed; raises a DataloaderError when the process is not eligible.
+MAX_SKIPS_AUDITED = 100  # per batch: the audit says which processes were skipped and why
+ApplyToProcess = Callable[[asyncpg.Connection, str, str, dict[str, Any]], Awaitable[bool]]
 
 
 class QueueTimeRepository:
@@ -90,7 +100,44 @@ class OperationRepository:
             finished = len(ids) < op["batch_size"]
             row = await conn.fetchrow(sql("operations/advance"), operation_id,
                                       last["created_at"] if last else None, last["job_id"] if last else None,
-                                      len(ids), changed, lease_sec, finished)
+                                      len(ids), changed, lease_sec, finished, None)
+        return BatchResult(len(ids), changed, finished, row)
+
+    async def count_processes(self, f: ProcessFilter, snapshot: datetime) -> int:
+        return await self.pool.fetchval(sql("processes/select_count"), *f.params(), snapshot)
+
+    async def run_process_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
+                                apply: ApplyToProcess) -> BatchResult:
+        """A batch of a process operation, like run_batch: its ids after the cursor, `apply` to each
+        (True: changed) in its own savepoint, so a process that cannot be changed (busy, no state to
+        go back to, an odd row) is counted as skipped and never undoes its neighbours."""
+        from dataloader.processes.selection import ProcessFilter
+
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(sql("operations/batch_settings"))
+            op = await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+            if op is None:
+                return BatchResult(0, 0, False, None)
+            f = ProcessFilter.model_validate(op["filter"])
+            ids = [r["id"] for r in await conn.fetch(sql("processes/select_batch"), *f.params(), op["snapshot_at"],
+                                                     op["cursor_process_id"], op["batch_size"])]
+            changed = 0
+            skipped: list[dict[str, str]] = []
+            for process_id in ids:
+                try:
+                    async with conn.transaction():
+                        changed += bool(await apply(conn, f.ns, process_id, op["params"]))
+                except (DataloaderError, asyncpg.PostgresError) as exc:
+                    # not eligible now (busy, nothing to go back to), or a row this statement cannot
+                    # handle: skipped, as a job no longer eligible is, and said in the audit trail
+                    if len(skipped) < MAX_SKIPS_AUDITED:
+                        skipped.append({"id": process_id, "reason": f"{type(exc).__name__}: {exc}"[:500]})
+            if skipped:
+                await conn.execute(sql("operations/audit"), operation_id, "skipped",
+                                   json.dumps({"processes": skipped}, ensure_ascii=False))
+            finished = len(ids) < op["batch_size"]
+            row = await conn.fetchrow(sql("operations/advance"), operation_id, None, None, len(ids), changed,
+                                      lease_sec, finished, ids[-1] if ids else None)
         return BatchResult(len(ids), changed, finished, row)
 
     @staticmethod

@@ -1,11 +1,13 @@
 -- The end of a batch, in its transaction: move the cursor past the last job examined ($2/$3,
 -- NULL: none), count $4 examined and $5 changed, renew runner's lease for $6 seconds, and when $7
 -- (the batch came back short: nothing is left) finish the operation with its 'finished' audit
--- row. $1 operation id (locked by lock_for_batch.sql in this transaction).
+-- row. $1 operation id (locked by lock_for_batch.sql in this transaction). $8: the last process id
+-- examined, for a process operation's cursor (NULL: none, or a job operation).
 WITH advanced AS (
     UPDATE dl_operations
     SET cursor_created_at = COALESCE($2::timestamptz, cursor_created_at),
         cursor_job_id = COALESCE($3::uuid, cursor_job_id),
+        cursor_process_id = COALESCE($8::text, cursor_process_id),
         done = done + $4::bigint, changed = changed + $5::bigint,
         lease_expires_at = now() + make_interval(secs => $6::float8), updated_at = now(),
         state = CASE WHEN $7::boolean THEN 'finished' ELSE state END,

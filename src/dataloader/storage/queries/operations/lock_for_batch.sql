@@ -3,7 +3,8 @@
 -- paused or canceled it; the runner stops without touching a job. Holding the row until commit
 -- keeps a takeover (claim.sql, SKIP LOCKED) and a pause or cancel (set_state.sql) from landing in
 -- the middle of the batch. $1 operation id.
-SELECT operation_id, kind, filter, params, batch_size, snapshot_at, cursor_created_at, cursor_job_id
+SELECT operation_id, kind, filter, params, batch_size, snapshot_at, cursor_created_at, cursor_job_id,
+       cursor_process_id
 FROM dl_operations
 WHERE operation_id = $1 AND lease_owner = $2 AND lease_epoch = $3 AND state = 'running'
 FOR UPDATE;
