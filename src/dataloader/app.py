@@ -534,7 +534,8 @@ class App:
             waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
             service = self.__dict__["_process_service"] = ProcessService(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
-                default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations)
+                default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
+                idle_sec=self.settings.process_idle_sec)
         return service
 
     def _register_process_step(self) -> None:

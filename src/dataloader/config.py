@@ -162,6 +162,10 @@ class Settings(BaseSettings):
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.
     operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
+    # Processes: a running process with no timer, no task and no change for this long is idle (the
+    # dl_processes_idle gauge, and the consistency check's `idle` finding); 0: never.
+    process_idle_sec: float = Field(default=86400, ge=0, le=3650 * 86400)
+
     # Held jobs (dead letter): queues (comma-separated, "*" for all) whose jobs that use up their
     # attempts are held for an operator instead of failed; and error-text prefixes held at once.
     hold_queues: str = ""

@@ -101,7 +101,7 @@ class RestartResult:
                     "type": self.timer.type, "at": self.timer.at.isoformat(), "armed": self.timer.task_id is not None}}
 
 
-def _processor_of(ns: str, default_lease_ttl_sec: int) -> tuple[Processor, int]:
+def processor_of(ns: str, default_lease_ttl_sec: int) -> tuple[Processor, int]:
     """The namespace's processor settings for the jobs a restart queues. A node without the
     processor (a bulk operation's runner may be any node) uses the defaults a registration has."""
     processor = processors.get(ns) or Processor(ns=ns, func=_not_here, is_async=True)
@@ -141,7 +141,7 @@ async def restart_in(conn: asyncpg.Connection, repo: ProcessRepository, ns: str,
     if row["task_type"] == TaskType.remove.value:
         raise RestartNotPossible("a remove task cannot be restarted from")
     snapshot = row["state_before"]
-    processor, lease = _processor_of(ns, default_lease_ttl_sec)
+    processor, lease = processor_of(ns, default_lease_ttl_sec)
 
     armed = process.timer
     if armed is not None:

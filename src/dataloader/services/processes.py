@@ -35,6 +35,7 @@ from dataloader.exceptions import (
     ProcessWrongStatus,
     UnknownNamespace,
 )
+from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_page
 from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
 from dataloader.processes.model import (
     CALLER_PRIORITY,
@@ -46,7 +47,7 @@ from dataloader.processes.model import (
     Timer,
     UnsetTimer,
 )
-from dataloader.processes.registry import ProcessorRegistry
+from dataloader.processes.registry import NS_PATTERN, ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, restart_in
 from dataloader.processes.selection import ProcessFilter
 from dataloader.processes.step import timer_job
@@ -71,8 +72,9 @@ class ProcessPage:
 class ProcessService:
     def __init__(self, repo: ProcessRepository, processors: ProcessorRegistry, waiter: TaskWaiter, *,
                  max_args_bytes: int, default_lease_ttl_sec: int,
-                 operations: Callable[[], OperationService] | None = None) -> None:
+                 operations: Callable[[], OperationService] | None = None, idle_sec: float = 86400) -> None:
         self.repo = repo
+        self.idle_sec = idle_sec
         self._operations = operations
         self.processors = processors
         self.waiter = waiter
@@ -313,6 +315,22 @@ class ProcessService:
         return await self.operations().start("process_restart", filter, params=params, started_by=started_by,
                                              dry_run=dry_run, batch_size=batch_size)
 
+    async def check(self, ns: str, *, repair: bool = False, cursor: str | None = None,
+                    limit: int = 500) -> CheckPage:
+        """The consistency check of a namespace, a page of processes at a time (processes/
+        consistency.py): processes whose state and tasks disagree, and idle ones; with `repair`,
+        what can be repaired is, each process under its lock_key. Pass `next_cursor` for the next
+        page. The processor need not be registered here."""
+        if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
+            raise InvalidProcessRequest(f"namespace must match {NS_PATTERN}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
+            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_CHECK_LIMIT}")
+        after = _decode_cursor(cursor) if cursor else None
+        page = await check_page(self.repo.pool, ns, after=after, limit=limit, repair=bool(repair),
+                                idle_sec=self.idle_sec, default_lease_ttl_sec=self.default_lease_ttl_sec)
+        return CheckPage(page.findings, page.examined,
+                         _encode_cursor(page.next_cursor) if page.next_cursor is not None else None)
+
     async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
                   ) -> Process:
         """The process with a page of its history (default: all of it, oldest first)."""
@@ -460,11 +478,17 @@ class ProcessService:
         parse_cursor(cursor)
 
     async def refresh_metrics(self) -> None:
-        """Set dl_processes (processes by namespace and status) from the database."""
-        rows = await self.repo.count_by_status()
+        """Set dl_processes (processes by namespace and status) and dl_processes_idle from the
+        database."""
+        rows = await self.repo.count_by_status(self.idle_sec)
         metrics.PROCESSES.clear()
+        metrics.PROCESSES_IDLE.clear()
+        idle: dict[str, int] = {}
         for row in rows:
             metrics.PROCESSES.labels(row["ns"], row["status"]).set(row["processes"])
+            idle[row["ns"]] = idle.get(row["ns"], 0) + row["idle"]
+        for ns, count in idle.items():
+            metrics.PROCESSES_IDLE.labels(ns).set(count)
 
     async def task(self, task_id: uuid.UUID) -> TaskRecord | None:
         return await self.repo.get_task(task_id)

@@ -209,8 +209,8 @@ class ProcessRepository:
         rows = await self.pool.fetch(sql("processes/list_processes"), ns, status, after, limit)
         return [process_from_row(r).process for r in rows]
 
-    async def count_by_status(self) -> list[asyncpg.Record]:
-        return await self.pool.fetch(sql("processes/count_by_status"))
+    async def count_by_status(self, idle_sec: float = 0) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql("processes/count_by_status"), float(idle_sec))
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -297,6 +297,22 @@ class ProcessRepository:
                                   timer.task_id if timer else None, timer.type if timer else None,
                                   timer.at if timer else None, feed_json)
         return row["status"], row["removed_events"]
+
+    # -- consistency check (processes/consistency.py) ------------------------------------------------
+
+    @staticmethod
+    async def check_facts(runner: Any, ns: str, after: str | None, limit: int, only_id: str | None = None
+                          ) -> list[asyncpg.Record]:
+        return await runner.fetch(sql("processes/check_facts"), ns, after, limit, only_id)
+
+    @staticmethod
+    async def check_fix(conn: asyncpg.Connection, ns: str, process_id: str, version: int, status: str | None,
+                        detail: str | None, corrupted_by: uuid.UUID | None, set_timer: bool,
+                        timer: tuple[uuid.UUID | None, str | None, datetime | None], last_event_id: int | None,
+                        payload_json: str) -> bool:
+        row = await conn.fetchrow(sql("processes/check_fix"), ns, process_id, version, status, detail, corrupted_by,
+                                  set_timer, *timer, last_event_id, payload_json)
+        return bool(row["fixed"])
 
     async def read_feed(self, ns: str, after_xid: int, after_seq: int, limit: int) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("processes/read_feed"), ns, str(after_xid), after_seq, limit)
