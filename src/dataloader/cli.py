@@ -684,7 +684,8 @@ def nodes_command(
 
 # --- processes (issue 9; docs/processes.md) ----------------------------------------------------------
 
-processes_app = typer.Typer(help="Processes: get, list, trace, repair, simple-repair, remove.", no_args_is_help=True)
+processes_app = typer.Typer(help="Processes: get, list, trace, repair, simple-repair, remove, restart, check.",
+                            no_args_is_help=True)
 app.add_typer(processes_app, name="processes")
 
 
@@ -772,6 +773,61 @@ def processes_remove(ns: str, process_id: str) -> None:
     _print(_with_app(run))
 
 
+def _restart_point(from_: str | None, from_task: str | None, from_event: int | None) -> dict[str, Any]:
+    given = [v for v in (from_, from_task, from_event) if v is not None]
+    if len(given) != 1:
+        raise typer.BadParameter("give exactly one of --from (start|error), --from-task, --from-event")
+    return {"from_": from_, "task_id": from_task, "event_id": from_event}
+
+
+FromOpt = Annotated[str | None, typer.Option("--from", help="start (its first init) or error (the task that broke it)")]
+FromEventOpt = Annotated[int | None, typer.Option("--from-event", min=1, help="The task that wrote this event")]
+
+
+@processes_app.command("restart")
+def processes_restart(
+    ns: str,
+    process_id: str,
+    from_: FromOpt = None,
+    from_task: Annotated[str | None, typer.Option("--from-task", help="A task id of the process (see trace)")] = None,
+    from_event: FromEventOpt = None,
+) -> None:
+    """Put a process back to the state a task found and run that task and the later calls again
+    (with the processor's current code; a worker serving process:<ns> runs them)."""
+    point = _restart_point(from_, from_task, from_event)
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.processes.restart(ns, process_id, **point)).to_dict()
+
+    _print(_with_app(run))
+
+
+@processes_app.command("check")
+def processes_check(
+    ns: str,
+    repair: Annotated[bool, typer.Option("--repair", help="Repair what can be repaired (else only report)")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Processes per page")] = 500,
+) -> None:
+    """Consistency check of a whole namespace, page by page: processes whose state and tasks
+    disagree, and idle ones. Exit code 3 when something is left unrepaired."""
+
+    async def run(app: App) -> dict[str, Any]:
+        findings: list[dict[str, Any]] = []
+        examined, cursor = 0, None
+        while True:
+            page = await app.processes.check(ns, repair=repair, cursor=cursor, limit=limit)
+            findings += [f.to_dict() for f in page.findings]
+            examined += page.examined
+            if page.next_cursor is None:
+                return {"ns": ns, "examined": examined, "findings": findings}
+            cursor = page.next_cursor
+
+    report = _with_app(run)
+    _print(report)
+    if any(not f["repaired"] and f["kind"] != "idle" for f in report["findings"]):
+        _exit(3)
+
+
 def _actor() -> str:
     import getpass
 
@@ -802,7 +858,7 @@ async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> di
 
 
 def _bulk(kind: str, f: dict[str, Any], params: dict[str, Any] | None, dry_run: bool, yes: bool, watch: bool,
-          batch_size: int | None) -> None:
+          batch_size: int | None, what: str = "jobs") -> None:
     async def count(app: App) -> dict[str, Any]:
         return (await app.operations.start(kind, f, params=params, dry_run=True)).to_dict()
 
@@ -810,7 +866,7 @@ def _bulk(kind: str, f: dict[str, Any], params: dict[str, Any] | None, dry_run: 
     if dry_run:
         _print(preview)
         return
-    typer.echo(f"{kind}: {preview['total']} jobs match {json.dumps(f)}", err=True)
+    typer.echo(f"{kind}: {preview['total']} {what} match {json.dumps(f)}", err=True)
     if not yes and not typer.confirm("start it?", err=True):
         raise typer.Exit(1)
 
@@ -862,6 +918,24 @@ def ops_set_priority(
     f = _filter(queue, task, status, error, created_from, created_to, None, None, args_contains, args_path,
                 lock_key_prefix, None)
     _bulk("set_priority", f, {"priority": priority}, dry_run, yes, watch, batch_size)
+
+
+@ops_app.command("restart-processes")
+def ops_restart_processes(
+    ns: str,
+    status: Annotated[list[str] | None, typer.Option("--status", help="init, running or error; repeatable")] = None,
+    process_id: Annotated[list[str] | None, typer.Option("--id", help="Only these process ids; repeatable")] = None,
+    detail: Annotated[str | None, typer.Option(help="Pattern over the error detail: * any text, ? one char")] = None,
+    from_: FromOpt = None, from_event: FromEventOpt = None, dry_run: DryRunOpt = False, yes: YesOpt = False,
+    watch: WatchOpt = True, batch_size: BatchOpt = None,
+) -> None:
+    """Restart every matching process of a namespace (e.g. --status error --from error after a fixed
+    deploy) as a tracked operation with a progress bar."""
+    point = _restart_point(from_, None, from_event)
+    f: dict[str, Any] = {"ns": ns, "statuses": status, "ids": process_id, "detail": detail}
+    params = {"from": point["from_"]} if from_ else {"from_event": point["event_id"]}
+    _bulk("process_restart", {k: v for k, v in f.items() if v is not None}, params, dry_run, yes, watch, batch_size,
+          what="processes")
 
 
 def _operation_id(value: str) -> uuid.UUID:

@@ -96,6 +96,12 @@ class ProcessService:
         return processor
 
     @staticmethod
+    def _check_ns(ns: Any) -> str:
+        if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
+            raise InvalidProcessRequest(f"namespace must match {NS_PATTERN}")
+        return ns
+
+    @staticmethod
     def _check_id(process_id: Any) -> str:
         if not isinstance(process_id, str) or not _ID.fullmatch(process_id) or not process_id.strip():
             raise InvalidProcessRequest("process id must be 1-200 characters, not blank, without NUL")
@@ -293,7 +299,7 @@ class ProcessService:
         finished after it (processes/restart.py): `from_="start"` (its first init), `"error"` (the
         task that broke it), or `task_id=` / `event_id=` (the task that wrote that event). Does not
         wait for the tasks; `trace` shows them. ProcessBusy while a task of it runs or waits."""
-        self._processor(ns)
+        self._check_ns(ns)  # the processor need not be registered here: an operator's node may restart
         process_id = self._check_id(process_id)
         point = RestartPoint.of(from_, task_id=task_id, event_id=event_id)
         started = time.perf_counter()
@@ -321,8 +327,7 @@ class ProcessService:
         consistency.py): processes whose state and tasks disagree, and idle ones; with `repair`,
         what can be repaired is, each process under its lock_key. Pass `next_cursor` for the next
         page. The processor need not be registered here."""
-        if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
-            raise InvalidProcessRequest(f"namespace must match {NS_PATTERN}")
+        self._check_ns(ns)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
             raise InvalidProcessRequest(f"limit must be between 1 and {MAX_CHECK_LIMIT}")
         after = _decode_cursor(cursor) if cursor else None

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -25,9 +26,12 @@ from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
 from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
+from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
+from dataloader.processes.consistency import MAX_CHECK_LIMIT
 from dataloader.processes.model import HistoryRange, Process, SetTimer
 from dataloader.processes.registry import NS_PATTERN
+from dataloader.services.operations import DryRun
 from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, ProcessService
 
 router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
@@ -187,6 +191,113 @@ async def simple_repair_process(ns: Ns, id: Id, api: Api) -> ProcessView:
     """No processor call: running again, the timer that broke it (or that its failure disarmed)
     scheduled again. Returns the process with its last event."""
     return view(await api.simple_repair(ns, id))
+
+
+# --- recovery (issue 11; docs/operations.md "A bad deploy broke processes") ---------------------
+
+RESTART_ERRORS = (ErrorCode.process_not_found, ErrorCode.process_busy,
+                  ErrorCode.restart_not_possible, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
+                  ErrorCode.invalid_request)
+
+
+class RestartBody(BaseModel):
+    """Where to go back to: exactly one of `from`, `from_task`, `from_event`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={"examples": [
+        {"from": "error"}, {"from": "start"}, {"from_event": 12}]})
+
+    from_: Literal["start", "error"] | None = Field(
+        default=None, alias="from", description="start: its first init; error: the task that broke it")
+    from_task: uuid.UUID | None = Field(default=None, description="A task of the process (see its trace)")
+    from_event: int | None = Field(default=None, ge=1, le=2**62, description="The task that wrote this event")
+
+
+class RestartResponse(BaseModel):
+    ns: str
+    id: str
+    from_task: str = Field(description="The task it went back to")
+    from_type: str
+    status: str = Field(description="The process's status now (the one that task found)")
+    removed_events: int = Field(description="Events written since that task, deleted")
+    queued_tasks: list[str] = Field(description="The task and the later calls, queued again in the order they ran")
+    timer: dict[str, Any] | None = Field(description="The timer restored ({type, at, armed}), if any")
+
+
+class RestartManyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={"examples": [
+        {"filter": {"statuses": ["error"], "detail": "*KeyError*"}, "from": "error", "dry_run": True}]})
+
+    filter: dict[str, Any] = Field(default_factory=dict,
+                                   description="statuses, ids, detail (a * ? pattern over the error); ns is the path's")
+    from_: Literal["start", "error"] | None = Field(default=None, alias="from")
+    from_event: int | None = Field(default=None, ge=1, le=2**62)
+    dry_run: bool = Field(default=False, description="Only count the processes it would examine")
+    started_by: str = Field(default="api", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    batch_size: int | None = Field(default=None, ge=1, le=10_000)
+
+
+class CheckBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repair: bool = Field(default=False, description="Repair what can be repaired (else only report)")
+    cursor: str | None = Field(default=None, max_length=2000, pattern=r"^[A-Za-z0-9_\-]*$",
+                               description="next_cursor of the previous page")
+    limit: int = Field(default=500, ge=1, le=MAX_CHECK_LIMIT, description="Processes examined in this page")
+
+
+class FindingView(BaseModel):
+    process_id: str
+    kind: str = Field(description="orphan_task, lost_timer, stuck_init, history_ahead, history_missing, "
+                                  "cause_unknown, idle")
+    detail: str
+    task_id: str | None
+    repairable: bool
+    repaired: bool
+
+
+class CheckResponse(BaseModel):
+    findings: list[FindingView]
+    examined: int = Field(description="Processes examined in this page")
+    next_cursor: str | None
+
+
+@router.post("/{ns}/{id}/restart", response_model=RestartResponse, summary="Restart a process from a step",
+             responses=error_responses(*RESTART_ERRORS))
+async def restart_process(ns: Ns, id: Id, body: RestartBody, api: Api) -> Any:
+    """Puts the process back to the state the chosen task found, deletes the events written since,
+    and queues that task and the calls that finished after it again, in order (a timeout task is
+    re-run by its restored timer). Does not wait for them: read the trace. 409 `process_busy` while
+    a task of it runs or waits."""
+    result = await api.restart(ns, id, body.from_, task_id=body.from_task, event_id=body.from_event)
+    return result.to_dict()
+
+
+@router.post("/{ns}/restart", status_code=status.HTTP_201_CREATED, response_model=None,
+             summary="Restart every matching process, as a tracked bulk operation (or a dry run)",
+             responses={200: {"description": "The dry run's count"}, 201: {"description": "The operation"},
+                        **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
+                                          ErrorCode.invalid_request)})
+async def restart_processes(ns: Ns, body: RestartManyBody, api: Api, response: Response) -> Any:
+    """Starts an operation of kind `process_restart` (follow, pause, resume or cancel it under
+    /api/v1/operations/{id}); each process is restarted as the single restart does, and one that
+    cannot be (busy, nothing to go back to) is skipped and named in the operation's audit trail."""
+    if "ns" in body.filter and body.filter["ns"] != ns:
+        raise InvalidProcessRequest("the filter's ns must be the path's (or left out)")
+    result = await api.restart_many({**body.filter, "ns": ns}, body.from_, event_id=body.from_event,
+                                    started_by=body.started_by, dry_run=body.dry_run, batch_size=body.batch_size)
+    if isinstance(result, DryRun):
+        response.status_code = status.HTTP_200_OK
+    return result.to_dict()
+
+
+@router.post("/{ns}/check", response_model=CheckResponse, summary="Consistency check of a namespace (a page)",
+             responses=error_responses(ErrorCode.invalid_cursor, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type, ErrorCode.invalid_request))
+async def check_processes(ns: Ns, api: Api, body: Annotated[CheckBody | None, Body()] = None) -> Any:
+    """Finds processes whose state and tasks disagree, and idle ones (DL_PROCESS_IDLE_SEC), a page
+    at a time in id order; with `repair`, repairs what can be (each under the process's lock)."""
+    body = body or CheckBody()
+    return (await api.check(ns, repair=body.repair, cursor=body.cursor, limit=body.limit)).to_dict()
 
 
 @router.get("/{ns}", response_model=ProcessListView, summary="List processes of a namespace",
