@@ -104,7 +104,8 @@ class OperationRepository:
         return BatchResult(len(ids), changed, finished, row)
 
     async def count_processes(self, f: ProcessFilter, snapshot: datetime) -> int:
-        return await self.pool.fetchval(sql("processes/select_count"), *f.params(), snapshot)
+        ns, statuses, ids, detail = f.params()
+        return await self.pool.fetchval(sql("processes/select_count"), ns, statuses, ids, detail, snapshot)
 
     async def run_process_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
                                 apply: ApplyToProcess) -> BatchResult:
@@ -119,8 +120,10 @@ class OperationRepository:
             if op is None:
                 return BatchResult(0, 0, False, None)
             f = ProcessFilter.model_validate(op["filter"])
-            ids = [r["id"] for r in await conn.fetch(sql("processes/select_batch"), *f.params(), op["snapshot_at"],
-                                                     op["cursor_process_id"], op["batch_size"])]
+            ns, statuses, only_ids, detail = f.params()
+            rows = await conn.fetch(sql("processes/select_batch"), ns, statuses, only_ids, detail, op["snapshot_at"],
+                                    op["cursor_process_id"], op["batch_size"])
+            ids = [r["id"] for r in rows]
             changed = 0
             skipped: list[dict[str, str]] = []
             for process_id in ids:

@@ -310,8 +310,9 @@ class ProcessRepository:
                         detail: str | None, corrupted_by: uuid.UUID | None, set_timer: bool,
                         timer: tuple[uuid.UUID | None, str | None, datetime | None], last_event_id: int | None,
                         payload_json: str) -> bool:
+        timer_id, timer_type, timer_at = timer
         row = await conn.fetchrow(sql("processes/check_fix"), ns, process_id, version, status, detail, corrupted_by,
-                                  set_timer, *timer, last_event_id, payload_json)
+                                  set_timer, timer_id, timer_type, timer_at, last_event_id, payload_json)
         return bool(row["fixed"])
 
     async def read_feed(self, ns: str, after_xid: int, after_seq: int, limit: int) -> list[asyncpg.Record]:
