@@ -106,3 +106,20 @@ async def test_a_task_lost_on_its_last_attempt_puts_the_process_in_error(app, pd
     assert kinds[-1] == "error"
     await app.processes.simple_repair("clitest", "lost1")
     assert (await app.processes.call("clitest", "lost1", {"n": 2}, timeout=60))["n"] == 2
+
+
+async def test_a_process_a_dead_node_parked_restarts_from_its_error_on_a_live_node(app, pdb, workers,
+                                                                                  local_processors):
+    """Recovery after a real kill -9 (issue 11): the process the dead node's task parked in error is
+    restarted from that task; the surviving worker process runs it again, once."""
+    call, _ = await _kill_mid_call(app, pdb, workers, "zombie")
+    with pytest.raises(ProcessTaskFailed, match="zombie detected"):
+        await asyncio.wait_for(call, 60)
+    result = await app.processes.restart("zombie", "k1", "error")
+    assert (result.task_type, result.status, len(result.queued)) == ("call", "running", 1)
+    await wait_until(lambda: pdb.fetchval("SELECT status = 'finished' FROM dl_process_tasks WHERE task_id = $1",
+                                          result.queued[0]), timeout=30, message="the re-run call")
+    process = await app.processes.get("zombie", "k1")
+    assert process.status.value == "running" and process.corrupted_by is None
+    assert [e.payload["kind"] for e in process.history] == ["init", "call"]
+    assert (await app.processes.check("zombie")).findings == []
