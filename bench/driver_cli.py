@@ -90,8 +90,16 @@ async def _run(driver: Driver, args: argparse.Namespace) -> dict[str, Any]:
         await driver.close()
 
 
-def main(driver: Driver, argv: list[str] | None = None) -> None:
+def main(driver: Driver, argv: list[str] | None = None, *, uvloop: bool = False) -> None:
+    """Run one action of `driver`. `uvloop`: on uvloop's event loop, as the system's own worker CLI
+    runs (PgQueuer's `pgq run`), so each system is measured on its own defaults."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    result = asyncio.run(_run(driver, args))
+    loop_factory = None
+    if uvloop:
+        import uvloop as uvloop_module
+
+        loop_factory = uvloop_module.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        result = runner.run(_run(driver, args))
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()

@@ -130,6 +130,17 @@ def _short(value: float | None) -> str:
 
 async def _install(ctx: Context, system: System, dsn: str) -> None:
     await _driver(ctx, system, "install", dsn)
+    await _checkpoint(dsn)
+
+
+async def _checkpoint(dsn: str) -> None:
+    # Before every timed phase: the dirty pages of the previous run (another system's, maybe) are
+    # written now, not by a checkpoint that lands in the middle of this one.
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
 
 
 # -- 1. enqueue --------------------------------------------------------------------------------------
@@ -163,6 +174,7 @@ async def _vacuum_analyze(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("VACUUM ANALYZE")
+        await conn.execute("CHECKPOINT")
     finally:
         await conn.close()
 

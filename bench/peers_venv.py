@@ -15,8 +15,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 VENV = BENCH_DIR / ".peers-venv"
 PYTHON = VENV / "bin" / "python"
 # Latest releases from PyPI, plus the drivers each one's public API needs here.
-REQUIREMENTS = ["pgqueuer", "procrastinate", "psycopg[binary,pool]", "asyncpg", "psutil"]
-DISTRIBUTIONS = ["pgqueuer", "procrastinate", "psycopg", "psycopg-pool", "asyncpg"]
+REQUIREMENTS = ["pgqueuer", "procrastinate", "psycopg[binary,pool]", "asyncpg", "psutil", "uvloop"]
+DISTRIBUTIONS = ["pgqueuer", "procrastinate", "psycopg", "psycopg-pool", "asyncpg", "uvloop"]
 
 
 def _versions() -> dict[str, str]:

@@ -7,6 +7,7 @@
   `@qm.entrypoint`, `qm.run(batch_size=8, max_concurrent_tasks=C)`:
   `max_concurrent_tasks` is PgQueuer's per-worker cap (it must be at least twice the batch size,
   hence 8 for C=16).
+- event loop: uvloop, as PgQueuer's own `pgq run` sets it up (every action of this driver).
 - serialization: PgQueuer has no per-key lock; the nearest equivalent is an entrypoint with
   `concurrency_limit=1` (one running job of that entrypoint across all workers), used for the
   "serial" jobs of the handoff measure and only registered for it, because a limited entrypoint
@@ -85,4 +86,4 @@ class PgQueuerDriver:
 
 
 if __name__ == "__main__":
-    driver_cli.main(PgQueuerDriver())
+    driver_cli.main(PgQueuerDriver(), uvloop=True)  # `pgq run` runs PgQueuer on uvloop
