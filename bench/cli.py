@@ -155,6 +155,10 @@ async def _run(args: argparse.Namespace) -> int:
     previous = report.previous_result()
     path = report.write(results, stamp)
     print(f"\n{report.table(results, args.system_names)}\n")
+    if "dataloader" in args.system_names and "pgqueuer" in args.system_names:
+        pairs = report.pair_ratios(results, "dataloader", "pgqueuer")
+        if pairs:
+            print(f"{pairs}\n")
     for name, measure in results["measures"].items():
         for system, errors in measure["errors"].items():
             for error in errors:

@@ -101,6 +101,32 @@ def table(results: dict[str, Any], systems: list[str]) -> str:
                      for r in rows)
 
 
+def pair_ratios(results: dict[str, Any], ours: str, peer: str) -> str:
+    """A Markdown table of `ours / peer` per interleaved pair (run i of each system ran back to back),
+    with the median and spread of those ratios: a verdict needs the spread on its side, not only
+    the medians. Higher is better for throughputs; for latencies, RSS and costs lower is."""
+    metrics: dict[str, dict[str, Any]] = {}
+    for measure in results["measures"].values():
+        metrics.update(measure.get("metrics", {}))
+    rows = [["measure", f"{ours} / {peer} per pair", "median (min–max)", "better when"], ["---"] * 4]
+    for key, meta in METRICS.items():
+        a, b = metrics.get(key, {}).get(ours), metrics.get(key, {}).get(peer)
+        if not a or not b:
+            continue
+        pairs = [x / y for x, y in zip(a["runs"], b["runs"], strict=False) if x is not None and y]
+        if not pairs:
+            continue
+        ordered = sorted(pairs)
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        rows.append([meta.label, ", ".join(f"{r:.2f}" for r in pairs),
+                     f"{median:.2f} ({ordered[0]:.2f}–{ordered[-1]:.2f})", "> 1" if meta.higher_is_better else "< 1"])
+    if len(rows) == 2:
+        return ""
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows)
+
+
 def previous_result(exclude: Path | None = None) -> Path | None:
     files = sorted(p for p in RESULTS_DIR.glob("*.json") if p != exclude)
     return files[-1] if files else None
