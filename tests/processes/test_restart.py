@@ -247,3 +247,21 @@ async def test_bulk_restart_bad_input_is_refused_and_writes_nothing(app, pdb, fi
     with pytest.raises(InvalidJobRequest):
         await app.operations.start("process_restart", filter, params=params)
     assert await pdb.fetchval("SELECT count(*) FROM dl_operations") == before
+
+
+async def test_tasks_from_before_migration_0016_kept_no_state(app, ns, pdb):
+    """An init's starting state is known, so a process whose tasks kept none restarts from its start;
+    from a later task it cannot, and says why."""
+    ledger = Ledger()
+    ledger.register(ns)
+    async with app.running():
+        await app.processes.init(ns, "old", {"balance": 4})
+        await app.processes.call(ns, "old", {"amount": 1})
+        await pdb.execute("UPDATE dl_process_tasks SET state_before = NULL WHERE ns = $1", ns)
+        with pytest.raises(RestartNotPossible, match="kept no state"):
+            await app.processes.restart(ns, "old", event_id=2)
+        result = await app.processes.restart(ns, "old", "start")
+        assert result.status == "init" and result.removed_events == 2 and len(result.queued) == 2
+        await wait_until(lambda: all_tasks_ended(app, ns, "old"), message="the re-run tasks")
+    process = await app.processes.get(ns, "old")
+    assert process.aux_state == {"balance": 5} and process.metadata == {}

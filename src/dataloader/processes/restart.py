@@ -134,13 +134,21 @@ async def restart_in(conn: asyncpg.Connection, repo: ProcessRepository, ns: str,
     row = await repo.restart_point(conn, ns, process_id, task_id, point.event_id)
     if row["task_id"] is None:
         raise _no_point(point, process_id, bool(row["event_found"]))
-    if row["state_before"] is None:
+    snapshot = row["state_before"]
+    override = None
+    if snapshot is None and row["task_type"] == TaskType.init.value:
+        # An init found what every process starts from; one that ran before migration 0016 did not
+        # keep it, so it is written out here.
+        snapshot = {"status": "init", "detail": None, "corrupted_by": None, "aux_state": None,
+                    "aux_state_bytes": None, "metadata": {}, "last_event_id": 0, "timer_type": None,
+                    "timer_at": None, "timer_armed": False}
+        override = dumps(snapshot)
+    if snapshot is None:
         raise RestartNotPossible(
             f"task {row['task_id']} ({row['task_type']}, {row['status']}) never changed process {process_id!r}, "
             "so it kept no state to go back to; restart from another task")
     if row["task_type"] == TaskType.remove.value:
         raise RestartNotPossible("a remove task cannot be restarted from")
-    snapshot = row["state_before"]
     processor, lease = processor_of(ns, default_lease_ttl_sec)
 
     armed = process.timer
@@ -171,7 +179,7 @@ async def restart_in(conn: asyncpg.Connection, repo: ProcessRepository, ns: str,
                                   CALLER_PRIORITY, REPLAY_MAX_ATTEMPTS, lease)
     feed = {**point.to_dict(), "task_id": str(row["task_id"]), "task_type": row["task_type"],
             "queued_tasks": [str(t) for t in new_ids]}
-    status, removed = await repo.restart_apply(conn, ns, process_id, row["task_id"], timer, dumps(feed))
+    status, removed = await repo.restart_apply(conn, ns, process_id, row["task_id"], timer, dumps(feed), override)
     return RestartResult(ns, process_id, row["task_id"], row["task_type"], status, removed, new_ids, timer)
 
 

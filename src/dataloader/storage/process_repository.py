@@ -292,10 +292,10 @@ class ProcessRepository:
 
     @staticmethod
     async def restart_apply(conn: asyncpg.Connection, ns: str, process_id: str, task_id: uuid.UUID,
-                            timer: Timer | None, feed_json: str) -> tuple[str, int]:
+                            timer: Timer | None, feed_json: str, snapshot_json: str | None = None) -> tuple[str, int]:
         row = await conn.fetchrow(sql("processes/restart_apply"), ns, process_id, task_id,
                                   timer.task_id if timer else None, timer.type if timer else None,
-                                  timer.at if timer else None, feed_json)
+                                  timer.at if timer else None, feed_json, snapshot_json)
         return row["status"], row["removed_events"]
 
     # -- consistency check (processes/consistency.py) ------------------------------------------------

@@ -2,9 +2,10 @@
 -- restored state does not know deleted, the process put back to the state task $3 found
 -- (state_before), its timer set to $4..$6 (task id, type, due time; the caller armed or suspended
 -- it), the feed's 'restart' row with $7 (JSON text) and the feed's NOTIFY. `version` + 1 fences
--- off any step that read the process before. $1 ns, $2 id.
+-- off any step that read the process before. $1 ns, $2 id. $8 (JSON text, or NULL: the task's own
+-- state_before): the state to put back, for an init task that ran before 0016 kept it.
 WITH snap AS (
-    SELECT state_before AS s FROM dl_process_tasks WHERE task_id = $3
+    SELECT COALESCE($8::text::jsonb, state_before) AS s FROM dl_process_tasks WHERE task_id = $3
 ), dropped AS (
     DELETE FROM dl_process_events e
     USING snap
