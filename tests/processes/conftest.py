@@ -4,9 +4,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
+import httpx
 import pytest
 
 from dataloader import App, Queue, Settings
+from dataloader.api import create_app
 from dataloader.processes import processors
 
 PROCESS_TABLES = "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes"
@@ -38,3 +40,14 @@ def ns() -> AsyncIterator[str]:
 async def app(pdb: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
     async with App(process_settings(dsn)) as opened:
         yield opened
+
+
+@pytest.fixture
+async def client(app: App, ns: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the app's API, its workers running and the test processor on `ns`."""
+    from tests.processes.processors import register
+
+    register(ns)
+    async with app.running(), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(app.settings, context=app)), base_url="http://t") as c:
+        yield c

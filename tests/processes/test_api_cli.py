@@ -8,19 +8,9 @@ import json
 import subprocess
 import sys
 
-import httpx
 import pytest
 
-from dataloader.api import create_app
 from tests.processes.processors import register
-
-
-@pytest.fixture
-async def client(app, ns):
-    register(ns)
-    async with app.running(), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(app.settings, context=app)), base_url="http://t") as c:
-        yield c
 
 
 async def test_http_init_call_get_list_trace_repair_remove(client, ns, pdb):

@@ -7,21 +7,11 @@ import json
 import subprocess
 import sys
 
-import httpx
 import pytest
 
-from dataloader.api import create_app
 from dataloader.exceptions import ProcessTaskFailed
 from tests.conftest import wait_until
 from tests.processes.processors import register
-
-
-@pytest.fixture
-async def client(app, ns):
-    register(ns)
-    async with app.running(), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(app.settings, context=app)), base_url="http://t") as c:
-        yield c
 
 
 async def broken(app, ns: str, pid: str) -> None:
