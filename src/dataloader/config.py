@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     retention_canceled: float = Field(default=7 * 86400, ge=3600, le=3650 * 86400)
     retention_failed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
     retention_lost: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
+    # The processes' event feed (dl_process_feed): rows older than this are pruned too. A follower
+    # further behind than this misses them (the events stay in each process's history).
+    retention_process_feed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
     # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
     retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
     # The stats rollup (leader only): hourly buckets of the jobs finished more than `lag` ago,
@@ -215,7 +218,7 @@ class Settings(BaseSettings):
     observer_healthy_after_sec: float = Field(default=300, gt=0, le=7 * 86400)
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
-                     "stats_keep", mode="before")
+                     "retention_process_feed", "stats_keep", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value

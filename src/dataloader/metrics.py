@@ -96,6 +96,10 @@ LEADER = Gauge(
 JOBS_PRUNED = Counter(
     "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
 )
+FEED_ROWS_PRUNED = Counter(
+    "dl_process_feed_pruned_total",
+    "Rows of the processes' event feed deleted by the pruner (DL_RETENTION_PROCESS_FEED)",
+)
 PRUNE_BATCH_SECONDS = Histogram(
     "dl_prune_batch_duration_seconds", "One prune batch statement (at most DL_RETENTION_BATCH_SIZE jobs)",
     buckets=(*_FAST, 5.0, 10.0),

@@ -161,3 +161,25 @@ async def test_pruner_runs_on_the_leader_of_app_running(dsn, db):
 
 async def _gone(db, job_id) -> bool:
     return not (await exists(db, job_id))[0]
+
+
+async def test_the_process_feed_is_pruned_from_its_head_and_only_the_old_rows(db):
+    """DL_RETENTION_PROCESS_FEED: feed rows older than the age go, batch by batch; younger ones and
+    the processes' own history stay."""
+    from dataloader.maintenance.pruner import prune_process_feed
+
+    await db.execute("TRUNCATE dl_process_feed")
+    await db.execute("INSERT INTO dl_process_feed (ns, process_id, kind, ts) "
+                     "SELECT 'ns', 'p' || n, 'event', now() - interval '40 days' FROM generate_series(1, 25) n")
+    await db.execute("INSERT INTO dl_process_feed (ns, process_id, kind, ts) "
+                     "SELECT 'ns', 'young' || n, 'event', now() - interval '1 day' FROM generate_series(1, 5) n")
+    assert await prune_process_feed(db, 30 * DAY, batch_size=10) == 25
+    assert await db.fetchval("SELECT count(*) FROM dl_process_feed") == 5
+    assert await prune_process_feed(db, 30 * DAY, batch_size=10) == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_process_feed WHERE process_id LIKE 'young%'") == 5
+
+
+def test_the_feed_age_is_a_setting_with_durations():
+    assert Settings(retention_process_feed="45d").retention_process_feed == 45 * DAY
+    with pytest.raises(ValueError):
+        Settings(retention_process_feed=60)

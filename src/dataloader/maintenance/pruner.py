@@ -42,11 +42,12 @@ class PrunerSettings(PeriodicSettings):
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="DL_RETENTION_BATCH_SIZE")
     # Never delete a job the stats rollup has not counted yet (when the rollup runs).
     wait_for_stats: bool = Field(default=True)
+    process_feed_sec: float = Field(default=30 * 86400, ge=3600, description="DL_RETENTION_PROCESS_FEED")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PrunerSettings:
         return cls(period_sec=settings.retention_period_sec, batch_size=settings.retention_batch_size,
-                   wait_for_stats=settings.stats_enabled)
+                   wait_for_stats=settings.stats_enabled, process_feed_sec=settings.retention_process_feed)
 
 
 @dataclass
@@ -116,6 +117,21 @@ async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int 
     return report
 
 
+async def prune_process_feed(pool: asyncpg.Pool, older_than_sec: float, *, batch_size: int = 1000,
+                             stopping: asyncio.Event | None = None) -> int:
+    """Delete the processes' event feed rows older than `older_than_sec`, batch by batch from the
+    feed's head; returns how many."""
+    deleted_total = 0
+    while stopping is None or not stopping.is_set():
+        deleted = await pool.fetchval(sql("retention/prune_feed_batch"), older_than_sec, batch_size)
+        deleted_total += deleted
+        if deleted < batch_size:
+            break
+    if deleted_total:
+        metrics.FEED_ROWS_PRUNED.inc(deleted_total)
+    return deleted_total
+
+
 class Pruner(PeriodicService):
     name = "pruner"
     scope = Scope.LEADER
@@ -140,4 +156,8 @@ class Pruner(PeriodicService):
             log.info("pruned finished jobs", extra={
                 "jobs": report.total, "batches": report.batches, "seconds": round(report.seconds, 3),
                 "by_queue_status": {f"{q}/{s}": n for (q, s), n in report.jobs.items() if n}})
+        feed = await prune_process_feed(self.pool, self.settings.process_feed_sec,
+                                        batch_size=self.settings.batch_size, stopping=self.stopping)
+        if feed:
+            log.info("pruned the processes' event feed", extra={"rows": feed})
         return report
