@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,8 +47,8 @@ class Scale:
     handoff_timeout: float = 60.0
     idle_seconds: float = 30.0
     idle_settle: float = 12.0  # > PostgreSQL's 10 s flush interval of an idle backend's stats
-    http_requests: int = 5_000
-    http_clients: int = 16
+    http_requests: int = 10_000  # with wrk: a run of http_requests / 1000 seconds
+    http_clients: int = 8
     prune_rows: int = 1_000_000  # old finished jobs (one journal row each) the pruner deletes
     prune_drain: int = 100_000  # jobs drained with and without the pruner running
     prune_batch: int = 1_000
@@ -154,9 +155,11 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
     async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
+            await _checkpoint(dsn)
             single = await _driver(ctx, system, "enqueue-single", dsn, "--n", str(sc.enqueue_single))
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
+            await _checkpoint(dsn)
             batch = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
                                   "--batch", str(sc.batch_size))
         return ({"enqueue.single": sc.enqueue_single / single["seconds"],
@@ -164,6 +167,16 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
                 {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"]})
 
     return await _repeat(ctx, systems, runs, "enqueue", one)
+
+
+async def _checkpoint(dsn: str) -> None:
+    # The previous run's dirty pages (a dropped database's too) are flushed now rather than by a
+    # checkpoint that happens to fall inside the next system's timed loop.
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
 
 
 # -- 2. processing (and 8. memory) -------------------------------------------------------------------
@@ -555,11 +568,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+WRK_SCRIPT = Path(__file__).with_name("http_trigger.lua")
+
+
 async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
     """dataloader only: `python -m dataloader serve` (its workers serve another queue, so nothing
-    is consumed meanwhile); 16 concurrent httpx.AsyncClient loops POST /api/v1/jobs/trigger with
-    distinct lock_keys until R requests are done. Timed: first request sent -> last response read.
-    A non-2xx response counts as an error and fails the run."""
+    is consumed meanwhile), loaded by C concurrent clients that POST /api/v1/jobs/trigger with
+    distinct lock_keys. The client is `wrk` (C connections, 2 threads, its own process, so the
+    load generator does not compete with the server for a Python interpreter) for a fixed
+    duration: requests/s as wrk counts them, and the jobs in the database must equal the 2xx
+    responses. Without wrk on PATH (`apt-get install wrk`): C httpx.AsyncClient loops in the
+    harness until R requests are done, timed first request -> last response (a lower bound: the
+    client shares the CPUs and an interpreter's worth of overhead). A non-2xx response fails the run."""
     import httpx
 
     sc = ctx.scale
@@ -571,6 +591,40 @@ async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
         return result
     if DATALOADER not in systems:
         return MeasureResult()
+    wrk = shutil.which("wrk")
+
+    async def with_wrk(host: str, port: int) -> tuple[int, float]:
+        duration = max(3, int(sc.http_requests / 1000))
+        done = await asyncio.create_subprocess_exec(
+            wrk, "-t2", f"-c{sc.http_clients}", f"-d{duration}s", "--latency", "-s", str(WRK_SCRIPT),
+            f"http://{host}:{port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out = (await asyncio.wait_for(done.communicate(), duration + 60))[0].decode()
+        ctx.log(DATALOADER, "http-wrk").write_text(out)
+        bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+        errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+        if done.returncode or bad or (errors and any(int(n) for n in errors.groups())):
+            raise RuntimeError(f"wrk: {' | '.join(out.strip().splitlines()[-6:])}")
+        requests = int(re.search(r"(\d+) requests in ([\d.]+)(m?s)", out).group(1))
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        return requests, rps
+
+    async def with_httpx(client: httpx.AsyncClient, url: str) -> tuple[int, float]:
+        counter = iter(range(sc.http_requests))
+        errors: list[str] = []
+
+        async def client_loop() -> None:
+            for i in counter:
+                r = await client.post(url, json={"queue": "bench", "task": "dl.noop",
+                                                 "lock_key": f"k{i}", "args": {"i": i}})
+                if not r.is_success:
+                    errors.append(f"{r.status_code}: {r.text[:200]}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client_loop() for _ in range(sc.http_clients)))
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
+        return sc.http_requests, sc.http_requests / elapsed
 
     async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
         async with fresh_database(ctx.server, "http") as dsn:
@@ -595,24 +649,22 @@ async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
                         if deadline.passed:
                             raise TimeoutError("the API did not come up within 60 s")
                         await asyncio.sleep(0.2)
-                    counter = iter(range(sc.http_requests))
-                    errors: list[str] = []
-
-                    async def client_loop() -> None:
-                        for i in counter:
-                            r = await client.post(url, json={"queue": "bench", "task": "dl.noop",
-                                                             "lock_key": f"k{i}", "args": {"i": i}})
-                            if not r.is_success:
-                                errors.append(f"{r.status_code}: {r.text[:200]}")
-
-                    started = time.perf_counter()
-                    await asyncio.gather(*(client_loop() for _ in range(sc.http_clients)))
-                    elapsed = time.perf_counter() - started
+                    await _checkpoint(dsn)
+                    if wrk:
+                        requests, rps = await with_wrk("127.0.0.1", port)
+                    else:
+                        requests, rps = await with_httpx(client, url)
             finally:
                 await procs.stop(server)
-        if errors:
-            raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
-        return {"http.rps": sc.http_requests / elapsed}, {"seconds": elapsed}
+            conn = await asyncpg.connect(dsn)
+            try:
+                jobs = await conn.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = 'bench'") - 1
+            finally:
+                await conn.close()
+        if jobs != requests:  # wrk counts requests answered: each must be exactly one job
+            raise RuntimeError(f"{requests} requests answered 2xx but {jobs} jobs in the database")
+        return {"http.rps": rps}, {"requests": requests, "client": "wrk" if wrk else "httpx in the harness",
+                                   "clients": sc.http_clients}
 
     return await _repeat(ctx, [DATALOADER], runs, "http", one)
 

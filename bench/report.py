@@ -40,7 +40,7 @@ def _metrics() -> dict[str, Metric]:
     m["handoff.done"] = Metric("serialized jobs run within the time limit (of 200; quick 50)", "jobs", True)
     m["handoff.overlaps"] = Metric("serialized jobs that overlapped (must be 0)", "count", False)
     m["idle.tps"] = Metric("idle worker, DB transactions per second", "tx/s", False)
-    m["http.rps"] = Metric("HTTP POST /api/v1/jobs/trigger, 16 clients", "req/s", True)
+    m["http.rps"] = Metric("HTTP POST /api/v1/jobs/trigger, 8 clients", "req/s", True)
     m["prune.drain_alone"] = Metric("drain of 100k jobs beside 1M old finished ones, no pruner", "jobs/s", True)
     m["prune.drain_beside"] = Metric("the same drain while the pruner deletes the 1M", "jobs/s", True)
     m["prune.drain_ratio"] = Metric("drain rate with / without the pruner", "ratio", True)

@@ -38,6 +38,7 @@ from dataloader.services.schedules import ScheduleService
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
+from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules, registry
@@ -67,6 +68,7 @@ class App:
         self._embedded: EmbeddedPostgres | None = None
         self._dsn: str | None = None
         self._pool: asyncpg.Pool | None = None
+        self._insert_group: InsertGroup | None = None
         self._engine: AsyncEngine | None = None
         self._sessionmaker: async_sessionmaker | None = None
         self._managers: list[WorkerManager] = []
@@ -116,7 +118,8 @@ class App:
             await self._stop_embedded()
             raise
         self._dsn, self._pool = dsn, pool
-        self.repo = JobRepository(pool)
+        self._insert_group = InsertGroup(dsn)
+        self.repo = JobRepository(pool, self._insert_group)
         self.jobs = JobService(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
         return self
@@ -139,6 +142,9 @@ class App:
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
         await self._close_processes()
+        insert_group, self._insert_group = self._insert_group, None
+        if insert_group is not None:
+            await insert_group.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             if locks_held:

@@ -16,6 +16,7 @@ import asyncpg
 from dataloader.job import Job, JobEvent
 from dataloader.storage import caller_connection
 from dataloader.storage.caller_connection import json_value
+from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.queries import sql
 
 
@@ -70,8 +71,12 @@ def _result_value(value: Any) -> Any:
 
 
 class JobRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    """`insert_group`: where single enqueues on the pool go (group commit, storage/insert_group.py);
+    without one, each takes a pool connection."""
+
+    def __init__(self, pool: asyncpg.Pool, insert_group: InsertGroup | None = None) -> None:
         self.pool = pool
+        self.insert_group = insert_group
 
     async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None) -> Inserted:
         """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
@@ -100,6 +105,12 @@ class JobRepository:
                 return Inserted(_job(rows[0]), True)
             existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
                                                      job.idempotency_key, job.args_json)
+        elif self.insert_group is not None:
+            row = await self.insert_group.insert(params)
+            if row is not None:
+                return Inserted(Job.from_row(row), True)
+            existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"),
+                                                               job.idempotency_key, job.args_json)]
         else:
             async with self.pool.acquire() as pool_conn:
                 row = await pool_conn.fetchrow(sql("insert_job"), *params)
