@@ -129,3 +129,12 @@ async def test_close_answers_every_waiting_caller(dsn, db):
     await app.close()
     jobs = await asyncio.gather(*calls)
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == len({job.id for job in jobs}) == 5
+
+
+def test_the_group_statement_takes_the_single_statements_parameters():
+    # test_query_parameters counts the single statement's arguments at the call site; the group
+    # statement gets the same ones as columns, so its placeholders must be the same.
+    from dataloader.storage.queries import sql
+    from tests.unit.test_query_parameters import placeholders
+
+    assert placeholders(sql("insert_job_group")) == placeholders(sql("insert_job"))

@@ -125,6 +125,9 @@ class RequestContextMiddleware:
 
     @staticmethod
     def _log_access(scope: Scope, status: int, elapsed: float, route: str) -> None:
+        level = logging.ERROR if status >= 500 else logging.INFO
+        if not access_log.isEnabledFor(level):
+            return
         path = scope.get("path", "")
         extra: dict[str, object] = {
             "method": scope.get("method"), "path": safe_text(path, 500), "route": route,
@@ -137,7 +140,6 @@ class RequestContextMiddleware:
         if query:
             # Masked like any logged field: a token passed as ?token=... must not reach the log.
             extra["query"] = mask(dict(parse_qsl(query.decode("latin-1"))))
-        level = logging.ERROR if status >= 500 else logging.INFO
         access_log.log(level, "%s %s %s", scope.get("method"), safe_text(path, 500), status, extra=extra)
 
 

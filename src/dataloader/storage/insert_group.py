@@ -18,6 +18,7 @@ unknown as a single statement's cut off by the same error); the next group recon
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -29,8 +30,15 @@ from dataloader.storage.queries import sql
 MAX_GROUP = 500
 # Like the pool's idle connections, the group's own is closed when unused for this long.
 IDLE_CLOSE_SEC = 60.0
+# The statement grouped (its callers' arguments are counted by tests/unit/test_query_parameters.py
+# at the call of `insert`); its group form is insert_job_group.sql.
+GROUPED_QUERY = "insert_job"
 
-Params = tuple[Any, ...]
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Waiting:
+    args: tuple[Any, ...]
+    answer: asyncio.Future[Any]
 
 
 class InsertGroupClosed(RuntimeError):
@@ -38,16 +46,17 @@ class InsertGroupClosed(RuntimeError):
 
 
 class InsertGroup:
-    """`insert(params)` runs `insert_job.sql` with `params` (its $1..$15, job_id given) in a group
+    """`insert("insert_job", *args)` runs `insert_job.sql` with `args` (job_id given) in a group
     with the calls waiting at the same time; returns the inserted row, or None when the
-    idempotency_key already named a job."""
+    idempotency_key already named a job. A group of several calls runs `insert_job_group.sql`,
+    which takes the same parameters as arrays (one element per call)."""
 
     def __init__(self, dsn: str, *, max_group: int = MAX_GROUP, idle_close_sec: float = IDLE_CLOSE_SEC) -> None:
         self._dsn = dsn
         self._max_group = max_group
         self._idle_close_sec = idle_close_sec
-        self._waiting: list[tuple[Params, asyncio.Future[Any]]] = []
-        self._in_flight: list[tuple[Params, asyncio.Future[Any]]] = []
+        self._waiting: list[Waiting] = []
+        self._in_flight: list[Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
         self._busy = False  # a statement is in flight (or about to be) on the connection
         self._idle = asyncio.Event()
@@ -59,12 +68,14 @@ class InsertGroup:
         self._closed = False
         self.statements = 0  # statements run, for tests and benchmarks
 
-    async def insert(self, params: Params) -> asyncpg.Record | None:
+    async def insert(self, query: str, *args: Any) -> asyncpg.Record | None:
+        if query != GROUPED_QUERY:
+            raise ValueError(f"only {GROUPED_QUERY} is grouped, not {query}")
         if self._closed:
             raise InsertGroupClosed("the App is closed")
         if self._busy:
             answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._waiting.append((params, answer))
+            self._waiting.append(Waiting(args, answer))
             return await answer
         # Nothing in flight: this call's statement runs right here, with no task or future in
         # between (the common case of one caller). Calls arriving meanwhile form the next group.
@@ -73,7 +84,7 @@ class InsertGroup:
         try:
             conn = await self._connection()
             self.statements += 1
-            return await conn.fetchrow(sql("insert_job"), *params)
+            return await conn.fetchrow(sql(query), *args)
         finally:
             self._hand_over()
 
@@ -95,31 +106,36 @@ class InsertGroup:
                 group = self._waiting[:self._max_group]
                 del self._waiting[:self._max_group]
                 # A caller cancelled while waiting gave up before its statement: nothing is written.
-                group = self._in_flight = [item for item in group if not item[1].done()]
+                group = self._in_flight = [item for item in group if not item.answer.done()]
                 if group:
                     await self._flush(group)
                 self._in_flight = []
         finally:
             # Cancelled (App.close gave up waiting): no caller may wait forever.
-            for _, answer in (*self._in_flight, *self._waiting):
-                if not answer.done():
-                    answer.set_exception(InsertGroupClosed("the App closed before this enqueue ran"))
+            for item in (*self._in_flight, *self._waiting):
+                if not item.answer.done():
+                    item.answer.set_exception(InsertGroupClosed("the App closed before this enqueue ran"))
             self._in_flight, self._waiting, self._flusher = [], [], None
             self._busy = False
             self._idle.set()
             self._used_at = asyncio.get_running_loop().time()
             self._arm_idle_close()
 
-    async def _flush(self, group: list[tuple[Params, asyncio.Future[Any]]]) -> None:
+    async def _flush(self, group: list[Waiting]) -> None:
         try:
             conn = await self._connection()
             self.statements += 1
             if len(group) == 1:
-                rows = [await conn.fetchrow(sql("insert_job"), *group[0][0])]
+                rows = [await conn.fetchrow(sql(GROUPED_QUERY), *group[0].args)]
             else:
-                columns = [list(column) for column in zip(*(params for params, _ in group), strict=True)]
-                inserted = {row["job_id"]: row for row in await conn.fetch(sql("insert_job_group"), *columns)}
-                rows = [inserted.get(params[0]) for params, _ in group]
+                (job_ids, queues, tasks, args_json, idempotency_keys, lock_keys, partition_keys, priorities,
+                 available_at, max_attempts, lease_ttl_sec, producers, request_ids, timeouts, chain_next,
+                 ) = (list(column) for column in zip(*(item.args for item in group), strict=True))
+                inserted = {row["job_id"]: row for row in await conn.fetch(
+                    sql("insert_job_group"), job_ids, queues, tasks, args_json, idempotency_keys, lock_keys,
+                    partition_keys, priorities, available_at, max_attempts, lease_ttl_sec, producers,
+                    request_ids, timeouts, chain_next)}
+                rows = [inserted.get(job_id) for job_id in job_ids]
         except Exception as exc:
             if len(group) > 1 and not is_connection_error(exc):
                 # Nothing of the group was written (one statement); run each call on its own so a
@@ -127,13 +143,13 @@ class InsertGroup:
                 for item in group:
                     await self._flush([item])
                 return
-            for _, answer in group:
-                if not answer.done():
-                    answer.set_exception(exc)
+            for item in group:
+                if not item.answer.done():
+                    item.answer.set_exception(exc)
             return
-        for (_, answer), row in zip(group, rows, strict=True):
-            if not answer.done():  # a caller cancelled meanwhile gets no answer; its job exists
-                answer.set_result(row)
+        for item, row in zip(group, rows, strict=True):
+            if not item.answer.done():  # a caller cancelled meanwhile gets no answer; its job exists
+                item.answer.set_result(row)
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():

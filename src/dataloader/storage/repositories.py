@@ -106,7 +106,7 @@ class JobRepository:
             existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
                                                      job.idempotency_key, job.args_json)
         elif self.insert_group is not None:
-            row = await self.insert_group.insert(params)
+            row = await self.insert_group.insert("insert_job", *params)
             if row is not None:
                 return Inserted(Job.from_row(row), True)
             existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"),

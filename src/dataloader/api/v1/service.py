@@ -59,19 +59,20 @@ class ApiJobService:
         result = await self.jobs.trigger(req, producer="http", request_id=request_id)
         job = result.job
         served = job.queue in self.served_queues
-        args_size = len(json.dumps(req.args))
-        log.info(
-            "job enqueued" if result.created else (
-                "restartable job re-triggered" if req.restartable
-                else "job already enqueued (unique_for_sec)" if req.unique_for_sec is not None
-                else "job already enqueued (idempotency_key)"),
-            extra={
-                "job_id": str(job.id), "queue": job.queue, "task": job.task,
-                "lock_key": job.lock_key, "served": served,
-                # The formatter masks sensitive keys (password, token, ...) inside args.
-                **({"job_args": req.args} if args_size <= MAX_LOGGED_ARGS else {"job_args_size": args_size}),
-            },
-        )
+        if log.isEnabledFor(logging.INFO):  # the line's fields cost an args encoding per request
+            args_size = len(json.dumps(req.args))
+            log.info(
+                "job enqueued" if result.created else (
+                    "restartable job re-triggered" if req.restartable
+                    else "job already enqueued (unique_for_sec)" if req.unique_for_sec is not None
+                    else "job already enqueued (idempotency_key)"),
+                extra={
+                    "job_id": str(job.id), "queue": job.queue, "task": job.task,
+                    "lock_key": job.lock_key, "served": served,
+                    # The formatter masks sensitive keys (password, token, ...) inside args.
+                    **({"job_args": req.args} if args_size <= MAX_LOGGED_ARGS else {"job_args_size": args_size}),
+                },
+            )
         if not served:
             _warn_unserved(job.queue, self.served_queues)
         return TriggerResponse(job_id=job.id, status=job.status, created=result.created, served=served)
