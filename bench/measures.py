@@ -155,11 +155,9 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
     async def one(system: System, run: int) -> tuple[Metrics, dict[str, Any]]:
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
-            await _checkpoint(dsn)
             single = await _driver(ctx, system, "enqueue-single", dsn, "--n", str(sc.enqueue_single))
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
-            await _checkpoint(dsn)
             batch = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
                                   "--batch", str(sc.batch_size))
         return ({"enqueue.single": sc.enqueue_single / single["seconds"],
@@ -167,16 +165,6 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
                 {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"]})
 
     return await _repeat(ctx, systems, runs, "enqueue", one)
-
-
-async def _checkpoint(dsn: str) -> None:
-    # The previous run's dirty pages (a dropped database's too) are flushed now rather than by a
-    # checkpoint that happens to fall inside the next system's timed loop.
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("CHECKPOINT")
-    finally:
-        await conn.close()
 
 
 # -- 2. processing (and 8. memory) -------------------------------------------------------------------
