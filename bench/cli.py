@@ -41,6 +41,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=None, help="runs per measure (default 3, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="small counts, one run: a ~2-minute smoke test")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run of one system")
+    parser.add_argument("--processing-jobs", type=int, default=None,
+                        help="jobs per drain of 'processing' (default 100,000; 1,000,000 for the memory run)")
     parser.add_argument("--ref", default="HEAD",
                         help="git commit of dataloader to measure (its src/ is exported to a temporary "
                              "directory, so concurrent edits cannot change a run), or 'worktree' for the "
@@ -105,6 +107,8 @@ async def _run(args: argparse.Namespace) -> int:
     scale = measures.QUICK if args.quick else measures.Scale()
     if args.timeout:
         scale = dataclasses.replace(scale, timeout=args.timeout)
+    if args.processing_jobs:
+        scale = dataclasses.replace(scale, processing=args.processing_jobs)
     runs = args.runs or (1 if args.quick else 3)
     wanted = ORDER if args.measure == "all" else [ALIASES.get(args.measure, args.measure)]
     systems = [ALL[n] for n in args.system_names]

@@ -1,5 +1,8 @@
 """Connections: the asyncpg pool the engine runs on and the SQLAlchemy async engine (Alembic, and
-the spec's engine/sessionmaker for code that prefers the ORM layer)."""
+the spec's engine/sessionmaker for code that prefers the ORM layer).
+
+SQLAlchemy is imported only by `create_engine`/`create_sessionmaker`: a worker never needs it, and
+it is ~20 MB of a worker's memory (tests/unit/test_import_footprint.py keeps it out)."""
 
 from __future__ import annotations
 
@@ -7,11 +10,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 # What asyncpg raises for a connection the server closed or that can no longer be used, in every
 # state (seen with real restarts: idle in the pool, mid-query, mid-transaction, mid-cancel):
@@ -172,10 +177,14 @@ async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, **kwar
 def create_engine(dsn: str) -> AsyncEngine:
     """SQLAlchemy async engine over asyncpg; connections come from asyncpg.connect so every DSN form
     asyncpg understands (unix sockets via ?host=) works unchanged."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     raw = asyncpg_dsn(dsn)
     creator: Callable[[], Any] = lambda: asyncpg.connect(raw)  # noqa: E731
     return create_async_engine("postgresql+asyncpg://", async_creator=creator, pool_pre_ping=True)
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
     return async_sessionmaker(engine, expire_on_commit=False)

@@ -5,22 +5,29 @@ others find the schema current. A database where the 003 DDL was applied by hand
 alembic_version table, but dl_jobs present with the spec's columns) is stamped at the first
 revision instead of failing on CREATE TABLE. Its statements are in `queries/` like every other
 (`schema_tables.sql`, `dl_jobs_columns.sql`, `migration_lock.sql`, `migration_unlock.sql`).
+
+Alembic and SQLAlchemy (~30 MB of a worker's memory) are imported only to migrate: the head
+revision is read from the migration files' `revision`/`down_revision` lines, and `upgrade` first
+asks the database with one asyncpg query whether it is already at head, which is what every
+start of a worker finds.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+import asyncpg
 
-from dataloader.storage.db import create_engine
+from dataloader.storage.db import asyncpg_dsn, create_engine
 from dataloader.storage.queries import sql
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.engine import Connection
 
 log = logging.getLogger(__name__)
 
@@ -42,24 +49,69 @@ class SchemaMismatch(RuntimeError):
     pass
 
 
+VERSIONS_DIR = Path(__file__).parent / "migrations" / "versions"
+
+
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     return cfg
 
 
+@functools.cache
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None
-    return head
+    """The revision no other migration builds on (what Alembic calls the head), read from the
+    module-level `revision = "..."` and `down_revision = ...` assignments of the migration files."""
+    revisions: dict[str, str | None] = {}
+    for path in sorted(VERSIONS_DIR.glob("*.py")):
+        found = _revision_assignments(path)
+        if "revision" in found:
+            revisions[found["revision"]] = found.get("down_revision")  # type: ignore[assignment]
+    heads = set(revisions) - set(revisions.values())
+    if len(heads) != 1:
+        raise RuntimeError(f"the migrations in {VERSIONS_DIR} must have one head, found {sorted(heads)}")
+    return heads.pop()
+
+
+def _revision_assignments(path: Path) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("revision", "down_revision") \
+                and isinstance(value, ast.Constant):
+            found[target.id] = value.value
+    return found
+
+
+async def database_revision(dsn: str) -> str | None:
+    """The revision the database is at, or None when it was never migrated."""
+    conn = await asyncpg.connect(asyncpg_dsn(dsn))
+    try:
+        return await conn.fetchval(sql("schema_revision"))
+    except asyncpg.exceptions.UndefinedTableError:
+        return None
+    finally:
+        await conn.close()
 
 
 def _current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn).get_current_revision()
 
 
 def _adopt_hand_applied_schema(conn: Connection) -> bool:
     """Stamp a database whose dl_jobs was created by hand from the 003 DDL. Returns True if stamped."""
+    from alembic import command
+    from sqlalchemy import text
+
     tables = conn.execute(text(sql("schema_tables"))).one()
     has_version_table, has_jobs, has_events = tables.has_version_table, tables.has_jobs, tables.has_events
     if has_version_table or not has_jobs:
@@ -82,6 +134,9 @@ def _adopt_hand_applied_schema(conn: Connection) -> bool:
 
 
 def _upgrade_locked(conn: Connection) -> tuple[str | None, str]:
+    from alembic import command
+    from sqlalchemy import text
+
     conn.execute(text(sql("migration_lock")), {"lock_id": MIGRATION_LOCK_ID})
     try:
         conn.commit()
@@ -104,6 +159,9 @@ def _upgrade_locked(conn: Connection) -> tuple[str | None, str]:
 
 async def upgrade(dsn: str) -> tuple[str | None, str]:
     """Bring the schema to head. Returns (revision before, revision after)."""
+    current = await database_revision(dsn)
+    if current == head_revision():
+        return current, current
     engine = create_engine(dsn)
     try:
         async with engine.connect() as conn:
