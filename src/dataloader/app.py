@@ -480,7 +480,7 @@ class App:
         if settings.operations_enabled:
             runner = OperationRunnerSettings.from_settings(settings)
             services.append(OperationRunner(OperationRepository(self.pool), runner, owner=settings.node_name,
-                                            default_lease_ttl_sec=settings.default_lease_ttl_sec))
+                                            default_lease_ttl_sec=settings.default_lease_ttl_sec, dsn=self.dsn))
         return services
 
     @property

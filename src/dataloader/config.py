@@ -157,9 +157,10 @@ class Settings(BaseSettings):
     queue_time_limits_json: Annotated[dict[str, dict[str, Any]], NoDecode] = Field(default_factory=dict)
     queue_time_period_sec: float = Field(default=15, gt=0, le=3600)
     # Bulk operations: every node runs their runner; an operation whose runner stopped renewing
-    # its lease for operations_lease_sec is taken over by another node.
+    # its lease for operations_lease_sec is taken over by another node. The runner wakes on a
+    # NOTIFY and at lease ends; operations_period_sec is its backstop look for a lost notification.
     operations_enabled: bool = True
-    operations_period_sec: float = Field(default=5, gt=0, le=3600)
+    operations_period_sec: float = Field(default=60, gt=0, le=3600)
     operations_lease_sec: float = Field(default=30, ge=1, le=3600)
     operations_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.

@@ -5,6 +5,12 @@ that re-checks (owner, epoch, state) under the operation's row lock, changes the
 the single-job compare-and-set, and advances the cursor and counts — so a job is never handled
 twice, even across a takeover, and a pause or cancel lands between batches.
 
+It does not poll: a `dl_operations` NOTIFY (an operation started or resumed, or handed back by a
+stopping node) wakes it, and while another runner holds a running operation it sleeps until that
+lease runs out, to take it over if it was not renewed (its runner died). `period_sec` is only the
+backstop for a notification lost while its listener was away (default 60 s: an idle node looks
+once a minute, not every 5 s).
+
 A batch that fails (a lock timeout behind a pipeline's transaction, a lost connection) rolled back
 whole; the runner keeps its lease and tries again after a pause. An error that cannot pass (a
 filter that no longer parses) fails the operation, with the error in its row and audit trail. On
@@ -25,6 +31,7 @@ from dataloader.config import Settings
 from dataloader.exceptions import InvalidJobRequest
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
+from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.processes.restart import bulk_restarter
 from dataloader.services.operations import PROCESS_KINDS
 from dataloader.services.search import parse_filter
@@ -33,9 +40,17 @@ from dataloader.storage.operation_repository import OperationRepository
 
 log = logging.getLogger("dataloader.maintenance.operations")
 
+CHANNEL = "dl_operations"
+# Looking again right at the end of a lease would race the database clock and find it not quite
+# expired; a little after, it is.
+LEASE_END_MARGIN_SEC = 0.05
+# After a look that failed (the database unreachable): the next one, not the whole backstop period.
+FAILED_LOOK_RETRY_SEC = 5.0
+
 
 class OperationRunnerSettings(PeriodicSettings):
-    period_sec: float = Field(default=5, gt=0, le=3600, description="DL_OPERATIONS_PERIOD_SEC")
+    # The backstop look for a lost notification; notifications and lease ends wake it otherwise.
+    period_sec: float = Field(default=60, gt=0, le=3600, description="DL_OPERATIONS_PERIOD_SEC")
     lease_sec: float = Field(default=30, ge=0.5, le=3600, description="DL_OPERATIONS_LEASE_SEC")
     # Seconds between batches: 0 runs them back to back (each is short and commits on its own).
     batch_pause_sec: float = Field(default=0, ge=0, le=60)
@@ -55,11 +70,52 @@ class OperationRunner(PeriodicService):
     settings: OperationRunnerSettings
 
     def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
-                 default_lease_ttl_sec: int = 60, **kwargs: object) -> None:
+                 default_lease_ttl_sec: int = 60, dsn: str | None = None, **kwargs: object) -> None:
+        """`dsn`: where to LISTEN for started and resumed operations (None: wake on time only)."""
         super().__init__(settings, **kwargs)  # type: ignore[arg-type]
         self.repo = repo
         self.owner = owner
         self.restart_process = bulk_restarter(default_lease_ttl_sec)
+        self._wake = asyncio.Event()
+        self._listener = (WakeListener(dsn, CHANNEL, self.wake, application_name="dataloader-operations")
+                          if dsn is not None else None)
+        self._lease_ends_in: float | None = None  # of another runner's operation, at the last look
+        self._look_failed = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._wake.set()
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        if self.stopping.is_set():
+            self._wake.set()
+        try:
+            while not self.stopping.is_set():
+                self._wake.clear()  # before looking: a NOTIFY committed after this wakes the wait below
+                if self._listener is not None:
+                    await self._listener.ensure()
+                self._lease_ends_in = None
+                self._look_failed = not await self.tick_once()
+                await self.clock.wait(self._wake, self.next_delay())
+        finally:
+            if self._listener is not None:
+                await self._listener.close()
+
+    def next_delay(self) -> float:
+        """Until the backstop, or sooner: the end of another runner's lease (a takeover if it is not
+        renewed by then), or a retry after a failed look."""
+        delay = super().next_delay()
+        if self._look_failed:
+            delay = min(delay, FAILED_LOOK_RETRY_SEC)
+        ends_in = self._lease_ends_in
+        if ends_in is not None:
+            # <= 0: an expired lease whose row a batch in flight holds; look again after a pause.
+            delay = min(delay, ends_in + LEASE_END_MARGIN_SEC if ends_in > 0 else self.settings.retry_pause_sec)
+        return delay
 
     async def tick(self) -> int:
         """Take operations and work them until none is left to take; returns the batches run."""
@@ -67,6 +123,7 @@ class OperationRunner(PeriodicService):
         while not self.stopping.is_set():
             op = await self.repo.claim(self.owner, self.settings.lease_sec)
             if op is None:
+                self._lease_ends_in = await self.repo.next_lease_expiry_in()
                 return batches
             if op["previous_owner"] is not None:
                 metrics.OPERATION_TAKEOVERS.inc()

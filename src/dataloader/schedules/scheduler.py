@@ -28,16 +28,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
 from prometheus_client import Counter, Histogram
 from pydantic import Field
 
 from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
+from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.schedules.declare import declared_schedules
 from dataloader.schedules.model import Schedule, ScheduleSpec
 from dataloader.schedules.ticks import InvalidTiming, idempotency_key, next_tick, plan
-from dataloader.storage.db import connect, is_connection_error
+from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.schedule_repository import FiredTick, ScheduleRepository
 
@@ -83,7 +83,8 @@ class Scheduler(Service):
         self._pipeline_max_attempts = pipeline_max_attempts or (lambda task: None)
         self._declared = declared
         self._wake = asyncio.Event()
-        self._listener: asyncpg.Connection | None = None
+        self._listener = (WakeListener(dsn, CHANNEL, self.wake, application_name="dataloader-scheduler")
+                          if dsn is not None else None)
         self._last_prune: float | None = None
         self.passes = 0  # completed passes (tests, diagnostics)
 
@@ -104,7 +105,8 @@ class Scheduler(Service):
         try:
             while not self.stopping.is_set():
                 self._wake.clear()  # before reading: a change committed after this wakes the wait below
-                await self._ensure_listener()
+                if self._listener is not None:
+                    await self._listener.ensure()
                 try:
                     if not declared_done:
                         await self.upsert_declared()
@@ -121,7 +123,8 @@ class Scheduler(Service):
                     delay = self.settings.retry_sec
                 await self.clock.wait(self._wake, min(max(delay, 0.0), self.settings.max_sleep_sec))
         finally:
-            await self._close_listener()
+            if self._listener is not None:
+                await self._listener.close()
 
     async def tick(self) -> float:
         """One pass: fire every due schedule; returns seconds until the next due tick."""
@@ -208,39 +211,3 @@ class Scheduler(Service):
         self._last_prune = now
         while await self.repo.prune_runs(self.settings.history_days, 10_000) >= 10_000:
             pass
-
-    # -- the change listener -----------------------------------------------------------------------
-
-    async def _ensure_listener(self) -> None:
-        if self.dsn is None or (self._listener is not None and not self._listener.is_closed()):
-            return
-        await self._close_listener()
-        try:
-            conn = await asyncio.wait_for(connect(self.dsn, server_settings={
-                "application_name": "dataloader-scheduler"}), timeout=10)
-        except Exception as exc:
-            if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
-                raise
-            log.warning("scheduler: cannot listen for schedule changes yet: %s", exc or type(exc).__name__)
-            return
-        try:
-            await conn.add_listener(CHANNEL, self._on_notify)
-        except BaseException:
-            conn.terminate()
-            raise
-        conn.add_termination_listener(self._on_listener_lost)
-        self._listener = conn
-
-    def _on_notify(self, *_: object) -> None:
-        self._wake.set()
-
-    def _on_listener_lost(self, *_: object) -> None:
-        self._wake.set()  # re-read (and re-listen): a change may have been missed meanwhile
-
-    async def _close_listener(self) -> None:
-        conn, self._listener = self._listener, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), timeout=5)
-            except Exception:
-                conn.terminate()

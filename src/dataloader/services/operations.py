@@ -151,7 +151,7 @@ class OperationService:
     async def start(self, kind: str, filter: JobFilter | Mapping[str, Any] | None, *,
                     params: Mapping[str, Any] | None = None, started_by: str = "unknown", dry_run: bool = False,
                     batch_size: int | None = None) -> Operation | DryRun:
-        """Start a bulk operation (any node's runner takes it within DL_OPERATIONS_PERIOD_SEC), or,
+        """Start a bulk operation (a NOTIFY wakes the runners; one of them takes it at once), or,
         with `dry_run`, only count the jobs it would examine. The filter is the search's."""
         checked_params = check_params(kind, params)
         f = self._process_filter(filter) if kind in PROCESS_KINDS else await self.search.checked(filter)

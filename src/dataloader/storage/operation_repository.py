@@ -76,6 +76,10 @@ class OperationRepository:
     async def claim(self, owner: str, lease_sec: float) -> asyncpg.Record | None:
         return await self.pool.fetchrow(sql("operations/claim"), owner, lease_sec)
 
+    async def next_lease_expiry_in(self) -> float | None:
+        """Seconds until the soonest lease of a running operation runs out (None: none is running)."""
+        return await self.pool.fetchval(sql("operations/next_lease_expiry"))
+
     async def run_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
                         parse_filter: Callable[[Any], JobFilter]) -> BatchResult:
         """One batch in one transaction: lock the operation (still ours), pick the next ids after
