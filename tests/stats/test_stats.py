@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dataloader import App, Settings
 from dataloader.api import create_app
 from dataloader.cli import app as cli_app
-from dataloader.maintenance.stats import rollup
+from dataloader.maintenance.stats import StatsRollup, StatsSettings, rollup
 from dataloader.services.stats import BOUNDS, error_group, histogram_quantile
 from tests.retention.rows import add_job
 
@@ -173,3 +173,35 @@ async def test_cli_stats_and_prune(dsn, db, monkeypatch):
     assert output_json(result)["queues"][0]["finished"] == {"succeeded": 1}
     result = await invoke("jobs", "prune", "--older-than", "2d")
     assert output_json(result)["total"] == 1
+
+
+class CountingPool:
+    """The test pool, counting the round trips a caller starts on it (a statement, or a connection
+    taken for a transaction)."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.pool, name)
+        if name not in ("fetch", "fetchrow", "fetchval", "execute", "acquire"):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+async def test_an_idle_leaders_tick_reads_the_watermark_and_stops(dsn, db):
+    """Nothing finished since the last tick, same hour: one read, one transaction that finds the
+    watermark caught up, one read of the clock's hour; no second transaction, prune or export."""
+    await add_job(db, queue="idle-stats", status="succeeded", finished_ago=2 * HOUR, picked_ago=2 * HOUR + 1)
+    counting = CountingPool(db)
+    stats = StatsRollup(counting, StatsSettings(lag_sec=0))
+    assert await stats.tick() == 1
+    counting.calls.clear()
+    assert await stats.tick() == 0
+    assert counting.calls == ["fetchrow", "acquire", "fetchrow"]
