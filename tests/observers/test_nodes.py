@@ -82,3 +82,28 @@ async def test_a_dead_node_releases_its_observers_without_using_their_budget(odb
 async def _running_on(app, name, node):
     observer = await app.observers.get(name)
     return observer if observer.node == node and observer.state.value == "processing" else None
+
+
+def test_the_quiet_pace_is_half_the_fence_when_that_at_least_halves_the_cost():
+    from dataloader.maintenance.node_registry import NodeSettings
+
+    defaults = NodeSettings(capacity=1)
+    assert (defaults.heartbeat_sec, defaults.fence_after, defaults.quiet_sec) == (2, 10, 5)
+    assert NodeSettings(capacity=1, heartbeat_sec=2, dead_after_sec=9, stop_grace_sec=3).quiet_sec is None
+
+
+async def test_an_idle_cluster_beats_at_the_quiet_pace_until_an_observer_appears(odb, make_app, dsn):
+    """No observer anywhere: the heartbeat only keeps the node list, so it slows to the quiet pace.
+    A created observer's NOTIFY brings the fast pace back before the node claims it."""
+    app = make_app("quiet-a")
+    async with app, app.running() as manager:
+        node = next(s for s in manager.supervisor.services if s.name == "node_heartbeat")
+        quiet = node.settings.quiet_sec
+        assert quiet is not None and quiet > node.settings.heartbeat_sec
+        await wait_until(lambda: node._beat_period() == quiet, timeout=10, message="the quiet pace")
+        await app.observers.create(app.observers.spec(name="wakes-the-pace", kind="test.probe",
+                                                      args={"dsn": dsn, "tick_sec": 0.05}))
+        await wait_until(lambda: "wakes-the-pace" in node.runner.running, timeout=10, message="the claim")
+        assert node._beat_period() == node.settings.heartbeat_sec
+        await app.observers.stop("wakes-the-pace", wait=10)
+        await wait_until(lambda: node._beat_period() == quiet, timeout=10, message="quiet again")

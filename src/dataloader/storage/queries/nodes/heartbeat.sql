@@ -8,8 +8,10 @@
 --             back to 'created' to be claimed elsewhere — or to 'deleted' when a stop was asked.
 --             A move does not touch `failures`: a node's death never uses an observer's budget;
 --   wake:     one NOTIFY so nodes with spare capacity claim now instead of at their next beat.
--- Also returned: the observers of this node whose stop was asked (in case a NOTIFY was missed)
--- and in how many seconds the earliest waiting observer this node could run is due (null: none waits; <= 0: now).
+-- Also returned: the observers of this node whose stop was asked (in case a NOTIFY was missed),
+-- in how many seconds the earliest waiting observer this node could run is due (null: none waits;
+-- <= 0: now), and whether no observer runs or waits anywhere (then no node's death can strand one,
+-- and the node beats at its quiet pace).
 -- $1 node_id, $2 dead_after_sec, $3 the kinds this node has code for
 WITH beat AS (
     UPDATE dl_nodes SET heartbeat_at = now()
@@ -46,4 +48,6 @@ SELECT (SELECT count(*) FROM beat)::int AS alive,
        CASE WHEN EXISTS (SELECT 1 FROM released) THEN 0::float8
             ELSE extract(epoch FROM (SELECT min(restart_at) FROM dl_observers
                                  WHERE state = 'created' AND kind = ANY($3::text[])) - now())::float8
-       END AS next_waiting_in_sec;
+       END AS next_waiting_in_sec,
+       NOT EXISTS (SELECT 1 FROM dl_observers WHERE node_id IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM dl_observers WHERE state = 'created') AS no_observers;
