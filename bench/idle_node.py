@@ -1,7 +1,7 @@
 """The database cost and memory of one idle node with default settings (issue 13).
 
     BENCH_DSN=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python -m bench.idle_node \
-        [--command serve|worker] [--window 60] [--settle 15] [--baseline 20]
+        [--command serve|worker] [--window 60] [--settle 15] [--baseline 20] [--src DIR]
 
 A fresh database, migrated; `python -m dataloader serve` (or `worker`) with nothing but DL_DB_DSN set (so
 every default loop runs: workers of the default queue, listener, reaper, node heartbeat, observer
@@ -51,9 +51,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def transactions(admin: asyncpg.Connection, database: str) -> int:
-    return int(await admin.fetchval(
-        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", database))
+async def counters(admin: asyncpg.Connection, database: str) -> tuple[int, int]:
+    """(transactions, sessions opened) of the database so far."""
+    row = await admin.fetchrow(
+        "SELECT xact_commit + xact_rollback AS xacts, sessions FROM pg_stat_database WHERE datname = $1", database)
+    return int(row["xacts"]), int(row["sessions"])
 
 
 async def window(admin_dsn: str, database: str, seconds: float) -> dict[str, Any]:
@@ -62,7 +64,7 @@ async def window(admin_dsn: str, database: str, seconds: float) -> dict[str, Any
     try:
         # An idle backend flushes its counters late; clear what is pending before the first read.
         await admin.execute("SELECT pg_stat_clear_snapshot()")
-        before = await transactions(admin, database)
+        before, sessions_before = await counters(admin, database)
         start = await admin.fetchval("SELECT clock_timestamp()")
         seen: dict[tuple[int, Any], str] = {}
         sessions: dict[int, str] = {}
@@ -79,12 +81,13 @@ async def window(admin_dsn: str, database: str, seconds: float) -> dict[str, Any
                     sessions.setdefault(r["pid"], r["backend_type"])
             await asyncio.sleep(0.002)
         await admin.execute("SELECT pg_stat_clear_snapshot()")
-        after = await transactions(admin, database)
+        after, sessions_after = await counters(admin, database)
     finally:
         await admin.close()
     by_text = collections.Counter(seen.values())
     return {"seconds": seconds, "tps": (after - before) / seconds, "statements_per_sec": len(seen) / seconds,
-            "sessions_opened": collections.Counter(sessions.values()),
+            "sessions_opened": sessions_after - sessions_before,
+            "sessions_seen_opening": collections.Counter(sessions.values()),
             "statements": {text: n for text, n in by_text.most_common()}}
 
 
@@ -109,7 +112,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if not admin:
         raise SystemExit("set BENCH_DSN (a server that allows CREATE DATABASE)")
     server = Server(admin_dsn=admin, kind="BENCH_DSN")
-    result: dict[str, Any] = {"command": args.command, "settle_sec": args.settle,
+    result: dict[str, Any] = {"command": args.command, "settle_sec": args.settle, "src": str(args.src),
                               "load_average_before": os.getloadavg()}
     async with fresh_database(server, "idle_node") as dsn:
         database = database_of(dsn)
@@ -120,7 +123,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             result["baseline"] = await window(admin, database, args.baseline)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
         env.update({"DL_DB_DSN": dsn, "DL_LOG_LEVEL": "WARNING",
-                    "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])})
+                    "PYTHONPATH": os.pathsep.join([str(args.src), env.get("PYTHONPATH", "")])})
         argv = [sys.executable, "-m", "dataloader", args.command]
         if args.command == "serve":
             argv += ["--port", str(free_port())]
@@ -153,4 +156,6 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=float, default=60)
     parser.add_argument("--settle", type=float, default=15)
     parser.add_argument("--baseline", type=float, default=20)
+    parser.add_argument("--src", type=Path, default=ROOT / "src",
+                        help="the dataloader source tree the node runs (e.g. `git archive` of another commit)")
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2, default=str))
