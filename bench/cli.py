@@ -43,6 +43,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run of one system")
     parser.add_argument("--processing-jobs", type=int, default=None,
                         help="jobs per drain of 'processing' (default 100,000; 1,000,000 for the memory run)")
+    parser.add_argument("--worker-procs", default=None,
+                        help="worker process counts of 'processing', comma-separated (default 1,2)")
     parser.add_argument("--ref", default="HEAD",
                         help="git commit of dataloader to measure (its src/ is exported to a temporary "
                              "directory, so concurrent edits cannot change a run), or 'worktree' for the "
@@ -109,6 +111,8 @@ async def _run(args: argparse.Namespace) -> int:
         scale = dataclasses.replace(scale, timeout=args.timeout)
     if args.processing_jobs:
         scale = dataclasses.replace(scale, processing=args.processing_jobs)
+    if args.worker_procs:
+        scale = dataclasses.replace(scale, processing_procs=tuple(int(n) for n in args.worker_procs.split(",")))
     runs = args.runs or (1 if args.quick else 3)
     wanted = ORDER if args.measure == "all" else [ALIASES.get(args.measure, args.measure)]
     systems = [ALL[n] for n in args.system_names]

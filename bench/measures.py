@@ -36,6 +36,7 @@ class Scale:
     enqueue_batch: int = 100_000
     batch_size: int = 1_000
     processing: int = 100_000
+    processing_procs: tuple[int, ...] = (1, 2)  # worker processes of each drain
     concurrency: int = 16
     latency_jobs: int = 500
     latency_interval: float = 0.010
@@ -221,7 +222,7 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
       wal_per_job = bytes of WAL the whole server wrote (pg_current_wal_lsn) / N."""
     sc = ctx.scale
     result = MeasureResult()
-    for nprocs in (1, 2):
+    for nprocs in sc.processing_procs:
         async def one(system: System, run: int, nprocs: int = nprocs) -> tuple[Metrics, dict[str, Any]]:
             async with fresh_database(ctx.server, "proc") as dsn:
                 await _install(ctx, system, dsn)
