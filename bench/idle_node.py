@@ -39,7 +39,6 @@ import psutil
 
 from bench import procs
 from bench.pg import Server, database_of, fresh_database
-from dataloader.storage import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -116,21 +115,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                               "load_average_before": os.getloadavg()}
     async with fresh_database(server, "idle_node") as dsn:
         database = database_of(dsn)
-        # Migrated beforehand, as a deployment's `dataloader db upgrade` does: the node's own start
-        # then finds the schema at head, the common case (and the one its memory is measured in).
-        await migrate.upgrade(dsn)
-        if args.baseline:
-            result["baseline"] = await window(admin, database, args.baseline)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
         env.update({"DL_DB_DSN": dsn, "DL_LOG_LEVEL": "WARNING",
                     "PYTHONPATH": os.pathsep.join([str(args.src), env.get("PYTHONPATH", "")])})
+        # Migrated beforehand by the node's own code, as a deployment's `dataloader db upgrade`
+        # does: the node's start then finds the schema at head, the common case (and the one its
+        # memory is measured in).
+        upgrade = await asyncio.create_subprocess_exec(sys.executable, "-m", "dataloader", "db", "upgrade", env=env,
+                                                       stdout=asyncio.subprocess.DEVNULL)
+        if await upgrade.wait() != 0:
+            raise SystemExit("bench.idle_node: `dataloader db upgrade` failed")
+        if args.baseline:
+            result["baseline"] = await window(admin, database, args.baseline)
         argv = [sys.executable, "-m", "dataloader", args.command]
         if args.command == "serve":
             argv += ["--port", str(free_port())]
         log = Path(f"/tmp/bench-idle-node-{os.getpid()}.log")
         proc = await procs.spawn(argv, env, log)
         try:
-            await node_live(dsn, 60)
+            await node_live(dsn, 120)
             await asyncio.sleep(args.settle)
             node = await window(admin, database, args.window)
             result["rss_mb"] = procs.tree_rss([proc.pid]) / 2**20
