@@ -67,6 +67,11 @@ CLAIM_SKIPPED = Counter(
     ["queue", "reason"],
 )
 RUNNING_JOBS = Gauge("dl_running_jobs", "Attempts running in this process", ["queue"])
+JOBS_PARKED = Counter(
+    "dl_jobs_parked_total",
+    "Jobs parked behind a lock_key this worker holds (out of the claim's walk until the key is free)",
+    ["queue"],
+)
 DB_RECONNECTS = Counter("dl_db_reconnects_total", "Database connection losses recovered", ["component"])
 
 # HTTP face (api/middleware.py). `route` is the route template (/api/v1/jobs/{job_id}/status), never

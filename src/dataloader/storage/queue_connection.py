@@ -40,6 +40,8 @@ class ClaimedJob:
     attempts_before_retry: int = 0
     timeout_sec: int | None = None  # the job's own run-time limit (0010)
     chain_next: Any = None  # stages planned to run after it succeeds (0011; None: none)
+    # 16 or more jobs of its lock_key wait unparked: park them while it runs (0017)
+    key_backlog: bool = False
 
     @property
     def attempts_left(self) -> int:
@@ -136,7 +138,7 @@ class QueueConnection:
                     partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
-                    timeout_sec=r["timeout_sec"], chain_next=r["chain_next"],
+                    timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
                 ))
             else:
                 skipped.append(SkippedCandidate(
@@ -157,6 +159,11 @@ class QueueConnection:
         """Jobs held back behind a key this connection just released may run now."""
         await self.conn.execute(sql("wake_parked_jobs"), [p[0] for p in parked], [p[1] for p in parked])
 
+    async def park_key_waiters(self, job_id: uuid.UUID, attempt: int, batch: int) -> int:
+        """Park up to `batch` jobs waiting behind the lock_key this running attempt holds (0017);
+        returns how many (fewer than `batch`: none left, or the attempt no longer holds the key)."""
+        return await self.conn.fetchval(sql("park_key_waiters"), job_id, attempt, batch)
+
     async def unlock(self, lock_key: str) -> bool:
         return await self.conn.fetchval(sql("unlock_key"), lock_key)
 
@@ -166,8 +173,14 @@ class QueueConnection:
 
     async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
         """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""
+        return {job_id: cancel for job_id, (cancel, _) in (await self.heartbeat_and_backlog(attempts)).items()}
+
+    async def heartbeat_and_backlog(self, attempts: list[tuple[uuid.UUID, int]]
+                                    ) -> dict[uuid.UUID, tuple[bool, bool]]:
+        """`heartbeat`, with each held attempt's (cancel_requested, key_backlog): whether jobs
+        enqueued while it runs wait unparked behind its lock_key, enough to park (0017)."""
         rows = await self.conn.fetch(sql("heartbeat_jobs"), [a[0] for a in attempts], [a[1] for a in attempts])
-        return {r["job_id"]: r["cancel_requested"] for r in rows}
+        return {r["job_id"]: (r["cancel_requested"], r["key_backlog"]) for r in rows}
 
     async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
                      ) -> dict[uuid.UUID, FinishResult]:

@@ -172,7 +172,9 @@ class JobRepository:
         return [JobEvent.from_row(row) for row in rows]
 
     async def reap_expired(self, batch_size: int = 1000) -> list[asyncpg.Record]:
-        return await self.pool.fetch(sql("reap_expired"), batch_size)
+        """The jobs taken back. The statement also unparks the heads of keys left with parked jobs
+        and nothing running (0017); its row with a NULL job_id, when nothing was reaped, is dropped."""
+        return [r for r in await self.pool.fetch(sql("reap_expired"), batch_size) if r["job_id"] is not None]
 
     async def set_progress(self, job_id: uuid.UUID, attempt: int, progress: dict[str, Any]) -> bool | None:
         """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""

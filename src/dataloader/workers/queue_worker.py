@@ -37,6 +37,10 @@ log = logging.getLogger("dataloader.worker")
 MAX_CLAIM_BATCH = 64
 
 
+# Jobs parked per statement behind a key this worker holds (park_key_waiters.sql): one batch per
+# loop turn, so the control connection's finishes and claims for the other slots wait ~10 ms at most.
+PARK_BATCH = 2000
+
 # Keys whose stray holders are remembered at most (then forgotten together: they only shorten a wait).
 MAX_STRAY_KEYS_REMEMBERED = 10_000
 FIRST_STRAY_HOLD_BACK_SEC = 0.2
@@ -73,6 +77,8 @@ class QueueWorker:
         self._claimed: list[ClaimedJob] = []
         # lock_key -> how many times in a row a stray was seen holding it (see stray_hold_back)
         self._stray_strikes: dict[str, int] = {}
+        # running attempts whose lock_key has a backlog still to park (0017)
+        self._to_park: dict[uuid.UUID, ClaimedJob] = {}
 
     @property
     def held_locks(self) -> dict[int, uuid.UUID]:
@@ -167,6 +173,8 @@ class QueueWorker:
         busy, self._busy = self._busy, []
         for candidate in busy:
             await self._settle_busy(conn, candidate)
+        if self._to_park:
+            await self._park_one_batch(conn)
 
     async def _step_parts(self, conn: asyncpg.Connection, flush: bool, beat: bool, claim: bool) -> None:
         if flush:
@@ -177,7 +185,7 @@ class QueueWorker:
             await self._claim(conn)
 
     def _has_work_now(self) -> bool:
-        return bool(self.completer) or self._want_claim() or self.heartbeats.due()
+        return bool(self.completer) or self._want_claim() or self.heartbeats.due() or bool(self._to_park)
 
     def _busy_slots(self) -> int:
         """Attempts still executing. One whose finish is waiting to be written has stopped
@@ -213,6 +221,8 @@ class QueueWorker:
             if job.lock_hash not in ledger:
                 ledger.take(job.lock_hash, job.job_id)
                 self._claimed.append(job)  # started once the step has committed
+                if job.key_backlog:
+                    self._to_park[job.job_id] = job
             else:
                 self._reentrant.append(job)
         for candidate in batch.skipped:
@@ -220,6 +230,20 @@ class QueueWorker:
                 self._busy.append(candidate)
             else:
                 metrics.CLAIM_SKIPPED.labels(self.queue, "same_key_in_batch").inc()
+
+    async def _park_one_batch(self, conn: asyncpg.Connection) -> None:
+        """Park one batch of the jobs waiting behind a key one of our attempts holds, in its own
+        statement after the step's commit. Only the holder parks (see park_key_waiters.sql), and
+        only while the attempt runs: its finish, on this same connection, unparks the key's head."""
+        job_id, job = next(iter(self._to_park.items()))
+        attempt = self.running.get(job_id)
+        if attempt is None or attempt.job is not job:
+            del self._to_park[job_id]
+            return
+        parked = await QueueConnection(conn).park_key_waiters(job.job_id, job.attempt, PARK_BATCH)
+        metrics.JOBS_PARKED.labels(self.queue).inc(parked)
+        if parked < PARK_BATCH:
+            del self._to_park[job_id]
 
     async def _settle_reentrant(self, conn: asyncpg.Connection, job: ClaimedJob) -> None:
         """A claimed job whose lock this session already held: the re-entrant grant gave the key to
@@ -306,7 +330,7 @@ class QueueWorker:
     async def _heartbeat(self, conn: asyncpg.Connection) -> None:
         attempts = [(a.job.job_id, a.job.attempt) for a in self.running.values()]
         started = time.perf_counter()
-        alive = await QueueConnection(conn).heartbeat(attempts)
+        alive = await QueueConnection(conn).heartbeat_and_backlog(attempts)
         metrics.HEARTBEAT_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
         self.heartbeats.beaten(self._lease_ttls())
         for job_id, _ in attempts:
@@ -315,5 +339,9 @@ class QueueWorker:
                 continue
             if job_id not in alive:
                 attempt.request_stop("lease_lost")
-            elif alive[job_id]:
+                continue
+            cancel_requested, key_backlog = alive[job_id]
+            if cancel_requested:
                 attempt.request_stop("cancel")
+            elif key_backlog:
+                self._to_park[job_id] = attempt.job

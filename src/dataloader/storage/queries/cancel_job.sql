@@ -13,7 +13,7 @@ WITH target AS (
         restart_key = NULL
     FROM target t
     WHERE j.job_id = t.job_id AND t.status IN ('queued', 'running') AND NOT j.cancel_requested
-    RETURNING j.job_id, j.queue, j.status
+    RETURNING j.job_id, j.queue, j.status, j.lock_key
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, CASE WHEN status = 'canceled' THEN 'canceled' ELSE 'cancel_requested' END,
@@ -21,8 +21,16 @@ WITH target AS (
     FROM changed
 ), signal AS (
     SELECT pg_notify('dl_cancel', job_id::text) FROM changed WHERE status = 'running'
+), unparked AS (
+    -- a canceled queued job may have been its key's head, with the key's other jobs parked behind
+    -- it (0017): the next one must not wait for the reaper's sweep
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM changed c JOIN dl_jobs p ON p.lock_key = c.lock_key
+                             WHERE c.status = 'canceled' AND p.status = 'queued' AND p.key_parked)
+                THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM changed WHERE status = 'canceled'))
+                ELSE 0 END AS woken
 )
 SELECT t.status::text AS previous_status,
+       (SELECT woken FROM unparked) AS keys_unparked,
        (SELECT count(*) FROM changed) AS changed,
        (SELECT count(*) FROM signal) AS signaled
 FROM target t;

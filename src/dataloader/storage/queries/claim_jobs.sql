@@ -22,6 +22,12 @@
 -- fenced-off attempt of ours still winding down, or two keys with one hashtext) is granted again;
 -- the caller detects that by lock_hash and gives the job back.
 --
+-- Parked jobs (0017) wait behind a running key outside ix_dl_jobs_claim_order, so the walk never
+-- visits them; the finish that frees their key unparks its head. key_backlog tells the worker
+-- that the key it just took has 16 or more unparked waiters: it parks them from its control
+-- connection (park_key_waiters.sql), since each would otherwise be walked and rejected by every
+-- claim of this queue while the key runs.
+--
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
 -- re-planned the claim on every call instead (about half of the claim's time).
@@ -31,6 +37,7 @@ WITH candidate AS (
     WHERE q.status = 'queued'
       AND q.queue = $1
       AND q.available_at <= now()
+      AND NOT q.key_parked
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key AND r.status = 'running'
       )
@@ -86,6 +93,10 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
             WHERE e.job_id = c.job_id AND e.kind = 'queued' ORDER BY e.event_id LIMIT 1)
        END AS request_id,
        c.job_id IS NOT NULL AS claimed,
+       CASE WHEN c.job_id IS NOT NULL THEN (SELECT count(*) FROM (
+           SELECT 1 FROM dl_jobs w
+           WHERE w.lock_key = r.lock_key AND w.status = 'queued' AND NOT w.key_parked AND w.job_id <> r.job_id
+           LIMIT 16) backlog) >= 16 ELSE false END AS key_backlog,
        r.key_rank = 1 AS asked_lock
 FROM ranked r LEFT JOIN claimed c USING (job_id)
 ORDER BY r.priority, r.available_at, r.created_at;

@@ -4,6 +4,8 @@
 -- hour (0015): liveness is the row's heartbeat_at and lease, renewed on every beat; the journal
 -- keeps a trail without 360 rows per running job-hour. `journaled` is true exactly when this
 -- statement set heartbeat_journaled_at (to this transaction's now()).
+-- key_backlog: 16 or more jobs wait unparked behind the attempt's lock_key (enqueued while it runs):
+-- the worker parks them (0017, park_key_waiters.sql), as after a claim.
 WITH beat AS (
     UPDATE dl_jobs j
     SET heartbeat_at = now(),
@@ -13,9 +15,15 @@ WITH beat AS (
                                       THEN now() ELSE j.heartbeat_journaled_at END
     FROM unnest($1::uuid[], $2::int[]) AS i(job_id, attempt)
     WHERE j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
-    RETURNING j.job_id, j.queue, j.attempt, j.cancel_requested, j.heartbeat_journaled_at = now() AS journaled
+    RETURNING j.job_id, j.queue, j.attempt, j.lock_key, j.cancel_requested,
+              j.heartbeat_journaled_at = now() AS journaled
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, 'heartbeat', jsonb_build_object('attempt', attempt) FROM beat WHERE journaled
 )
-SELECT job_id, cancel_requested FROM beat;
+SELECT b.job_id, b.cancel_requested,
+       (SELECT count(*) FROM (
+           SELECT 1 FROM dl_jobs w
+           WHERE w.lock_key = b.lock_key AND w.status = 'queued' AND NOT w.key_parked
+           LIMIT 16) backlog) >= 16 AS key_backlog
+FROM beat b;

@@ -3,7 +3,11 @@
 -- A running row without a lease (never written by the engine, but the table is shared and the schema
 -- allows it) would otherwise stay running forever: it is reaped once a lease's time has passed
 -- since its last sign of life. $1 batch size.
-WITH expired AS (
+-- The keys it frees get their parked heads unparked (0017, dl_unpark_key_heads), and so does any
+-- key with parked jobs and nothing running (the sweep: a key a crash or a bulk cancel left fully
+-- parked waits at most one reaper period). Hence one row with a NULL job_id when nothing was
+-- reaped: the sweep must run every time, and a SELECT-only CTE runs only when read.
+WITH RECURSIVE expired AS (
     SELECT job_id
     FROM dl_jobs
     WHERE status = 'running'
@@ -25,7 +29,7 @@ WITH expired AS (
                            THEN NULL ELSE now() END
     FROM expired e
     WHERE j.job_id = e.job_id
-    RETURNING j.job_id, j.queue, j.task, j.status, j.attempt
+    RETURNING j.job_id, j.queue, j.task, j.status, j.attempt, j.lock_key
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue,
@@ -56,7 +60,26 @@ WITH expired AS (
 ), process_notified AS (
     SELECT pg_notify('dl_process_task', l.task_id::text), pg_notify('dl_process_feed', l.ns)
     FROM lost_process_tasks l
+), parked_key AS (
+    -- every key with parked jobs once (a loose scan of ix_dl_jobs_key_parked, empty unless a key is hot)
+    SELECT (SELECT min(p.lock_key) FROM dl_jobs p WHERE p.status = 'queued' AND p.key_parked) AS lock_key
+    UNION ALL
+    SELECT (SELECT min(p.lock_key) FROM dl_jobs p
+            WHERE p.status = 'queued' AND p.key_parked AND p.lock_key > k.lock_key)
+    FROM parked_key k
+    WHERE k.lock_key IS NOT NULL
+), stranded AS (
+    SELECT k.lock_key
+    FROM parked_key k
+    WHERE k.lock_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM dl_jobs r WHERE r.lock_key = k.lock_key AND r.status = 'running')
+), unparked AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM stranded)
+                  OR EXISTS (SELECT 1 FROM dl_jobs p
+                             WHERE p.lock_key IN (SELECT lock_key FROM reaped) AND p.status = 'queued' AND p.key_parked)
+                THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM reaped UNION SELECT lock_key FROM stranded))
+                ELSE 0 END AS woken
 )
-SELECT job_id, queue, task, status::text AS status, attempt,
-       (SELECT count(*) FROM process_notified) AS processes_broken
-FROM reaped;
+SELECT r.job_id, r.queue, r.task, r.status::text AS status, r.attempt,
+       (SELECT count(*) FROM process_notified) AS processes_broken, u.woken AS keys_unparked
+FROM unparked u LEFT JOIN reaped r ON true;

@@ -15,7 +15,9 @@ WITH target AS (
         -- back in the queue as a plain job: it never takes over a restartable job's re-triggers
         restart_key = NULL,
         -- a held job is released by its retry (0014); a fresh wait for the queue-time limit
-        held_at = NULL, held_reason = NULL, queue_overdue_at = NULL
+        held_at = NULL, held_reason = NULL, queue_overdue_at = NULL,
+        -- parked before its cancel or queue-time failure: back in the claim's walk (0017)
+        key_parked = false
     FROM target t
     WHERE j.job_id = t.job_id AND t.status IN ('failed', 'canceled', 'lost')
     RETURNING j.job_id, j.queue, j.attempt, t.status AS previous_status

@@ -6,7 +6,7 @@ WITH changed AS (
     UPDATE dl_jobs j
     SET status = 'queued', available_at = now(), attempts_before_retry = j.attempt, cancel_requested = false,
         lease_expires_at = NULL, finished_at = NULL, restart_key = NULL, held_at = NULL, held_reason = NULL,
-        queue_overdue_at = NULL
+        queue_overdue_at = NULL, key_parked = false
     WHERE j.job_id = ANY ($1::uuid[]) AND j.status IN ('failed', 'canceled', 'lost')
     RETURNING j.job_id, j.queue, j.attempt
 ), journal AS (
