@@ -24,7 +24,7 @@
 --
 -- Parked jobs (0017) wait behind a running key outside ix_dl_jobs_claim_order, so the walk never
 -- visits them; the finish that frees their key unparks its head. key_backlog tells the worker
--- that the key it just took has 16 or more unparked waiters: it parks them from its control
+-- that the key it just took has 16 or more unparked runnable waiters: it parks them from its control
 -- connection (park_key_waiters.sql), since each would otherwise be walked and rejected by every
 -- claim of this queue while the key runs.
 --
@@ -96,6 +96,7 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        CASE WHEN c.job_id IS NOT NULL THEN (SELECT count(*) FROM (
            SELECT 1 FROM dl_jobs w
            WHERE w.lock_key = r.lock_key AND w.status = 'queued' AND NOT w.key_parked AND w.job_id <> r.job_id
+             AND w.available_at <= now()
            LIMIT 16) backlog) >= 16 ELSE false END AS key_backlog,
        r.key_rank = 1 AS asked_lock
 FROM ranked r LEFT JOIN claimed c USING (job_id)

@@ -24,7 +24,10 @@ WITH upserted AS (
                   lease_ttl_sec = EXCLUDED.lease_ttl_sec,
                   timeout_sec = EXCLUDED.timeout_sec,
                   chain_next = EXCLUDED.chain_next,
-                  chain_id = CASE WHEN EXCLUDED.chain_next IS NOT NULL THEN dl_jobs.job_id END
+                  chain_id = CASE WHEN EXCLUDED.chain_next IS NOT NULL THEN dl_jobs.job_id END,
+                  -- its place in line may have moved: back in the claim's walk, never parked behind
+                  -- a head it no longer follows (0017)
+                  key_parked = false
     WHERE dl_jobs.task = EXCLUDED.task AND dl_jobs.queue = EXCLUDED.queue
     -- xmax is 0 on a freshly inserted row version, not on one this statement updated
     RETURNING *, (xmax = 0) AS created

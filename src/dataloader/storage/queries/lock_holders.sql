@@ -7,7 +7,9 @@
 WITH same_key AS (
     SELECT r.status
     FROM dl_jobs r
-    WHERE r.lock_key = $2 AND r.job_id <> $1 AND r.status IN ('queued', 'running')
+    -- parked jobs (0017) are never claimed, so they are not read (nor locked: a hot key has many)
+    WHERE r.lock_key = $2 AND r.job_id <> $1
+      AND (r.status = 'running' OR (r.status = 'queued' AND NOT r.key_parked))
     FOR SHARE
 )
 SELECT (SELECT count(*) FROM same_key WHERE status = 'running') AS running_holders,
