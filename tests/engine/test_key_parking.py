@@ -12,7 +12,7 @@ from dataloader.maintenance.reaper import Reaper
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, claim_sql
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until
-from tests.support.engine import enqueue, job_service
+from tests.support.engine import enqueue, job_service, running_engine
 
 
 async def _parked(db) -> int:
@@ -83,6 +83,22 @@ async def test_jobs_enqueued_while_the_key_runs_are_reported_by_the_heartbeat_fo
         assert await _park_all(holder, head) == 16
         assert await queue.heartbeat_and_backlog([(head.job_id, head.attempt)]) == {head.job_id: (False, False)}
         await _succeed(holder, head)
+
+
+async def test_a_worker_hands_a_parked_key_over_in_the_step_that_writes_the_finish(dsn, db):
+    """The finish that frees a hot key unparks the next job and the same step (one transaction,
+    so one now()) claims it: no NOTIFY round trip between a hot key's jobs."""
+    hot = [await enqueue(db, lock_key="hot") for _ in range(20)]
+    async with running_engine(dsn, db, {"default": 4}):
+        await wait_until(lambda: _all_succeeded(db, hot), timeout=20)
+    rows = await db.fetch("SELECT job_id, kind, ts FROM dl_job_events WHERE kind IN ('picked', 'done') "
+                          "ORDER BY event_id")
+    done = {r["job_id"]: r["ts"] for r in rows if r["kind"] == "done"}
+    picked = {r["job_id"]: r["ts"] for r in rows if r["kind"] == "picked"}
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE job_id = ANY($1) AND attempt = 1", hot) == 20
+    # from the third job on the key's backlog is parked (the first claim reported it)
+    same_step = [picked[nxt] == done[prev] for prev, nxt in itertools.pairwise(hot[1:])]
+    assert all(same_step), same_step
 
 
 def _scan_of_claim_order(plan: object) -> dict:

@@ -42,6 +42,8 @@ class ClaimedJob:
     chain_next: Any = None  # stages planned to run after it succeeds (0011; None: none)
     # 16 or more jobs of its lock_key wait unparked: park them while it runs (0017)
     key_backlog: bool = False
+    # jobs of its lock_key are parked behind it (0017): its finish unparks the next one
+    key_parked_behind: bool = False
 
     @property
     def attempts_left(self) -> int:
@@ -139,6 +141,7 @@ class QueueConnection:
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                     timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
+                    key_parked_behind=r["key_parked_behind"],
                 ))
             else:
                 skipped.append(SkippedCandidate(

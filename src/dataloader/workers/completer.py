@@ -54,6 +54,9 @@ class Completer:
     def __bool__(self) -> bool:
         return bool(self._pending)
 
+    def pending_job_ids(self) -> set[uuid.UUID]:
+        return {request.job_id for request, _ in self._pending}
+
     async def submit(self, request: FinishRequest) -> FinishResult:
         """Called by an attempt: returns once the finish has committed."""
         future: asyncio.Future[FinishResult] = asyncio.get_running_loop().create_future()

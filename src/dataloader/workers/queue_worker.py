@@ -79,6 +79,9 @@ class QueueWorker:
         self._stray_strikes: dict[str, int] = {}
         # running attempts whose lock_key has a backlog still to park (0017)
         self._to_park: dict[uuid.UUID, ClaimedJob] = {}
+        # running attempts with jobs of their lock_key parked behind them: their finish unparks the
+        # next one, which the same step then claims (no NOTIFY round trip in a hot key's handoff)
+        self._holds_parked: set[uuid.UUID] = set()
 
     @property
     def held_locks(self) -> dict[int, uuid.UUID]:
@@ -157,7 +160,8 @@ class QueueWorker:
         self._busy = []
         self._reentrant = []
         self._claimed = []
-        flush, beat, claim = bool(self.completer), self.heartbeats.due(), self._want_claim()
+        flush, beat = bool(self.completer), self.heartbeats.due()
+        claim = self._want_claim() or (flush and self._hands_over_a_parked_key())
         if flush + beat + claim > 1:
             async with conn.transaction():
                 await self._step_parts(conn, flush, beat, claim)
@@ -193,6 +197,12 @@ class QueueWorker:
         (one commit for both)."""
         return len(self.running) - len(self.completer)
 
+    def _hands_over_a_parked_key(self) -> bool:
+        """A finish about to be written frees a key with parked jobs behind it: its statement
+        unparks the next one, so claim in the same step even if the last claim came back short."""
+        return (self._claiming and self._busy_slots() < self.concurrency
+                and not self._holds_parked.isdisjoint(self.completer.pending_job_ids()))
+
     def _want_claim(self) -> bool:
         return (self._claiming and self._busy_slots() < self.concurrency
                 and self._work_generation != self._settled_generation)
@@ -223,6 +233,8 @@ class QueueWorker:
                 self._claimed.append(job)  # started once the step has committed
                 if job.key_backlog:
                     self._to_park[job.job_id] = job
+                if job.key_parked_behind:
+                    self._holds_parked.add(job.job_id)
             else:
                 self._reentrant.append(job)
         for candidate in batch.skipped:
@@ -242,6 +254,8 @@ class QueueWorker:
             return
         parked = await QueueConnection(conn).park_key_waiters(job.job_id, job.attempt, PARK_BATCH)
         metrics.JOBS_PARKED.labels(self.queue).inc(parked)
+        if parked:
+            self._holds_parked.add(job_id)
         if parked < PARK_BATCH:
             del self._to_park[job_id]
 
@@ -317,6 +331,7 @@ class QueueWorker:
             # new attempt without heartbeats and its lock_key locked forever.
             if self.running.get(attempt.job.job_id) is attempt:
                 del self.running[attempt.job.job_id]
+                self._holds_parked.discard(attempt.job.job_id)
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
             if not self.running:
                 self.heartbeats.idle()
