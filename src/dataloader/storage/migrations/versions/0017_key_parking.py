@@ -34,13 +34,13 @@ holder's release, a bulk cancel of a head) waits at most one reaper period (DL_R
 10 s by default).
 
 Revision ID: 0017_key_parking
-Revises: 0015_heartbeat_journal
+Revises: 0016_process_recovery
 """
 
 from alembic import op
 
 revision = "0017_key_parking"
-down_revision = "0015_heartbeat_journal"
+down_revision = "0016_process_recovery"
 branch_labels = None
 depends_on = None
 
