@@ -92,8 +92,10 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
             vacuumed = await _median_claim_ms(conn, args.samples)
             scan_vacuumed = await _plan_line(conn)
             # the holder's finish unparks exactly the next job of the key, in order
+            started = time.perf_counter()
             await QueueConnection(holder).finish_one(FinishRequest(
                 job_id=head.job_id, attempt=head.attempt, outcome="succeeded", lock_key="hot", unlock=True))
+            finish_ms = (time.perf_counter() - started) * 1000
             next_rows = await conn.fetch("SELECT created_at FROM dl_jobs WHERE lock_key = 'hot' AND status = 'queued' "
                                          "AND NOT key_parked")
         finally:
@@ -111,7 +113,7 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
         "ratio_parked": round(parked / alone, 2),
         "ratio_parked_after_vacuum": round(vacuumed / alone, 2),
         "parking_sec": round(park_sec, 2), "park_statements": batches,
-        "unparked_after_finish": len(next_rows),
+        "unparked_after_finish": len(next_rows), "holder_finish_ms": round(finish_ms, 2),
         "scan_before_parking": scan_unparked, "scan_parked": scan_parked, "scan_parked_after_vacuum": scan_vacuumed,
     })
     return result

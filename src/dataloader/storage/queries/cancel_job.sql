@@ -24,8 +24,10 @@ WITH target AS (
 ), unparked AS (
     -- a canceled queued job may have been its key's head, with the key's other jobs parked behind
     -- it (0017): the next one must not wait for the reaper's sweep
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM changed c JOIN dl_jobs p ON p.lock_key = c.lock_key
-                             WHERE c.status = 'canceled' AND p.status = 'queued' AND p.key_parked)
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM changed c CROSS JOIN LATERAL (
+                                 SELECT 1 FROM dl_jobs p
+                                 WHERE p.lock_key = c.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p
+                             WHERE c.status = 'canceled')
                 THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM changed WHERE status = 'canceled'))
                 ELSE 0 END AS woken
 )

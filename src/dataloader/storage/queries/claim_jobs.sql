@@ -99,9 +99,11 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
              AND w.available_at <= now()
            LIMIT 16) backlog) >= 16 ELSE false END AS key_backlog,
        -- jobs of its key are parked behind it: its finish unparks the next (a probe of
-       -- ix_dl_jobs_key_parked, empty unless a key is hot)
-       CASE WHEN c.job_id IS NOT NULL THEN EXISTS (
-           SELECT 1 FROM dl_jobs p WHERE p.lock_key = r.lock_key AND p.status = 'queued' AND p.key_parked)
+       -- ix_dl_jobs_key_parked, empty unless a key is hot; a LIMIT 1 scalar, because an EXISTS
+       -- here was planned as a hash of every parked job: 44 ms with 100,000 parked)
+       CASE WHEN c.job_id IS NOT NULL THEN (
+           SELECT true FROM dl_jobs p WHERE p.lock_key = r.lock_key AND p.status = 'queued' AND p.key_parked
+           LIMIT 1) IS NOT NULL
        ELSE false END AS key_parked_behind,
        r.key_rank = 1 AS asked_lock
 FROM ranked r LEFT JOIN claimed c USING (job_id)

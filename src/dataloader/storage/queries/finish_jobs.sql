@@ -138,9 +138,11 @@ WITH input AS (
     ) w
 ), unparked AS (
     -- The freed keys' parked heads (0017) become claimable in this statement. The probe of
-    -- ix_dl_jobs_key_parked (empty unless a key is hot) spares the common path the function call.
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM dl_jobs p
-                             WHERE p.lock_key IN (SELECT lock_key FROM freed) AND p.status = 'queued' AND p.key_parked)
+    -- ix_dl_jobs_key_parked (empty unless a key is hot) spares the common path the function call;
+    -- one LIMIT 1 probe per key, never a hash of every parked job.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM freed f CROSS JOIN LATERAL (
+                                 SELECT 1 FROM dl_jobs p
+                                 WHERE p.lock_key = f.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
                 THEN dl_unpark_key_heads(ARRAY(SELECT DISTINCT lock_key FROM freed))
                 ELSE 0 END AS woken
 ), unlocked AS (

@@ -72,11 +72,12 @@ WITH RECURSIVE expired AS (
     SELECT k.lock_key
     FROM parked_key k
     WHERE k.lock_key IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM dl_jobs r WHERE r.lock_key = k.lock_key AND r.status = 'running')
+      AND (SELECT 1 FROM dl_jobs r WHERE r.lock_key = k.lock_key AND r.status = 'running' LIMIT 1) IS NULL
 ), unparked AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM stranded)
-                  OR EXISTS (SELECT 1 FROM dl_jobs p
-                             WHERE p.lock_key IN (SELECT lock_key FROM reaped) AND p.status = 'queued' AND p.key_parked)
+                  OR EXISTS (SELECT 1 FROM reaped r CROSS JOIN LATERAL (
+                                 SELECT 1 FROM dl_jobs p
+                                 WHERE p.lock_key = r.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
                 THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM reaped UNION SELECT lock_key FROM stranded))
                 ELSE 0 END AS woken
 )

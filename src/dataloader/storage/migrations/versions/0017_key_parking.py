@@ -74,11 +74,11 @@ BEGIN
           LIMIT 1
       ) h
       WHERE pair.queue IS NOT NULL
-        AND NOT EXISTS (
-            SELECT 1 FROM dl_jobs u
-            WHERE u.lock_key = pair.lock_key AND u.status = 'queued' AND NOT u.key_parked
-              AND u.queue = pair.queue AND u.available_at <= now()
-              AND (u.priority, u.available_at, u.created_at) <= (h.priority, h.available_at, h.created_at))
+        AND (SELECT 1 FROM dl_jobs u
+             WHERE u.lock_key = pair.lock_key AND u.status = 'queued' AND NOT u.key_parked
+               AND u.queue = pair.queue AND u.available_at <= now()
+               AND (u.priority, u.available_at, u.created_at) <= (h.priority, h.available_at, h.created_at)
+             LIMIT 1) IS NULL
   ), unparked AS (
       UPDATE dl_jobs j SET key_parked = false
       FROM head
