@@ -31,7 +31,7 @@ from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.processes.registry import processors
-from dataloader.services.jobs import JobRequest, JobService
+from dataloader.services.jobs import JobRequest, JobService, plain_jobs
 from dataloader.services.processes import ProcessService
 from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
@@ -247,8 +247,16 @@ class App:
         """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
         mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
         inserted, in input order; a known `idempotency_key` is skipped."""
-        requests = [item if isinstance(item, JobRequest) else self._request(**dict(item)) for item in jobs]
-        return await self.jobs.trigger_many(requests, producer="python", conn=conn)
+        return await self.jobs.trigger_many(self._batch_items(jobs), producer="python", conn=conn)
+
+    def _batch_items(self, jobs: Iterable[JobRequest | Mapping[str, Any]]) -> list[Any]:
+        """enqueue_many's items as `JobService.batch_columns` takes them: validated in one call when
+        they are all plain (`plain_jobs`), else a JobRequest each (shared with SyncApp)."""
+        items = list(jobs)
+        plain = plain_jobs(items)
+        if plain is not None:
+            return plain
+        return [item if isinstance(item, JobRequest) else self._request(**dict(item)) for item in items]
 
     def _request(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
                  lock_key: str | None = None, delay: float | timedelta | None = None,

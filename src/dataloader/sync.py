@@ -34,7 +34,6 @@ import threading
 import uuid
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -213,21 +212,15 @@ class SyncApp:
             return self._call(self.app.enqueue_many(items))
         runner = _CallerConnection(conn)
         service = self._service()
-        requests = [item if isinstance(item, JobRequest) else self.app._request(**dict(item)) for item in jobs]
-        new_jobs = [service.to_new_job(r, "python") for r in requests]
-        if not new_jobs:
+        items = self.app._batch_items(jobs)
+        if not items:
             return []
-        if any(j.idempotency_key for j in new_jobs):
-            new_jobs = [replace(j, job_id=uuid.uuid4()) for j in new_jobs]
-        cols = [list(col) for col in zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key,
-                                             j.lock_key, j.partition_key, j.priority, j.available_at,
-                                             j.max_attempts, j.lease_ttl_sec) for j in new_jobs), strict=True)]
-        rows = runner.fetch(sql("insert_jobs_batch"), [*cols, "python", [j.timeout_sec for j in new_jobs]])
+        batch = service.batch_columns(items)
+        ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = batch.columns
+        rows = runner.fetch(sql("insert_jobs_batch"), [ids, queues, tasks, args, keys, locks, partitions, priorities,
+                                                       available, attempts, leases, "python", batch.timeouts])
         ids = [_as_uuid(row["job_id"]) for row in rows]
-        inserted = set(ids)
-        for j in new_jobs:
-            if j.job_id is None or j.job_id in inserted:
-                metrics.JOBS_ENQUEUED.labels(j.queue, j.task).inc()
+        batch.count_enqueued(ids)
         return ids
 
     def _service(self) -> JobService:

@@ -9,12 +9,22 @@ import hashlib
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Required
 
-from pydantic import AwareDatetime, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from dataloader import metrics
 from dataloader.base import StrictModel
@@ -120,6 +130,82 @@ class JobRequest(StrictModel):
         return value
 
 
+@with_config(ConfigDict(extra="forbid"))
+class _PlainJob(TypedDict, total=False):
+    """What `plain_jobs` validates: `JobRequest`'s fields that a plain batch item may carry, with
+    their constraints; `lock_key` may be missing, None or "" (then it is the job's own id)."""
+
+    task: Required[Annotated[str, Field(min_length=1, max_length=200)]]
+    args: dict[str, Any]
+    queue: Annotated[str, Field(min_length=1, max_length=200)]
+    lock_key: Annotated[str, Field(max_length=512)] | None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=512)] | None
+    partition_key: Annotated[str, Field(max_length=512)]
+    priority: Annotated[int, Field(ge=0, le=PG_INT_MAX)]
+    available_at: AwareDatetime | None
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] | None
+    lease_ttl_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
+    timeout_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
+
+
+_PLAIN_JOBS = TypeAdapter(list[_PlainJob])
+
+
+def plain_jobs(items: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """The batch validated in one call, when every item is a plain dict that `JobRequest` (through
+    `App._request`) accepts as it is: only the fields of `_PlainJob`, each valid there, and no
+    blank, NUL or out-of-range value that JobRequest's own validators refuse. None otherwise (a
+    `JobRequest`, `delay`, `then`, `unique_for`, any error ...): the caller then builds one
+    JobRequest per item as before, which accepts the same items and raises the same errors.
+
+    It saves ~4 of the ~5.5 ms per 1,000 jobs that 1,000 JobRequests cost (bench/README.md)."""
+    if not all(type(item) is dict for item in items):
+        return None
+    try:
+        valid = _PLAIN_JOBS.validate_python(items)
+    except ValidationError:
+        return None
+    low, high = AVAILABLE_AT_RANGE
+    for item in valid:
+        for name in ("task", "queue", "lock_key"):
+            value = item.get(name)
+            if value and (not value.strip() or "\x00" in value):
+                return None
+        for name in ("idempotency_key", "partition_key"):
+            value = item.get(name)
+            if value and "\x00" in value:
+                return None
+        at = item.get("available_at")
+        if at is not None:
+            try:
+                if not low <= at.astimezone(UTC) < high:
+                    return None
+            except OverflowError:
+                return None
+    return valid
+
+
+@dataclass(frozen=True, slots=True)
+class BatchColumns:
+    """A batch as insert_jobs_batch.sql's arrays (`columns`: $1..$11, `timeouts`: $13), with the
+    jobs per (queue, task) for the enqueued-jobs metric."""
+
+    ids: list[uuid.UUID]
+    columns: tuple[list[Any], ...]
+    timeouts: list[int | None]
+    counts: dict[tuple[str, str], int]
+
+    def count_enqueued(self, inserted: list[uuid.UUID]) -> None:
+        if len(inserted) == len(self.ids):
+            counts = self.counts
+        else:
+            kept = set(inserted)
+            queues, tasks = self.columns[1], self.columns[2]
+            counts = Counter((queues[i], tasks[i]) for i, job_id in enumerate(self.ids) if job_id in kept)
+        for (queue, task), count in counts.items():
+            metrics.JOBS_ENQUEUED.labels(queue, task).inc(count)
+
+
 @dataclass(frozen=True)
 class TriggerResult:
     job: Job
@@ -139,22 +225,31 @@ class JobService:
         self.max_args_bytes = max_args_bytes
         self.served_queues = served_queues
 
-    def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
-        pipeline = self.registry.get(req.task)
-        if pipeline is None and req.queue in self.served_queues():
+    def _pipeline_max(self, task: str, queue: str, served: frozenset[str]) -> int | None:
+        """The task's pipeline's max_attempts (None: none here, or none of its own); UnknownTask for
+        a task without a pipeline on a queue this process serves."""
+        pipeline = self.registry.get(task)
+        if pipeline is None and queue in served:
             raise UnknownTask(
-                f"unknown task {req.task!r}: this process serves queue {req.queue!r} and has no pipeline "
+                f"unknown task {task!r}: this process serves queue {queue!r} and has no pipeline "
                 f"for it (registered: {', '.join(self.registry.names())})")
-        encoded = json.dumps(req.args)
+        # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
+        # that will decide, so status and listings show it (a producer without the pipeline
+        # stores the job's, and the worker's finish corrects it).
+        return pipeline.max_attempts if pipeline is not None else None
+
+    def _encode_args(self, args: dict[str, Any]) -> str:
+        encoded = json.dumps(args)
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         if size > self.max_args_bytes:
             raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
         if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
             raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
-        # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
-        # that will decide, so status and listings show it (a producer without the pipeline
-        # stores the job's, and the worker's finish corrects it).
-        pipeline_max = pipeline.max_attempts if pipeline is not None else None
+        return encoded
+
+    def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
+        pipeline_max = self._pipeline_max(req.task, req.queue, self.served_queues())
+        encoded = self._encode_args(req.args)
         try:
             chain_next_json = stages_json(req.then, self.max_args_bytes)
         except ValueError as exc:
@@ -169,6 +264,63 @@ class JobService:
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
             timeout_sec=req.timeout_sec, chain_next_json=chain_next_json, restartable=req.restartable,
         )
+
+    def batch_columns(self, items: Sequence[JobRequest | Mapping[str, Any]]) -> BatchColumns:
+        """The batch's arrays, checked job by job in input order as `to_new_job` checks one (the
+        same errors, the first bad job's): `items` are JobRequests or `plain_jobs`' dicts. Every
+        job gets its id here; a plain item without a lock_key gets
+        that id as its lock_key, as `enqueue` does."""
+        for item in items:
+            if isinstance(item, JobRequest) and (item.restartable or item.then):
+                raise InvalidJobRequest("restartable jobs and chains (then=) are enqueued one at a time: "
+                                        "use enqueue / POST /api/v1/jobs/trigger")
+        n = len(items)
+        ids = [uuid.uuid4() for _ in range(n)]
+        queues: list[str] = [""] * n
+        tasks: list[str] = [""] * n
+        args_col: list[str] = [""] * n
+        idempotency: list[str | None] = [None] * n
+        locks: list[str] = [""] * n
+        partitions: list[str] = [""] * n
+        priorities: list[int] = [100] * n
+        available: list[datetime | None] = [None] * n
+        attempts: list[int] = [5] * n
+        leases: list[int] = [self.default_lease_ttl_sec] * n
+        timeouts: list[int | None] = [None] * n
+        served = self.served_queues()
+        pipelines: dict[tuple[str, str], int | None] = {}
+        counts: dict[tuple[str, str], int] = {}
+        encode_args = self._encode_args
+        default_lease = self.default_lease_ttl_sec
+        for i, item in enumerate(items):
+            fields: Mapping[str, Any] = item.__dict__ if isinstance(item, JobRequest) else item
+            task, queue = fields["task"], fields.get("queue", "default")
+            key = (queue, task)
+            if key in pipelines:
+                pipeline_max = pipelines[key]
+                counts[key] += 1
+            else:
+                pipeline_max = pipelines[key] = self._pipeline_max(task, queue, served)
+                counts[key] = 1
+            args = fields.get("args") or {}
+            args_col[i] = encode_args(args)
+            queues[i], tasks[i] = queue, task
+            locks[i] = fields.get("lock_key") or str(ids[i])
+            if (unique_for := fields.get("unique_for_sec")) is not None:
+                idempotency[i] = _unique_window_key(queue, task, fields.get("unique_key"), args, unique_for,
+                                                    datetime.now(UTC))
+            else:
+                idempotency[i] = fields.get("idempotency_key")
+            if (partition := fields.get("partition_key")) is not None:
+                partitions[i] = partition
+            if (priority := fields.get("priority")) is not None:
+                priorities[i] = priority
+            available[i] = fields.get("available_at")
+            attempts[i] = pipeline_max or fields.get("max_attempts") or 5
+            leases[i] = fields.get("lease_ttl_sec") or default_lease
+            timeouts[i] = fields.get("timeout_sec")
+        return BatchColumns(ids, (ids, queues, tasks, args_col, idempotency, locks, partitions, priorities,
+                                  available, attempts, leases), timeouts, counts)
 
     async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
                       job_id: uuid.UUID | None = None, conn: Any = None,
@@ -189,23 +341,16 @@ class JobService:
             self._check_same_request(req, new_job, job, inserted.same_args, lock_key_given)
         return TriggerResult(job, inserted.created)
 
-    async def trigger_many(self, reqs: list[JobRequest], *, producer: str | None = None, conn: Any = None
-                           ) -> list[uuid.UUID]:
+    async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
+                           conn: Any = None) -> list[uuid.UUID]:
         """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
-        the ids of the jobs inserted, in input order (a known idempotency_key is skipped)."""
-        for req in reqs:
-            if req.restartable or req.then:
-                raise InvalidJobRequest("restartable jobs and chains (then=) are enqueued one at a time: "
-                                        "use enqueue / POST /api/v1/jobs/trigger")
-        jobs = [self.to_new_job(r, producer) for r in reqs]
-        if any(j.idempotency_key for j in jobs):
-            # some may be skipped as known: give every job an id here to tell which were inserted
-            jobs = [replace(j, job_id=uuid.uuid4()) for j in jobs]
-        ids = await self.repo.insert_jobs(jobs, producer, conn=conn)
-        inserted = set(ids) if len(ids) < len(jobs) else None
-        counts = Counter((j.queue, j.task) for j in jobs if inserted is None or j.job_id in inserted)
-        for (queue, task), count in counts.items():
-            metrics.JOBS_ENQUEUED.labels(queue, task).inc(count)
+        the ids of the jobs inserted, in input order (a known idempotency_key is skipped). `reqs`:
+        JobRequests or `plain_jobs`' dicts."""
+        if not reqs:
+            return []
+        batch = self.batch_columns(reqs)
+        ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn)
+        batch.count_enqueued(ids)
         return ids
 
     @staticmethod
@@ -321,10 +466,15 @@ def unique_window_key(req: JobRequest, now: datetime) -> str:
     to the next), so the database's unique index, not a lock or a lookup, keeps the promise under
     any concurrency; a repeat in the same window returns the job already there, whatever its status."""
     assert req.unique_for_sec is not None
-    basis = req.unique_key if req.unique_key is not None else json.dumps(req.args, sort_keys=True, default=str)
-    digest = hashlib.sha256("\x00".join((req.queue, req.task, basis)).encode("utf-8", "surrogatepass"))
-    window = int(now.timestamp() // req.unique_for_sec) * req.unique_for_sec
-    return f"dl:unique:{digest.hexdigest()[:40]}:{req.unique_for_sec}:{window}"
+    return _unique_window_key(req.queue, req.task, req.unique_key, req.args, req.unique_for_sec, now)
+
+
+def _unique_window_key(queue: str, task: str, unique_key: str | None, args: dict[str, Any], unique_for_sec: int,
+                       now: datetime) -> str:
+    basis = unique_key if unique_key is not None else json.dumps(args, sort_keys=True, default=str)
+    digest = hashlib.sha256("\x00".join((queue, task, basis)).encode("utf-8", "surrogatepass"))
+    window = int(now.timestamp() // unique_for_sec) * unique_for_sec
+    return f"dl:unique:{digest.hexdigest()[:40]}:{unique_for_sec}:{window}"
 
 
 def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:

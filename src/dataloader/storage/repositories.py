@@ -139,14 +139,21 @@ class JobRepository:
         input order (a job without job_id gets one from the database)."""
         if not jobs:
             return []
-        cols = list(zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key, j.lock_key,
-                           j.partition_key, j.priority, j.available_at, j.max_attempts, j.lease_ttl_sec)
-                          for j in jobs), strict=True))
-        timeouts = [j.timeout_sec for j in jobs]
+        cols = tuple(list(col) for col in zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key,
+                                                  j.lock_key, j.partition_key, j.priority, j.available_at,
+                                                  j.max_attempts, j.lease_ttl_sec) for j in jobs), strict=True))
+        return await self.insert_job_columns(cols, producer, [j.timeout_sec for j in jobs], conn=conn)
+
+    async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
+                                 timeouts: list[int | None], *, conn: Any = None) -> list[uuid.UUID]:
+        """insert_jobs_batch.sql with its arrays ($1..$11, $13) built by the caller."""
+        ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
+        params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
+                  producer, timeouts)
         if conn is not None:
-            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *cols, producer, timeouts)
+            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *params)
         else:
-            rows = await self.pool.fetch(sql("insert_jobs_batch"), *cols, producer, timeouts)
+            rows = await self.pool.fetch(sql("insert_jobs_batch"), *params)
         return [row["job_id"] for row in rows]
 
     async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> list[Job]:
