@@ -29,6 +29,7 @@ import asyncpg
 from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, SchemaNotReady
+from dataloader.ids import new_id
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.processes.registry import processors
 from dataloader.services.jobs import JobRequest, JobService, plain_jobs
@@ -232,7 +233,7 @@ class App:
         API); `unique_for` (seconds or a timedelta) with an optional `unique_key` — at most one job
         of this task, queue and key (default: the args) per window; a repeat returns that job.
         """
-        job_id = uuid.uuid4()
+        job_id = new_id()
         request = self._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
                                 idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
                                 available_at=available_at, delay=delay, max_attempts=max_attempts,

@@ -42,6 +42,7 @@ from dataloader import metrics
 from dataloader.app import App
 from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
+from dataloader.ids import new_id
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
 from dataloader.storage.caller_connection import json_value
@@ -194,7 +195,7 @@ class SyncApp:
                 max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
                 restartable=restartable, unique_for=unique_for, unique_key=unique_key))
         runner = _CallerConnection(conn)  # refuse a foreign connection before anything else
-        job_id = uuid.uuid4()
+        job_id = new_id()
         request = self.app._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
                                     idempotency_key=idempotency_key, partition_key=partition_key,
                                     priority=priority, available_at=available_at, delay=delay,

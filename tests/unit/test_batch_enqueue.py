@@ -1,14 +1,17 @@
-"""The batch enqueue's fast path (services/jobs.py `plain_jobs` + `batch_columns`). No database:
-the statement is the same as before."""
+"""The batch enqueue's fast path (services/jobs.py `plain_jobs` + `batch_columns`) and the
+time-ordered job ids (dataloader/ids.py). No database: the statement is the same as before."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import os
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
 
 import dataloader
+from dataloader import ids
 from dataloader.exceptions import ArgsTooLarge, InvalidJobRequest, UnknownTask
 from dataloader.services.jobs import JobService, plain_jobs
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -37,7 +40,7 @@ def test_plain_items_get_the_columns_one_jobrequest_each_would():
     slow_requests = [APP._request(**item) for item in PLAIN]
     slow = service().batch_columns(slow_requests)
     job_ids, *rest = fast.columns
-    assert job_ids == fast.ids and all(i.version == 4 for i in job_ids)
+    assert job_ids == fast.ids and all(i.version == 7 for i in job_ids)
     locks = rest[4]
     assert locks[1] == "k" and locks[0] == str(job_ids[0]) and locks[2] == str(job_ids[2])
     for name, f, s in zip(("queue", "task", "args", "idem", "lock", "partition", "priority", "at", "attempts",
@@ -75,3 +78,31 @@ def test_anything_but_a_plain_valid_item_takes_the_jobrequest_path(item):
 def test_errors_are_the_first_bad_jobs_as_before(items, error):
     with pytest.raises(error):
         service(frozenset({"served"})).batch_columns(APP._batch_items(items))
+
+
+def test_ids_are_v7_ascending_unique_and_now():
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    made = [ids.new_id() for _ in range(500)] + ids.new_ids(2000) + [ids.new_id()]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 and uuid.UUID(str(i)) == i for i in made)
+    at = datetime.fromtimestamp((made[-1].int >> 80) / 1000, UTC)
+    assert before < at < datetime.now(UTC) + timedelta(seconds=1)
+
+
+def test_ids_stay_ascending_when_the_clock_steps_back(monkeypatch):
+    first = ids.new_id()
+    monkeypatch.setattr(ids.time, "time_ns", lambda: 1_000_000_000_000_000)  # 2001
+    assert ids.new_id() > first and ids.new_ids(3)[0] > first
+
+
+def test_ids_of_a_forked_child_differ_from_the_parents():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: same clock state, its own random bits
+        os.write(write, ids.new_ids(100)[0].bytes)
+        os._exit(0)
+    os.close(write)
+    mine = ids.new_ids(100)
+    child = uuid.UUID(bytes=os.read(read, 16))
+    os.waitpid(pid, 0)
+    assert child not in mine

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +31,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import Field
 
 from dataloader.clock import SYSTEM_CLOCK, Clock
+from dataloader.ids import new_id
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
 from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.schedules.declare import declared_schedules
@@ -159,7 +159,7 @@ class Scheduler(Service):
         args_json = json.dumps(schedule.args)
         max_attempts = self._pipeline_max_attempts(schedule.task) or schedule.max_attempts or 5
         for i, tick in enumerate(decision.enqueue):
-            job_id = uuid.uuid4()
+            job_id = new_id()
             jobs.append(NewJob(queue=schedule.queue, task=schedule.task, lock_key=schedule.lock_key or str(job_id),
                                args_json=args_json, idempotency_key=idempotency_key(schedule.name, tick),
                                priority=schedule.priority, max_attempts=max_attempts,

@@ -41,6 +41,7 @@ from dataloader.exceptions import (
     RestartConflict,
     UnknownTask,
 )
+from dataloader.ids import new_ids
 from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
@@ -268,14 +269,14 @@ class JobService:
     def batch_columns(self, items: Sequence[JobRequest | Mapping[str, Any]]) -> BatchColumns:
         """The batch's arrays, checked job by job in input order as `to_new_job` checks one (the
         same errors, the first bad job's): `items` are JobRequests or `plain_jobs`' dicts. Every
-        job gets its id here; a plain item without a lock_key gets
+        job gets a time-ordered id here (dataloader.ids); a plain item without a lock_key gets
         that id as its lock_key, as `enqueue` does."""
         for item in items:
             if isinstance(item, JobRequest) and (item.restartable or item.then):
                 raise InvalidJobRequest("restartable jobs and chains (then=) are enqueued one at a time: "
                                         "use enqueue / POST /api/v1/jobs/trigger")
         n = len(items)
-        ids = [uuid.uuid4() for _ in range(n)]
+        ids = new_ids(n)
         queues: list[str] = [""] * n
         tasks: list[str] = [""] * n
         args_col: list[str] = [""] * n

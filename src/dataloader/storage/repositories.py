@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.ids import new_id
 from dataloader.job import Job, JobEvent
 from dataloader.storage import caller_connection
 from dataloader.storage.caller_connection import json_value
@@ -81,7 +82,7 @@ class JobRepository:
     async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None) -> Inserted:
         """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
         caller's connection), inside the caller's transaction."""
-        job_id = job.job_id or uuid.uuid4()
+        job_id = job.job_id or new_id()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
                   job.producer, request_id, job.timeout_sec, job.chain_next_json)
