@@ -47,6 +47,7 @@ from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.services.jobs import JobRequest, JobService
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.queries import sql
+from dataloader.storage.repositories import inserted_job
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 if TYPE_CHECKING:
@@ -318,7 +319,7 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
         rows = runner.fetch(sql("insert_job"), params)
         if rows:
             metrics.JOBS_ENQUEUED.labels(request.queue, request.task).inc()
-            return _job(rows[0])
+            return inserted_job(new_job, _as_uuid(new_job.job_id), rows[0])
         existing = runner.fetch(sql("get_job_by_idempotency_key"), [new_job.idempotency_key, new_job.args_json])
         if existing:  # else the conflicting row was deleted between the two statements: insert again
             job = _job(existing[0])

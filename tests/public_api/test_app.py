@@ -4,6 +4,7 @@ AsyncSession), where the job must exist if and only if the transaction commits."
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator
@@ -92,6 +93,24 @@ async def test_idempotent_enqueue_returns_the_same_job(app):
     first = await app.enqueue("dl.noop", {"a": [1.5, 1e300]}, idempotency_key="once")
     second = await app.enqueue("dl.noop", {"a": [1.5, 1e300]}, idempotency_key="once")
     assert first.id == second.id
+
+
+async def test_the_job_enqueue_returns_is_the_row_stored(app, dsn):
+    # insert_job.sql returns only what the database decided; the rest comes from the request
+    # (repositories.inserted_job): alone, in a group, and on the caller's connection.
+    calls = [{}, {"args": {"bb": 1, "a": [1.5, "x"], "n": None}, "idempotency_key": "k", "partition_key": "p",
+                  "priority": 3, "max_attempts": 2, "lease_ttl_sec": 9, "timeout_sec": 5, "delay": 30},
+             {"then": [dataloader.Stage("dl.noop")]}, {"available_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}]
+    jobs = [await app.enqueue("dl.noop", queue="q", **kwargs) for kwargs in calls]
+    jobs += await asyncio.gather(*(app.enqueue("dl.noop", {"i": i}, queue="q", lock_key=f"g{i}") for i in range(6)))
+    conn = await asyncpg.connect(dsn)
+    try:
+        jobs.append(await app.enqueue("dl.noop", {"c": 1}, queue="q", then=[dataloader.Stage("dl.noop")], conn=conn))
+    finally:
+        await conn.close()
+    for job in jobs:
+        assert job == await app.get(job.id)
+    assert jobs[1].args == {"bb": 1, "a": [1.5, "x"], "n": None} and jobs[2].chain_id == jobs[2].id
 
 
 async def test_enqueue_many_inserts_in_one_statement_in_input_order(app, db):

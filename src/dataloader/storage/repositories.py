@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.ids import new_id
-from dataloader.job import Job, JobEvent
+from dataloader.job import Job, JobEvent, JobStatus
 from dataloader.storage import caller_connection
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.insert_group import InsertGroup
@@ -57,6 +57,20 @@ def _job(row: dict[str, Any]) -> Job:
     row["chain_next"] = json_value(row.get("chain_next"))
     row["result"] = _result_value(row.get("result"))
     return Job.from_row(row)
+
+
+def inserted_job(job: NewJob, job_id: uuid.UUID, row: Any) -> Job:
+    """The Job a row of insert_job.sql / insert_job_group.sql stands for: what the database decided
+    (the stored args and plan as it decodes them, available_at, created_at) and the rest as sent or
+    as the column defaults of a new row (status queued, attempt 0, empty progress). It saves
+    decoding all of the row's columns per enqueue. Works on any connection (jsonb maybe as text)."""
+    return Job(
+        id=job_id, queue=job.queue, task=job.task, args=json_value(row["args"]), lock_key=job.lock_key,
+        status=JobStatus.queued, attempt=0, max_attempts=job.max_attempts, priority=job.priority,
+        available_at=row["available_at"], created_at=row["created_at"], idempotency_key=job.idempotency_key,
+        partition_key=job.partition_key, lease_ttl_sec=job.lease_ttl_sec, progress={}, producer=job.producer,
+        timeout_sec=job.timeout_sec, chain_id=job_id if job.chain_next_json is not None else None,
+        chain_next=json_value(row["chain_next"]))
 
 
 def _result_value(value: Any) -> Any:
@@ -103,20 +117,20 @@ class JobRepository:
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
             if rows:
-                return Inserted(_job(rows[0]), True)
+                return Inserted(inserted_job(job, job_id, rows[0]), True)
             existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
                                                      job.idempotency_key, job.args_json)
         elif self.insert_group is not None:
             row = await self.insert_group.insert("insert_job", *params)
             if row is not None:
-                return Inserted(Job.from_row(row), True)
+                return Inserted(inserted_job(job, job_id, row), True)
             existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"),
                                                                job.idempotency_key, job.args_json)]
         else:
             async with self.pool.acquire() as pool_conn:
                 row = await pool_conn.fetchrow(sql("insert_job"), *params)
                 if row is not None:
-                    return Inserted(Job.from_row(row), True)
+                    return Inserted(inserted_job(job, job_id, row), True)
                 existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
                                                                    job.idempotency_key, job.args_json)]
         if not existing:  # the conflicting row was deleted between the two statements

@@ -1,7 +1,8 @@
 -- The single enqueues of concurrent callers in one statement and one commit (group commit,
 -- storage/insert_group.py): each row is what insert_job.sql inserts for one call, with its own
 -- 'queued' journal row, and the statement returns the rows actually inserted (a known
--- idempotency_key inserts nothing; the caller then reads the existing job, as after insert_job.sql).
+-- idempotency_key inserts nothing; the caller then reads the existing job, as after insert_job.sql),
+-- with insert_job.sql's columns.
 -- Parameters are insert_job.sql's $1..$15 as arrays, one element per call; every job_id is given.
 -- Two calls of one group with the same idempotency_key: the second conflicts with the first's
 -- row of this same statement and inserts nothing, exactly as if it came a moment later.
@@ -21,10 +22,10 @@ WITH input AS (
            chain_next::jsonb, CASE WHEN chain_next IS NOT NULL THEN job_id END
     FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING *
+    RETURNING job_id, queue, task, args, available_at, created_at, chain_next
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT i.job_id, i.queue, 'queued', jsonb_strip_nulls(jsonb_build_object('task', i.task, 'request_id', n.request_id))
     FROM inserted i JOIN input n USING (job_id)
 )
-SELECT * FROM inserted;
+SELECT job_id, args, available_at, created_at, chain_next FROM inserted;
