@@ -219,9 +219,17 @@ class SyncApp:
             return []
         batch = service.batch_columns(items)
         ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = batch.columns
-        rows = runner.fetch(sql("insert_jobs_batch"), [ids, queues, tasks, args, keys, locks, partitions, priorities,
-                                                       available, attempts, leases, "python", batch.timeouts])
-        ids = [_as_uuid(row["job_id"]) for row in rows]
+        if not any(keys):  # repositories.insert_job_columns: nothing can be skipped, the cheaper statement
+            rows = runner.fetch(sql("insert_jobs_batch_unkeyed"), [
+                ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
+                "python", batch.timeouts])
+            if rows[0]["inserted"] != len(ids):
+                raise RuntimeError(f"inserted {rows[0]['inserted']} of {len(ids)} jobs")
+        else:
+            rows = runner.fetch(sql("insert_jobs_batch"), [
+                ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
+                "python", batch.timeouts])
+            ids = [_as_uuid(row["job_id"]) for row in rows]
         batch.count_enqueued(ids)
         return ids
 

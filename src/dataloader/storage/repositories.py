@@ -165,6 +165,15 @@ class JobRepository:
         ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
         params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
                   producer, timeouts)
+        if not any(keys) and None not in ids:  # nothing can be skipped: the cheaper statement
+            if conn is not None:
+                rows = await caller_connection.fetch(conn, sql("insert_jobs_batch_unkeyed"), *params)
+                count = rows[0]["inserted"]
+            else:
+                count = await self.pool.fetchval(sql("insert_jobs_batch_unkeyed"), *params)
+            if count != len(ids):  # cannot happen: a row it does not insert is an error
+                raise RuntimeError(f"inserted {count} of {len(ids)} jobs")
+            return list(ids)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *params)
         else:
