@@ -23,8 +23,9 @@ psycopg 3 `Connection`, or a SQLAlchemy `Connection` / `Session` (over psycopg, 
 driver with a `pyformat`, `format` or `named` paramstyle) — and insert the job in the caller's
 transaction, so it exists if and only if that transaction commits. That path runs on the caller's
 thread and connection, not on the private loop: it is the same SQL text as the async path
-(`storage/queries/insert_job.sql`, `insert_jobs_batch.sql`, `get_job_by_idempotency_key.sql`) and
-the same request validation (`JobService.to_new_job`) and idempotency rule.
+(`storage/queries/insert_job.sql`, `insert_jobs_batch.sql` / `insert_jobs_batch_unkeyed.sql`,
+`get_job_by_idempotency_key.sql`) and the same request validation (`JobService.to_new_job`,
+`JobService.batch_columns`) and idempotency rule.
 """
 
 from __future__ import annotations
