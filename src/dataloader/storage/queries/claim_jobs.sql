@@ -26,7 +26,11 @@
 -- visits them; the finish that frees their key unparks its head. key_backlog tells the worker
 -- that the key it just took has 16 or more unparked runnable waiters: it parks them from its control
 -- connection (park_key_waiters.sql), since each would otherwise be walked and rejected by every
--- claim of this queue while the key runs.
+-- claim of this queue while the key runs. key_parked_behind tells it that the key's finish hands
+-- the key over (parked jobs, or a backlog about to be parked), so it claims in the finish's step.
+-- Both come from ONE probe per claimed job (the `key` lateral below: the key's queued rows of
+-- ix_dl_jobs_lock_key_active, unparked first, at most 16); on the common path (a key with no
+-- other queued job) it finds only the claimed job itself.
 --
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
@@ -68,7 +72,7 @@ WITH candidate AS (
     FROM locked l
     WHERE j.job_id = l.job_id
     RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
-              j.attempts_before_retry, j.timeout_sec, j.chain_next
+              j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
@@ -87,24 +91,27 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
                                            timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,
        hashtext(r.lock_key) AS lock_hash,
-       -- the HTTP request that enqueued the job, so worker log lines carry its request id
-       CASE WHEN c.job_id IS NOT NULL THEN
-           (SELECT e.payload->>'request_id' FROM dl_job_events e
-            WHERE e.job_id = c.job_id AND e.kind = 'queued' ORDER BY e.event_id LIMIT 1)
-       END AS request_id,
+       -- the HTTP request that enqueued the job, so worker log lines carry its request id (a
+       -- column written at enqueue, 0018: no look-up of the 'queued' journal row per job)
+       c.request_id,
        c.job_id IS NOT NULL AS claimed,
-       CASE WHEN c.job_id IS NOT NULL THEN (SELECT count(*) FROM (
-           SELECT 1 FROM dl_jobs w
-           WHERE w.lock_key = r.lock_key AND w.status = 'queued' AND NOT w.key_parked AND w.job_id <> r.job_id
-             AND w.available_at <= now()
-           LIMIT 16) backlog) >= 16 ELSE false END AS key_backlog,
-       -- jobs of its key are parked behind it: its finish unparks the next (a probe of
-       -- ix_dl_jobs_key_parked, empty unless a key is hot; a LIMIT 1 scalar, because an EXISTS
-       -- here was planned as a hash of every parked job: 44 ms with 100,000 parked)
-       CASE WHEN c.job_id IS NOT NULL THEN (
-           SELECT true FROM dl_jobs p WHERE p.lock_key = r.lock_key AND p.status = 'queued' AND p.key_parked
-           LIMIT 1) IS NOT NULL
-       ELSE false END AS key_parked_behind,
+       COALESCE(k.backlog, false) AS key_backlog,
+       COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
        r.key_rank = 1 AS asked_lock
 FROM ranked r LEFT JOIN claimed c USING (job_id)
+-- The key's other queued jobs, for a claimed job only (the condition on c gates the scan): the
+-- runnable unparked ones first (index order: key_parked false before true), then the parked ones,
+-- at most 16 rows. 16 unparked runnable: a backlog (whether any is parked behind them does not
+-- matter then: key_parked_behind is true either way, and the worker parks them). Fewer: the scan
+-- reaches the parked rows, if any. A hot key's 100,000 parked jobs cost at most 16 rows; never a
+-- hash or a count of them (an EXISTS here was planned as a hash of every parked job: 44 ms).
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
+    FROM (SELECT w.key_parked FROM dl_jobs w
+          WHERE c.job_id IS NOT NULL
+            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
+            AND (w.key_parked OR w.available_at <= now())
+          ORDER BY w.key_parked
+          LIMIT 16) w
+) k ON true
 ORDER BY r.priority, r.available_at, r.created_at;

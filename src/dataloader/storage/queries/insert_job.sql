@@ -8,9 +8,9 @@
 WITH inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
                          priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec,
-                         chain_next, chain_id)
+                         chain_next, chain_id, request_id)
     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12, $14::int,
-            $15::text::jsonb, CASE WHEN $15::text IS NOT NULL THEN $1::uuid END)
+            $15::text::jsonb, CASE WHEN $15::text IS NOT NULL THEN $1::uuid END, $13::text)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task, args, available_at, created_at, chain_next
 ), journal AS (

@@ -16,10 +16,10 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
                          priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec,
-                         chain_next, chain_id)
+                         chain_next, chain_id, request_id)
     SELECT job_id, queue, task, args::jsonb, idempotency_key, lock_key, partition_key, priority,
            COALESCE(available_at, now()), max_attempts, lease_ttl_sec, producer, timeout_sec,
-           chain_next::jsonb, CASE WHEN chain_next IS NOT NULL THEN job_id END
+           chain_next::jsonb, CASE WHEN chain_next IS NOT NULL THEN job_id END, request_id
     FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task, args, available_at, created_at, chain_next

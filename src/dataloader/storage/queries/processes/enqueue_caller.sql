@@ -29,9 +29,9 @@ WITH existing AS (
     RETURNING task_id, scheduled_at
 ), job AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, priority, available_at, max_attempts,
-                         lease_ttl_sec, producer)
+                         lease_ttl_sec, producer, request_id)
     SELECT t.task_id, $8, 'dl.process', jsonb_build_object('ns', $2::text, 'id', $3::text, 'type', $4::text),
-           $9, $10, t.scheduled_at, $11, $12, $13
+           $9, $10, t.scheduled_at, $11, $12, $13, $14::text
     FROM task t
     RETURNING job_id, queue
 ), journal AS (
