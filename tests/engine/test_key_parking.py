@@ -2,6 +2,7 @@
 0017): the holder parks them, every path that frees the key unparks its head, the reaper sweeps
 keys left parked with nothing running, and jobs of one key still run in claim order."""
 
+import datetime as dt
 import itertools
 import json
 import signal
@@ -9,6 +10,7 @@ import signal
 import asyncpg
 
 from dataloader.maintenance.reaper import Reaper
+from dataloader.services.jobs import JobRequest
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, claim_sql
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until
@@ -68,6 +70,28 @@ async def test_holder_parks_the_backlog_and_each_finish_unparks_the_next_job_in_
             ran.append(current.job_id)
     assert ran == [hot[0], urgent, *hot[1:], late]
     assert await _parked(db) == 0
+
+
+async def test_one_probe_reports_the_backlog_and_the_jobs_parked_behind_each_claimed_key(db):
+    """key_backlog and key_parked_behind come from one scan of the key's queued rows (unparked first,
+    at most 16): a lone key reports neither, 16 runnable waiters a backlog (and a hand-over at the
+    finish), parked waiters behind fewer than 16 unparked ones a hand-over only; the request id
+    comes from the row (0018), not from the journal."""
+    lone = (await job_service(db).trigger(JobRequest(queue="default", task="dl.noop", lock_key="lone"),
+                                          request_id="req-lone")).job.id
+    busy = [await enqueue(db, lock_key="busy") for _ in range(17)]
+    await enqueue(db, lock_key="busy", available_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    async with db.acquire() as holder:
+        claimed = {j.job_id: j for j in await _take(holder)}
+        flags = {i: (j.key_backlog, j.key_parked_behind, j.request_id) for i, j in claimed.items()}
+        assert flags == {lone: (False, False, "req-lone"), busy[0]: (True, True, None)}
+        assert await _park_all(holder, claimed[busy[0]]) == 16
+        await db.execute("UPDATE dl_jobs SET key_parked = false WHERE job_id = ANY($1::uuid[])", busy[1:3])
+        await _succeed(holder, claimed[busy[0]])
+        [second] = await _take(holder)
+        assert second.job_id == busy[1]
+        # one unparked waiter (busy[2]), 14 parked, the delayed one neither runnable nor parked
+        assert (second.key_backlog, second.key_parked_behind) == (False, True)
 
 
 async def test_jobs_enqueued_while_the_key_runs_are_reported_by_the_heartbeat_for_parking(db):
