@@ -42,7 +42,8 @@ class ClaimedJob:
     chain_next: Any = None  # stages planned to run after it succeeds (0011; None: none)
     # 16 or more jobs of its lock_key wait unparked: park them while it runs (0017)
     key_backlog: bool = False
-    # jobs of its lock_key are parked behind it (0017): its finish unparks the next one
+    # jobs of its lock_key are parked behind it (0017), or a backlog is (about to be parked): its
+    # finish hands the key over (unparks the next one), so the worker claims in that finish's step
     key_parked_behind: bool = False
 
     @property
