@@ -207,6 +207,33 @@ def _rss_at_progress(samples: list[tuple[float, int, int]], total: int, fraction
     return None
 
 
+class _CpuLedger:
+    """CPU seconds spent by the workers (their process trees) and by the bench database's backends
+    (autovacuum included, the harness's own excluded), from the spawn to the drain. A backend's CPU
+    is read from /proc, so only for a server on this machine; each pid's last reading counts (a
+    backend that exits between two samples loses at most one second of its time)."""
+
+    def __init__(self, local: bool, dsn_db: str, own_pid: int) -> None:
+        self.local, self._db, self._own = local, dsn_db, own_pid
+        self._workers: dict[int, float] = {}
+        self._backends: dict[int, float] = {}
+
+    async def sample(self, conn: asyncpg.Connection, worker_pids: list[int]) -> None:
+        self._workers.update(procs.tree_cpu(worker_pids))
+        if self.local:
+            backends = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> $2",
+                                        self._db, self._own)
+            self._backends.update(procs.cpu_seconds(r["pid"] for r in backends))
+
+    @property
+    def worker_seconds(self) -> float:
+        return sum(self._workers.values())
+
+    @property
+    def db_seconds(self) -> float:
+        return sum(self._backends.values())
+
+
 async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
     """N no-op jobs are enqueued first (batch API, not timed), then VACUUM ANALYZE; then 1 (or 2)
     worker processes with concurrency C each are spawned and the harness polls every 50 ms whether
@@ -219,7 +246,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
     Cost per job, from the spawn of the workers to their exit (start-up and shutdown included):
       tx_per_job  = transactions of the bench database (pg_stat_database, the harness's own
                     polling subtracted) / N: commits, so fsyncs, are what a durable queue pays for;
-      wal_per_job = bytes of WAL the whole server wrote (pg_current_wal_lsn) / N."""
+      wal_per_job = bytes of WAL the whole server wrote (pg_current_wal_lsn) / N;
+      cpu_worker_us, cpu_db_us = CPU time of the worker processes and of the bench database's
+                    backends (server on this machine only) / N, in microseconds (_CpuLedger)."""
     sc = ctx.scale
     result = MeasureResult()
     for nprocs in sc.processing_procs:
@@ -239,6 +268,7 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                 t0 = time.monotonic()
                 workers = await _start_workers(ctx, system, dsn, nprocs, marks_dir, "proc")
                 pids = [w.pid for w in workers]
+                cpu = _CpuLedger(ctx.server.local, dsn_db=database_of(dsn), own_pid=conn.get_server_pid())
                 try:
                     tick = 0
                     while True:
@@ -251,6 +281,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                             left = await conn.fetchval(system.count_sql)
                             raise TimeoutError(f"not drained after {sc.timeout:.0f} s "
                                                f"({sc.processing - left} of {sc.processing} done)")
+                        if tick % 20 == 0:
+                            own += 1
+                            await cpu.sample(conn, pids)
                         if tick % 2 == 0:
                             rss = procs.tree_rss(pids)
                             peak = max(peak, rss)
@@ -264,7 +297,8 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                     final = procs.tree_rss(pids)
                     peak = max(peak, final)
                     samples.append((drained - t0, 0, final))
-                    own += 1
+                    own += 2
+                    await cpu.sample(conn, pids)
                     span = await conn.fetchrow(system.span_sql)
                 finally:
                     await _stop_workers(workers)
@@ -286,7 +320,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                      f"memory.{p}.rss50": _rss_at_progress(samples, sc.processing, 0.50),
                      f"memory.{p}.rss90": _rss_at_progress(samples, sc.processing, 0.90),
                      f"processing.{p}.tx_per_job": xacts / sc.processing,
-                     f"processing.{p}.wal_per_job": wal / sc.processing},
+                     f"processing.{p}.wal_per_job": wal / sc.processing,
+                     f"processing.{p}.cpu_worker_us": cpu.worker_seconds * 1e6 / sc.processing,
+                     f"processing.{p}.cpu_db_us": cpu.db_seconds * 1e6 / sc.processing if cpu.local else None},
                     {"procs": nprocs, "active_seconds": active, "wall_seconds": wall,
                      "rss_samples": [(round(t, 2), r, round(m / 2**20, 1)) for t, r, m in samples]})
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -35,6 +35,15 @@ class Server:
     kind: str  # "embedded" or "BENCH_DSN"
     _embedded: Any = None
     settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def local(self) -> bool:
+        """The server runs on this machine (its processes' CPU can be read from /proc)."""
+        if self.kind == "embedded":
+            return True
+        parts = urlsplit(self.admin_dsn)
+        host = parts.hostname or parse_qs(parts.query).get("host", [""])[0]
+        return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
 
     def stop(self) -> None:
         if self._embedded is not None:

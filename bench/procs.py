@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,29 @@ def tree_rss(pids: Sequence[int]) -> int:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 total += p.memory_info().rss
     return total
+
+
+def tree_cpu(pids: Sequence[int]) -> dict[int, float]:
+    """CPU seconds (user + system) so far of these processes and all their descendants, by pid."""
+    seconds: dict[int, float] = {}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        seconds.update(cpu_seconds(p.pid for p in procs))
+    return seconds
+
+
+def cpu_seconds(pids: Iterable[int]) -> dict[int, float]:
+    """CPU seconds (user + system) so far of each process still alive (any user's: /proc is readable)."""
+    seconds = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = psutil.Process(pid).cpu_times()
+            seconds[pid] = times.user + times.system
+    return seconds
 
 
 @dataclass

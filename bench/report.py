@@ -27,6 +27,8 @@ def _metrics() -> dict[str, Metric]:
         m[f"processing.{p}.wall"] = Metric(f"drain no-ops, {what}, spawn→drained (wall)", "jobs/s", True)
         m[f"processing.{p}.tx_per_job"] = Metric(f"drain no-ops, {what}: DB transactions per job", "tx", False)
         m[f"processing.{p}.wal_per_job"] = Metric(f"drain no-ops, {what}: WAL bytes per job", "B", False)
+        m[f"processing.{p}.cpu_worker_us"] = Metric(f"drain no-ops, {what}: worker CPU per job", "µs", False)
+        m[f"processing.{p}.cpu_db_us"] = Metric(f"drain no-ops, {what}: PostgreSQL CPU per job", "µs", False)
     m["latency.p50"] = Metric("enqueue→start latency p50 (idle worker)", "ms", False)
     m["latency.p95"] = Metric("enqueue→start latency p95", "ms", False)
     m["latency.p99"] = Metric("enqueue→start latency p99", "ms", False)

@@ -87,6 +87,9 @@ class Dataloader(System):
             "DL_LOG_LEVEL": "WARNING",
             "DL_PIPELINE_MODULES": "bench.drivers.dl_pipelines",
         })
+        # A setting to try on the workers only: BENCH_WORKER_DL_CLAIM_LANES=1 sets DL_CLAIM_LANES=1.
+        env.update({k.removeprefix("BENCH_WORKER_"): v for k, v in os.environ.items()
+                    if k.startswith("BENCH_WORKER_DL_")})
         return env
 
 
