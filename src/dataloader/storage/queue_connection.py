@@ -115,6 +115,11 @@ class FinishResult:
     woken_queues: int
 
 
+def _finish_results(rows: list[asyncpg.Record]) -> dict[uuid.UUID, FinishResult]:
+    return {r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])
+            for r in rows}
+
+
 @cache
 def claim_sql(limit: int) -> str:
     """claim_jobs.sql with a constant LIMIT (see the note in the file)."""
@@ -189,6 +194,12 @@ class QueueConnection:
     async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
                      ) -> dict[uuid.UUID, FinishResult]:
         """`hold`: the queue's held-jobs rule (dataloader/hold.py; None: nothing is held)."""
+        if all(r.outcome == "succeeded" and r.next_json is None for r in requests):
+            rows = await self.conn.fetch(
+                sql("finish_succeeded"),
+                [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],
+                [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests])
+            return _finish_results(rows)
         rows = await self.conn.fetch(
             sql("finish_jobs"),
             [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
@@ -198,10 +209,7 @@ class QueueConnection:
             [r.next_json for r in requests],
             bool(hold and hold.exhausted), list(hold.errors) if hold and hold.errors else None,
         )
-        return {
-            r["job_id"]: FinishResult(status=r["status"], available_at=r["available_at"], woken_queues=r["woken"])
-            for r in rows
-        }
+        return _finish_results(rows)
 
     async def finish_one(self, request: FinishRequest) -> FinishResult:
         return (await self.finish([request]))[request.job_id]

@@ -1,0 +1,51 @@
+-- finish_jobs.sql for the common batch: every attempt in it succeeded and enqueues no chain stage.
+-- It writes the very rows finish_jobs.sql writes for such attempts ('succeeded', its result, the
+-- 'done' journal row, the key's waiters woken, its lock released), without the parts only a
+-- failure, a retry, a release or a chain needs: those are two more inserts, the held-jobs rule and
+-- the outcome decision, and PostgreSQL starts and ends every part of a statement on each call
+-- even when it writes nothing (about 200 µs of the server's time per batch, measured on 16 jobs).
+-- Fenced per row as there: nothing changes for an attempt that is no longer running with its number.
+-- Arrays, one element per attempt: $1 job_id, $2 attempt, $3 max_attempts override (NULL = the
+-- row's), $4 lock_key, $5 unlock, $6 result (JSON text, NULL for none).
+WITH input AS (
+    SELECT u.*
+    FROM unnest($1::uuid[], $2::int[], $3::int[], $4::text[], $5::bool[], $6::text[])
+         AS u(job_id, attempt, max_attempts, lock_key, unlock, result)
+), ended AS (
+    UPDATE dl_jobs j
+    SET status = 'succeeded',
+        error = NULL,
+        lease_expires_at = NULL,
+        max_attempts = COALESCE(i.max_attempts, j.max_attempts),
+        result = i.result::jsonb,
+        finished_at = now()
+    FROM input i
+    WHERE j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
+    RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, i.attempt
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT e.job_id, e.queue, 'done', jsonb_build_object('attempt', e.attempt)
+    FROM ended e
+), waiters AS (
+    SELECT pg_notify('dl_jobs', w.queue)
+    FROM (
+        SELECT DISTINCT q.queue
+        FROM dl_jobs q
+        JOIN ended e ON q.lock_key = e.lock_key
+        WHERE q.status = 'queued' AND NOT q.key_parked AND q.job_id <> e.job_id AND q.available_at <= now()
+    ) w
+), unparked AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM ended f CROSS JOIN LATERAL (
+                                 SELECT 1 FROM dl_jobs p
+                                 WHERE p.lock_key = f.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
+                THEN dl_unpark_key_heads(ARRAY(SELECT DISTINCT lock_key FROM ended))
+                ELSE 0 END AS woken
+), unlocked AS (
+    SELECT i.job_id, CASE WHEN i.unlock THEN pg_advisory_unlock(hashtext(i.lock_key)) END AS unlocked
+    FROM input i
+)
+SELECT i.job_id, e.status::text AS status, e.available_at, u.unlocked,
+       (SELECT count(*) FROM waiters) + (SELECT woken FROM unparked) AS woken
+FROM input i
+LEFT JOIN ended e ON e.job_id = i.job_id
+LEFT JOIN unlocked u ON u.job_id = i.job_id;
