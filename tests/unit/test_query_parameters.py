@@ -190,6 +190,14 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
     return sites
 
 
+_INCLUDE = re.compile(r"^-- @include ([a-z0-9_/]+)$", re.MULTILINE)
+
+
+def expanded(queries: dict[str, str], name: str) -> str:
+    """A query's text with its `-- @include` lines replaced, as `sql()` loads it."""
+    return _INCLUDE.sub(lambda m: expanded(queries, m.group(1)), queries[name])
+
+
 def mismatches(queries: dict[str, str], sites: list[CallSite]) -> list[str]:
     problems: list[str] = []
     by_query: dict[str, list[CallSite]] = {}
@@ -197,13 +205,16 @@ def mismatches(queries: dict[str, str], sites: list[CallSite]) -> list[str]:
         by_query.setdefault(site.query, []).append(site)
         if site.query not in queries:
             problems.append(f"{site.where}: no query file {site.query}.sql")
-    for name, text in queries.items():
+    # a part included by a called query is called with it (its parameters counted there)
+    included = {part for name, text in queries.items() if by_query.get(name) for part in _INCLUDE.findall(text)}
+    for name in queries:
+        text = expanded(queries, name)
         numbers, names = placeholders(text)
         highest = max(numbers, default=0)
         if numbers != set(range(1, highest + 1)):
             problems.append(f"{name}.sql: uses {sorted(numbers)}, "
                             f"not all of $1..${highest} (missing {sorted(set(range(1, highest + 1)) - numbers)})")
-        if not by_query.get(name):
+        if not by_query.get(name) and name not in included:
             problems.append(f"{name}.sql: no call site found (unused, or called in a way this test cannot see)")
         for site in by_query.get(name, []):
             if site.named is not None or (names and not numbers):

@@ -126,31 +126,5 @@ WITH input AS (
     SELECT job_id, lock_key FROM ended
     UNION ALL
     SELECT job_id, lock_key FROM input WHERE outcome = 'committed'
-), waiters AS (
-    -- Jobs (of any queue) may be waiting for a lock_key that just became free: wake their workers.
-    -- Parked ones (0017) are not: their key's head is unparked below, which notifies its queue.
-    SELECT pg_notify('dl_jobs', w.queue)
-    FROM (
-        SELECT DISTINCT q.queue
-        FROM dl_jobs q
-        JOIN freed e ON q.lock_key = e.lock_key
-        WHERE q.status = 'queued' AND NOT q.key_parked AND q.job_id <> e.job_id AND q.available_at <= now()
-    ) w
-), unparked AS (
-    -- The freed keys' parked heads (0017) become claimable in this statement. The probe of
-    -- ix_dl_jobs_key_parked (empty unless a key is hot) spares the common path the function call;
-    -- one LIMIT 1 probe per key, never a hash of every parked job.
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM freed f CROSS JOIN LATERAL (
-                                 SELECT 1 FROM dl_jobs p
-                                 WHERE p.lock_key = f.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
-                THEN dl_unpark_key_heads(ARRAY(SELECT DISTINCT lock_key FROM freed))
-                ELSE 0 END AS woken
-), unlocked AS (
-    SELECT i.job_id, CASE WHEN i.unlock THEN pg_advisory_unlock(hashtext(i.lock_key)) END AS unlocked
-    FROM input i
-)
-SELECT i.job_id, e.status::text AS status, e.available_at, u.unlocked,
-       (SELECT count(*) FROM waiters) + (SELECT woken FROM unparked) AS woken
-FROM input i
-LEFT JOIN ended e ON e.job_id = i.job_id
-LEFT JOIN unlocked u ON u.job_id = i.job_id;
+),
+-- @include finish_release_keys

@@ -26,26 +26,7 @@ WITH input AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT e.job_id, e.queue, 'done', jsonb_build_object('attempt', e.attempt)
     FROM ended e
-), waiters AS (
-    SELECT pg_notify('dl_jobs', w.queue)
-    FROM (
-        SELECT DISTINCT q.queue
-        FROM dl_jobs q
-        JOIN ended e ON q.lock_key = e.lock_key
-        WHERE q.status = 'queued' AND NOT q.key_parked AND q.job_id <> e.job_id AND q.available_at <= now()
-    ) w
-), unparked AS (
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM ended f CROSS JOIN LATERAL (
-                                 SELECT 1 FROM dl_jobs p
-                                 WHERE p.lock_key = f.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
-                THEN dl_unpark_key_heads(ARRAY(SELECT DISTINCT lock_key FROM ended))
-                ELSE 0 END AS woken
-), unlocked AS (
-    SELECT i.job_id, CASE WHEN i.unlock THEN pg_advisory_unlock(hashtext(i.lock_key)) END AS unlocked
-    FROM input i
-)
-SELECT i.job_id, e.status::text AS status, e.available_at, u.unlocked,
-       (SELECT count(*) FROM waiters) + (SELECT woken FROM unparked) AS woken
-FROM input i
-LEFT JOIN ended e ON e.job_id = i.job_id
-LEFT JOIN unlocked u ON u.job_id = i.job_id;
+), freed AS (
+    SELECT job_id, lock_key FROM ended
+),
+-- @include finish_release_keys
