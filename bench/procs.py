@@ -89,32 +89,30 @@ async def run_json(argv: Sequence[str], env: dict[str, str], timeout: float, log
     return json.loads(lines[-1])
 
 
-def tree_rss(pids: Sequence[int]) -> int:
-    """Resident memory of these processes and all their descendants, in bytes."""
-    total = 0
+def _tree(pids: Sequence[int]) -> list[psutil.Process]:
+    """These processes (those still alive) and all their descendants."""
+    found = []
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)]
+            found.extend([root, *root.children(recursive=True)])
         except psutil.NoSuchProcess:
             continue
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                total += p.memory_info().rss
+    return found
+
+
+def tree_rss(pids: Sequence[int]) -> int:
+    """Resident memory of these processes and all their descendants, in bytes."""
+    total = 0
+    for p in _tree(pids):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            total += p.memory_info().rss
     return total
 
 
 def tree_cpu(pids: Sequence[int]) -> dict[int, float]:
     """CPU seconds (user + system) so far of these processes and all their descendants, by pid."""
-    seconds: dict[int, float] = {}
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-        seconds.update(cpu_seconds(p.pid for p in procs))
-    return seconds
+    return cpu_seconds(p.pid for p in _tree(pids))
 
 
 def cpu_seconds(pids: Iterable[int]) -> dict[int, float]:
