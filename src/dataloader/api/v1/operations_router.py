@@ -34,7 +34,7 @@ class SearchRequest(JobFilter):
 
     cursor: str | None = Field(default=None, max_length=1000, description="next_cursor of the previous page")
     limit: int = Field(default=100, ge=1, le=MAX_LIST_LIMIT)
-    count: bool = Field(default=False, description="Also count every match (capped at 10 million)")
+    count: bool = Field(default=False, strict=True, description="Also count every match (capped at 10 million)")
 
 
 class SearchJob(JobSummary):
@@ -86,7 +86,7 @@ class OperationRequest(BaseModel):
     kind: OperationKind
     filter: JobFilter = Field(default_factory=JobFilter, description="The search's filter")
     params: dict[str, Any] = Field(default_factory=dict, description='set_priority: {"priority": n}')
-    dry_run: bool = Field(default=False, description="Only count the jobs it would examine; start nothing")
+    dry_run: bool = Field(default=False, strict=True, description="Only count the jobs it would examine; start nothing")
     started_by: Actor = Field(default="api", description="Who starts it (kept in its audit trail)")
     batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH_SIZE)
 
