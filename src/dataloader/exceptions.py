@@ -40,14 +40,6 @@ class DatabaseUnavailable(DataloaderError):
     code = "database_unavailable"
 
 
-class QueryTimeout(DataloaderError):
-    """A statement ran past its time limit and PostgreSQL cancelled it (the API's
-    DL_API_STATEMENT_TIMEOUT_SEC or DL_API_COUNT_TIMEOUT_SEC): nothing was changed; narrow the
-    filter or raise the limit."""
-
-    code = "query_timeout"
-
-
 class TooManyQueries(DataloaderError):
     """This node already runs as many expensive queries (searches, counts, dry runs) as
     DL_API_MAX_EXPENSIVE_QUERIES allows; retry in a moment."""

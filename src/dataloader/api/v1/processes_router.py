@@ -278,7 +278,8 @@ async def restart_process(ns: Ns, id: Id, body: RestartBody, api: Api) -> Any:
              summary="Restart every matching process, as a tracked bulk operation (or a dry run)",
              responses={200: {"description": "The dry run's count"}, 201: {"description": "The operation"},
                         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
-                                          ErrorCode.invalid_request)})
+                                          ErrorCode.invalid_request, ErrorCode.too_many_queries,
+                                          ErrorCode.query_timeout)})
 async def restart_processes(ns: Ns, body: RestartManyBody, api: Api, response: Response) -> Any:
     """Starts an operation of kind `process_restart` (follow, pause, resume or cancel it under
     /api/v1/operations/{id}); each process is restarted as the single restart does, and one that
