@@ -190,7 +190,14 @@ class ApiGuardMiddleware:
         message after the body is `http.disconnect`, which arrives when the client leaves (or once
         the answer is sent). A client that leaves first cancels the request, and with it any
         statement in flight (asyncpg sends PostgreSQL a cancel)."""
-        watch = asyncio.ensure_future(receive())
+        async def disconnected() -> Message:
+            # Only a disconnect counts: a server may also hand over an empty `http.request`.
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return message
+
+        watch = asyncio.ensure_future(disconnected())
         replayed = False
 
         async def replay() -> Message:
