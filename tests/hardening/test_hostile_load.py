@@ -14,7 +14,7 @@ this node (same epoch) and no background duty crashes; every search ends by its 
 clear answer (200, or 503 `query_timeout`), the ones past the cap at once with 429.
 
 The suite's run seeds 60,000 rows and sends 30 searches (~20 s). The issue's size, as a documented
-long run (a few minutes):
+long run (longer: seeding and every scan grow with the rows; not timed here):
 
     DL_HOSTILE_ROWS=300000 DL_HOSTILE_SEARCHES=60 .venv/bin/python -m pytest -q tests/hardening/test_hostile_load.py
 """

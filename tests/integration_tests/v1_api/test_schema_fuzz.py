@@ -44,7 +44,7 @@ from tests.integration_tests.v1_api.constants import TRIGGER, job_body
 BASE_URL = "http://dataloader.test"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance]
-# Per operation and generation mode (13 tests). The long run (issue 26), a few minutes per 1000:
+# Per operation and generation mode (13 tests). The long run (issue 26; time grows with the count):
 #   DL_FUZZ_EXAMPLES=1000 .venv/bin/python -m pytest -q tests/integration_tests/v1_api/test_schema_fuzz.py
 EXAMPLES = int(os.environ.get("DL_FUZZ_EXAMPLES", "50"))
 
