@@ -265,3 +265,18 @@ async def test_a_request_head_that_never_completes_is_closed() -> None:
     finally:
         server.should_exit = True
         await asyncio.wait_for(serving, 10)
+
+
+async def test_every_face_refuses_the_filters_that_cannot_run(db: asyncpg.Pool, hardening_ctx: App,
+                                                              subprocess_env: dict[str, str]) -> None:
+    from dataloader.exceptions import InvalidJobRequest
+    from tests.operations.test_search_faces import ops_cli
+
+    for bad in ({"args_path": "$ ? (@ == $var)"}, {"error": "*a" * 11},
+                {"args_path": '$ ? (@ like_regex "(a+)+")'}):
+        with pytest.raises(InvalidJobRequest):
+            await hardening_ctx.search(bad)
+        with pytest.raises(InvalidJobRequest):
+            await hardening_ctx.operations.start("cancel", bad, dry_run=True)
+    cli = ops_cli(subprocess_env, "search", "--args-path", "$ ? (@ == $var)")
+    assert cli.returncode == 2 and "variable" in cli.stderr, cli.stderr
