@@ -15,41 +15,93 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from dataloader.config import Settings, load_settings
-from dataloader.exceptions import ConfigError, DataloaderError
+from dataloader.exceptions import DatabaseUnavailable, DataloaderError, ValidationFailed, exit_code
 from dataloader.heap import freeze_startup_objects
 
 if TYPE_CHECKING:
+    import click
+
     from dataloader.app import App
 
+log = logging.getLogger("dataloader")
+
+# `--debug`: a dataloader error is raised with its traceback instead of printed as one line.
+_debug = False
+
+
+class _Commands(TyperGroup):
+    """Every command runs inside `invoke` of the top group, so this is the one place that turns a
+    dataloader error into the CLI's answer: one line `dataloader: <code>: <message>` on stderr
+    (`configuration error` for a setting) and the exit code of docs/errors.md (2 for bad input or
+    configuration, 1 for a failed operation), never a traceback unless --debug. A connection
+    error that escapes a command is DatabaseUnavailable here, as in the HTTP API."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from dataloader.storage.db import is_connection_error
+
+        try:
+            return super().invoke(ctx)
+        except DataloaderError as exc:
+            if _debug:
+                raise
+            _report(exc)
+        except Exception as exc:
+            if _debug or not is_connection_error(exc):
+                raise
+            _report(DatabaseUnavailable(f"the database cannot be reached: {exc or type(exc).__name__}"))
+
+
+def _report(exc: DataloaderError) -> None:
+    label = "configuration error" if exc.code == "config_error" else exc.code
+    message = " ".join(str(exc).split("\n"))  # one line, whatever the message holds
+    typer.echo(f"dataloader: {label}: {message}", err=True)
+    raise typer.Exit(exit_code(exc)) from None
+
+
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    help="Durable background jobs on PostgreSQL.",
+    cls=_Commands, no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+    help="Durable background jobs on PostgreSQL. Errors: one line and exit code 2 (bad input or "
+         "configuration) or 1 (a failed operation); see docs/errors.md.",
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 
-log = logging.getLogger("dataloader")
+
+def _version(value: bool) -> None:
+    if value:
+        from dataloader import __version__
+
+        typer.echo(f"dataloader {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit")] = False,
+) -> None:
+    global _debug
+    _debug = debug
 
 
 def _settings() -> Settings:
-    """Settings, logging, and the user's pipelines, all checked before anything is started: any
-    problem is one line `dataloader: configuration error: ...` and exit code 2."""
+    """Settings, logging, the user's pipelines and every duty's settings, all checked before
+    anything is started: any problem is a ConfigError (one line, exit code 2; see _Commands)."""
     from dataloader.logger import setup_logging
+    from dataloader.maintenance.duty_settings import check_duty_settings
     from dataloader.workers.pipelines.registry import load_pipeline_modules
 
-    try:
-        settings = load_settings()
-        setup_logging(settings.log_level, settings.log_format)
-        _working_dir_on_sys_path()
-        load_pipeline_modules(settings.pipeline_module_names)
-    except ConfigError as exc:
-        typer.echo(f"dataloader: configuration error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = load_settings()
+    setup_logging(settings.log_level, settings.log_format)
+    check_duty_settings(settings)
+    _working_dir_on_sys_path()
+    load_pipeline_modules(settings.pipeline_module_names)
     return settings
 
 
@@ -151,6 +203,9 @@ async def _run_worker(settings: Settings, run_reaper: bool) -> int:
     app = _cli_app(settings)
     try:
         await app.open(migrate_schema=True)
+    except DataloaderError as exc:  # one line, the exit code of docs/errors.md (as `serve`)
+        log.error("start-up failed: %s: %s", exc.code, exc, extra={"error": exc.code})
+        return exit_code(exc)
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         return 1
@@ -181,6 +236,8 @@ def db_upgrade() -> None:
 
     try:
         before, after = _run(run())
+    except DataloaderError:
+        raise  # its own code and exit code (_Commands)
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     _print({"from_revision": before, "to_revision": after})
@@ -197,10 +254,7 @@ def _with_app(fn: Any) -> Any:
         finally:
             await app.close()
 
-    try:
-        return _run(run())
-    except DataloaderError as exc:
-        _fail(f"{exc.code}: {exc}")
+    return _run(run())
 
 
 def _job_id(value: str) -> uuid.UUID:
@@ -213,14 +267,18 @@ def _job_id(value: str) -> uuid.UUID:
 @jobs_app.command("trigger")
 def jobs_trigger(
     task: Annotated[str, typer.Option(help="Pipeline name, e.g. dl.sleep")],
-    lock_key: Annotated[str, typer.Option(help="Jobs with the same lock_key never run at once")],
+    lock_key: Annotated[str | None, typer.Option(
+        help="Jobs with the same lock_key never run at once (default: the job's own id)")] = None,
     queue: Annotated[str, typer.Option()] = "default",
     args: Annotated[str, typer.Option(help="JSON object")] = "{}",
     idempotency_key: Annotated[str | None, typer.Option()] = None,
     partition_key: Annotated[str, typer.Option()] = "",
     priority: Annotated[int, typer.Option(help="Lower runs first")] = 100,
     available_at: Annotated[str | None, typer.Option(help="RFC 3339 time with timezone")] = None,
+    delay: Annotated[float | None, typer.Option(help="Seconds from now (instead of --available-at)")] = None,
     max_attempts: Annotated[int | None, typer.Option()] = None,
+    lease_ttl_sec: Annotated[int | None, typer.Option(
+        help="Lease of each attempt, renewed by heartbeats (default: DL_DEFAULT_LEASE_TTL_SEC)")] = None,
     timeout_sec: Annotated[int | None, typer.Option(help="Run-time limit of each attempt, seconds")] = None,
     then: Annotated[list[str] | None, typer.Option(
         help="A stage to run after it succeeds: a task name, or a JSON Stage object; repeat for a chain")] = None,
@@ -231,24 +289,17 @@ def jobs_trigger(
     unique_key: Annotated[str | None, typer.Option(help="What makes jobs the same for --unique-for-sec")] = None,
 ) -> None:
     """Enqueue a job; prints its id and status."""
-    from dataloader.services.jobs import JobRequest, status_view
+    from dataloader.app import App
+    from dataloader.services.jobs import status_view
 
-    try:
-        parsed_args = json.loads(args)
-        req = JobRequest(
-            queue=queue, task=task, lock_key=lock_key, args=parsed_args, idempotency_key=idempotency_key,
-            partition_key=partition_key, priority=priority,
-            available_at=datetime.fromisoformat(available_at) if available_at else None,
-            max_attempts=max_attempts, timeout_sec=timeout_sec,
-            then=[_stage(item) for item in then or ()], restartable=restartable,
-            unique_for_sec=unique_for_sec, unique_key=unique_key,
-        )
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args or --then is not JSON: {exc.msg}") from None
-    except (ValidationError, ValueError) as exc:
-        raise typer.BadParameter(str(exc).splitlines()[0] if not isinstance(exc, ValidationError)
-                                 else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                                for e in exc.errors())) from None
+    # The Python API's own request builder, checked before anything opens: the same model,
+    # defaults and errors as App.enqueue (and the HTTP body).
+    req = App._request(task, _json_option("args", args), queue=queue, lock_key=lock_key,
+                       idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
+                       available_at=_time_option("available-at", available_at), delay=delay,
+                       max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec,
+                       then=[_stage(item) for item in then or ()], restartable=restartable,
+                       unique_for=unique_for_sec, unique_key=unique_key)
 
     async def run(app: App) -> dict[str, Any]:
         result = await app.jobs.trigger(req, producer="cli")
@@ -257,9 +308,30 @@ def jobs_trigger(
     _print(_with_app(run))
 
 
+def _json_option(name: str, text: str) -> Any:
+    """A JSON option's value; text that is not JSON is the invalid_json HTTP gives such a body."""
+    from dataloader.exceptions import InvalidJson
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidJson(f"--{name} is not JSON: {exc.msg} at char {exc.pos}") from None
+
+
+def _time_option(name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationFailed(f"--{name}: must be an RFC 3339 time with a timezone, e.g. 2030-01-01T12:00:00Z",
+                               [{"loc": [name.replace("-", "_")], "msg": "must be an RFC 3339 time",
+                                 "type": "datetime_parsing"}]) from None
+
+
 def _stage(text: str) -> Any:
     """--then: a task name, or a JSON object with Stage's fields."""
-    return json.loads(text) if text.lstrip().startswith("{") else {"task": text}
+    return _json_option("then", text) if text.lstrip().startswith("{") else {"task": text}
 
 
 @jobs_app.command("chain")

