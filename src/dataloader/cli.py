@@ -22,8 +22,6 @@ from dataloader.exceptions import DatabaseUnavailable, DataloaderError, Validati
 from dataloader.heap import freeze_startup_objects
 
 if TYPE_CHECKING:
-    import click
-
     from dataloader.app import App
 
 log = logging.getLogger("dataloader")
@@ -39,7 +37,7 @@ class _Commands(TyperGroup):
     configuration, 1 for a failed operation), never a traceback unless --debug. A connection
     error that escapes a command is DatabaseUnavailable here, as in the HTTP API."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         from dataloader.storage.db import is_connection_error
 
         try:
@@ -48,6 +46,10 @@ class _Commands(TyperGroup):
             if _debug:
                 raise
             _report(exc)
+        except typer.BadParameter as exc:  # an option's value (or a missing one): HTTP's validation_error
+            if _debug:
+                raise
+            _report(ValidationFailed(exc.format_message()))
         except Exception as exc:
             if _debug or not is_connection_error(exc):
                 raise

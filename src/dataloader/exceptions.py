@@ -45,14 +45,21 @@ class DatabaseUnavailable(DataloaderError):
     code = "database_unavailable"
 
 
+# -- requests about jobs -------------------------------------------------------------------------
+
+class InvalidJobRequest(DataloaderError):
+    code = "invalid_request"
+
+
 # -- bad input, whatever the face -----------------------------------------------------------------
 
-class ValidationFailed(DataloaderError, ValueError):
+class ValidationFailed(InvalidJobRequest, ValueError):
     """A request that does not fit its model: a wrong type, a value out of range, a blank name, two
     options that exclude each other. The Python API raises it where HTTP answers 422
     `validation_error` and the CLI exits 2, from the same model (ValueError is a base so code that
     caught the ValueError of a bad argument still does). `fields` lists each problem as
-    `{"loc": [...], "msg": ..., "type": ...}`, as the HTTP body's `fields`."""
+    `{"loc": [...], "msg": ..., "type": ...}`, as the HTTP body's `fields`. An InvalidJobRequest
+    too: code that caught that for a bad listing status still does."""
 
     code = "validation_error"
 
@@ -68,12 +75,6 @@ class ValidationFailed(DataloaderError, ValueError):
                    "type": str(e.get("type", ""))} for e in errors[:50]]
         summary = "; ".join(f"{'.'.join(str(p) for p in f['loc']) or 'request'}: {f['msg']}" for f in fields[:5])
         return cls(summary or "invalid request", fields)
-
-
-# -- requests about jobs -------------------------------------------------------------------------
-
-class InvalidJobRequest(DataloaderError):
-    code = "invalid_request"
 
 
 class InvalidJson(InvalidJobRequest):

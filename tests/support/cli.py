@@ -13,9 +13,9 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 from dataloader import cli
@@ -23,7 +23,8 @@ from dataloader import cli
 SCRATCH_DATA_DIR = Path(tempfile.gettempdir()) / "dataloader-cli-tests" / "never-started"
 
 
-def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Result:
+def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Any:
+    """typer.testing's Result of `dataloader <args>`."""
     clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("DL_", "WORKERS_JSON"))}
     clean.update({"DL_DATA_DIR": str(SCRATCH_DATA_DIR), "DL_LOG_FORMAT": "json"})
     clean.update(env or {})
@@ -42,7 +43,7 @@ def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Result:
             root.setLevel(level)
 
 
-def error_line(result: Result) -> str:
+def error_line(result: Any) -> str:
     """The one line a failed command prints (its `dataloader: ...` line; logs are JSON lines)."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("dataloader:")]
     assert len(lines) == 1, result.stderr

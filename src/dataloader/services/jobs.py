@@ -40,6 +40,7 @@ from dataloader.exceptions import (
     JobNotRetryable,
     RestartConflict,
     UnknownTask,
+    ValidationFailed,
 )
 from dataloader.ids import new_id, new_ids
 from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
@@ -458,8 +459,9 @@ class JobService:
             raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         known = {status.value for status in JobStatus}
         unknown = sorted({str(s) for s in statuses or ()} - known)
-        if unknown:
-            raise InvalidJobRequest(f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if unknown:  # the validation_error HTTP's enum query parameter gives
+            message = f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
         # One row more than asked tells whether another page exists without a count(*).
         jobs = await self.repo.list_jobs(
             queue=queue, task=task, statuses=[str(s) for s in statuses] if statuses else None,
