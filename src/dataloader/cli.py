@@ -911,6 +911,14 @@ def _actor() -> str:
         return "cli"
 
 
+def _progress_line(op: Any) -> str:
+    """The progress bar's text (Rich markup): kind, id, state and changed count. Escaped, since
+    "[running]" or "[paused]" is otherwise read as a style tag and prints nothing."""
+    from rich.markup import escape
+
+    return escape(f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+
+
 async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> dict[str, Any]:
     """A progress bar (done / total) until the operation ends; returns it."""
     from rich.console import Console
@@ -920,11 +928,10 @@ async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> di
     op = await app.operations.get(operation_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
-        task = bar.add_task(f"{op.kind} {str(op.id)[:8]}", total=max(op.total, 1))
+        task = bar.add_task(f"{op.kind} {str(op.id)[:8]}", total=op.total)
         while True:
             op = await app.operations.get(operation_id)
-            bar.update(task, completed=op.done, total=max(op.total, op.done, 1),
-                       description=f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+            bar.update(task, completed=op.done, total=max(op.total, op.done), description=_progress_line(op))
             if op.ended:
                 break
             await asyncio.sleep(interval)
@@ -941,6 +948,9 @@ def _bulk(kind: str, f: dict[str, Any], params: dict[str, Any] | None, dry_run: 
         _print(preview)
         return
     typer.echo(f"{kind}: {preview['total']} {what} match {json.dumps(f)}", err=True)
+    if preview["total"] == 0:  # nothing to confirm nor to watch: the preview is the answer
+        _print(preview)
+        return
     if not yes and not typer.confirm("start it?", err=True):
         raise typer.Exit(1)
 
