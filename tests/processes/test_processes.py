@@ -167,7 +167,10 @@ async def test_call_error_puts_process_in_error_then_repair(app, ns):
         assert wrong.value.status == "error"
         with pytest.raises(ProcessTaskFailed):
             await app.processes.repair(ns, "p1", {"fail": "still broken"})
-        assert await status(app, ns, "p1") == "error"  # a failed repair leaves it in error
+        # a failed repair leaves it in error with its first cause: detail agrees with corrupted_by
+        after = await app.processes.get(ns, "p1")
+        assert after.status is ProcessStatus.error and after.detail == process.detail
+        assert after.corrupted_by == process.corrupted_by
         assert (await app.processes.repair(ns, "p1", {"n": 7}))["kind"] == "repair"
         process = await app.processes.get(ns, "p1")
         assert process.status is ProcessStatus.running and process.corrupted_by is None and process.detail is None

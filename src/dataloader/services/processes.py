@@ -48,7 +48,7 @@ from dataloader.processes.model import (
     UnsetTimer,
 )
 from dataloader.processes.registry import NS_PATTERN, ProcessorRegistry
-from dataloader.processes.restart import RestartPoint, RestartResult, restart_in
+from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
 from dataloader.processes.selection import ProcessFilter
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
@@ -271,8 +271,11 @@ class ProcessService:
 
     async def simple_repair(self, ns: str, process_id: str) -> Process:
         """Clear the error without calling the processor: `running` again, and the timer the failure
-        suspended (the failed timer task itself, or the timer armed when a call failed) re-armed."""
-        processor = self._processor(ns)
+        suspended (the failed timer task itself, or the timer armed when a call failed) re-armed. The
+        processor need not be registered here (it is never called; the timer's job takes the
+        namespace's registration defaults, as a restart's do)."""
+        self._check_ns(ns)
+        processor, lease_ttl_sec = processor_of(ns, self.default_lease_ttl_sec)
         process_id = self._check_id(process_id)
         async with self.repo.pool.acquire() as conn, conn.transaction():
             stored = await self.repo.lock_process(conn, ns, process_id)
@@ -287,7 +290,7 @@ class ProcessService:
             suspended = process.suspended_timer
             if suspended is not None:
                 due = max(suspended.at, datetime.now(UTC))
-                task = timer_job(ns, process_id, suspended.type, due, processor, self.default_lease_ttl_sec)
+                task = timer_job(ns, process_id, suspended.type, due, processor, lease_ttl_sec)
                 await self.repo.insert_task(conn, task)
                 timer = Timer(suspended.type, due, task.task_id)
             await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
