@@ -454,7 +454,8 @@ class App:
         `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
         service = self.__dict__.get("_schedule_service")
         if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool))
+            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool),
+                                                                           check_task=self.jobs.check_task)
         return service
 
     def _schedule_services(self, settings: Settings) -> list[Service]:

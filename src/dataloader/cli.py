@@ -251,6 +251,10 @@ def _with_app(fn: Any) -> Any:
     async def run() -> Any:
         app = _cli_app(settings)
         await app.open(migrate_schema=True)
+        # The CLI answers for the queues of the service it is a tool of (WORKERS_JSON), so a task
+        # that service would fail is refused here as `serve` refuses it (JobService's rule).
+        configured = frozenset(w.queue for w in settings.workers)
+        app.jobs.served_queues = lambda: configured
         try:
             return await fn(app)
         finally:

@@ -33,7 +33,7 @@ def settings(dsn: str) -> Settings:
 
 def cli_env(dsn: str) -> dict[str, str]:
     return {"DL_DB_DSN": dsn, "DL_MAX_ARGS_BYTES": str(MAX_ARGS_BYTES),
-            "DL_PIPELINE_MODULES": "tests.support.pipelines", "WORKERS_JSON": "[]"}
+            "DL_PIPELINE_MODULES": "tests.support.pipelines", "WORKERS_JSON": json.dumps([{"queue": QUEUE}])}
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +121,39 @@ async def test_a_bad_trigger_gets_the_same_code_from_every_face_and_writes_nothi
     assert codes == dict.fromkeys(codes, code)
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
     assert await db.fetchval("SELECT count(*) FROM dl_job_events") == 0
+
+
+# A task no pipeline here has, on a queue this process serves (its workers run here; the CLI answers
+# for its WORKERS_JSON): refused by one rule, for a trigger, a chain's stage and a schedule alike.
+UNKNOWN: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str]]] = [
+    ("trigger", lambda app: app.enqueue("no.such", queue=QUEUE),
+     ("POST", TRIGGER, {"queue": QUEUE, "task": "no.such"}),
+     ["jobs", "trigger", "--queue", QUEUE, "--task", "no.such"]),
+    ("a chain's stage", lambda app: app.enqueue("dl.noop", queue=QUEUE, then=[{"task": "no.such"}]),
+     ("POST", TRIGGER, {"queue": QUEUE, "task": "dl.noop", "then": [{"task": "no.such"}]}),
+     ["jobs", "trigger", "--queue", QUEUE, "--task", "dl.noop", "--then", "no.such"]),
+    ("schedule", lambda app: app.schedules.create(app.schedules.spec(name="s1", task="no.such", every_sec=60,
+                                                                      queue=QUEUE)),
+     ("POST", "/api/v1/schedules", {"name": "s1", "task": "no.such", "every_sec": 60, "queue": QUEUE}),
+     ["schedules", "create", "--name", "s1", "--task", "no.such", "--every", "60", "--queue", QUEUE]),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli"), [row[1:] for row in UNKNOWN], ids=[row[0] for row in UNKNOWN])
+async def test_an_unknown_task_on_a_served_queue_is_refused_by_every_face(py_app, db, dsn, call, request_, cli):
+    from dataloader import Queue
+
+    await db.execute("DELETE FROM dl_schedules WHERE name = 's1'")
+    async with py_app.running(queues=[Queue(QUEUE, 1)], reaper=False) as manager:
+        with pytest.raises(DataloaderError) as caught:
+            await call(py_app)
+        transport = httpx.ASGITransport(app=create_app(py_app.settings, context=py_app, manager=manager))
+        async with httpx.AsyncClient(transport=transport, base_url="http://faces") as client:
+            codes = {"python": caught.value.code, "http": await http_code(client, *request_)}
+    codes["cli"] = await cli_code(dsn, cli)
+    assert codes == dict.fromkeys(codes, "unknown_task")
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_schedules WHERE name = 's1'") == 0
 
 
 MISSING = str(uuid.UUID(int=0))

@@ -29,6 +29,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from dataloader import metrics
 from dataloader.base import StrictModel
 from dataloader.chain import MAX_STAGES, Stage
+from dataloader.clock import iso
 from dataloader.exceptions import (
     ArgsTooLarge,
     ChainNotFound,
@@ -222,9 +223,12 @@ class TriggerResult:
 
 
 class JobService:
-    """`served_queues()` names the queues whose workers run in this process right now: a task with
-    no pipeline here is refused for those (this process would fail it) and accepted for any other
-    queue (a process with that pipeline will run it), the same rule for every producer face."""
+    """`served_queues()` names the queues this process answers for: those whose workers run in it
+    right now (the CLI, a tool of the service, answers for its WORKERS_JSON). The one rule for an
+    unknown task (docs/errors.md `unknown_task`), in every face and for everything that names a
+    task (a trigger, a batch, each stage of a chain, a schedule): a task with no pipeline here is
+    refused for those queues (this process would fail it) and accepted for any other queue (a
+    worker elsewhere with that pipeline will run it)."""
 
     def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
                  max_args_bytes: int, served_queues: Callable[[], frozenset[str]] = frozenset) -> None:
@@ -234,14 +238,25 @@ class JobService:
         self.max_args_bytes = max_args_bytes
         self.served_queues = served_queues
 
-    def _pipeline_max(self, task: str, queue: str, served: frozenset[str]) -> int | None:
-        """The task's pipeline's max_attempts (None: none here, or none of its own); UnknownTask for
-        a task without a pipeline on a queue this process serves."""
-        pipeline = self.registry.get(task)
-        if pipeline is None and queue in served:
+    def check_task(self, task: str, queue: str, served: frozenset[str] | None = None) -> None:
+        """UnknownTask for a task without a pipeline here on a queue this process serves."""
+        if self.registry.get(task) is None and queue in (self.served_queues() if served is None else served):
             raise UnknownTask(
                 f"unknown task {task!r}: this process serves queue {queue!r} and has no pipeline "
                 f"for it (registered: {', '.join(self.registry.names())})")
+
+    def _check_stages(self, stages: Sequence[Stage], queue: str, served: frozenset[str]) -> None:
+        """The rule for each stage of a chain, on the queue it will run on (its own, else its parent's)."""
+        for stage in stages:
+            stage_queue = stage.queue or queue
+            self.check_task(stage.task, stage_queue, served)
+            self._check_stages(stage.then, stage_queue, served)
+
+    def _pipeline_max(self, task: str, queue: str, served: frozenset[str]) -> int | None:
+        """The task's pipeline's max_attempts (None: none here, or none of its own); UnknownTask for
+        a task without a pipeline on a queue this process serves."""
+        self.check_task(task, queue, served)
+        pipeline = self.registry.get(task)
         # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
         # that will decide, so status and listings show it (a producer without the pipeline
         # stores the job's, and the worker's finish corrects it).
@@ -257,7 +272,9 @@ class JobService:
         return encoded
 
     def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
-        pipeline_max = self._pipeline_max(req.task, req.queue, self.served_queues())
+        served = self.served_queues()
+        pipeline_max = self._pipeline_max(req.task, req.queue, served)
+        self._check_stages(req.then, req.queue, served)
         encoded = self._encode_args(req.args)
         try:
             chain_next_json = stages_json(req.then, self.max_args_bytes)
@@ -515,9 +532,9 @@ def status_view(job: Job) -> dict[str, Any]:
         "job_id": str(job.id),
         "status": job.status.value,
         "attempt": job.attempt,
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
+        "started_at": iso(job.started_at) if job.started_at else None,
+        "finished_at": iso(job.finished_at) if job.finished_at else None,
+        "heartbeat_at": iso(job.heartbeat_at) if job.heartbeat_at else None,
         "error": job.error,
         "progress": job.progress,
         "result": job.result,

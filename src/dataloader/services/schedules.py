@@ -8,6 +8,7 @@ a pause are skipped on purpose, not "missed")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,9 +24,14 @@ MAX_HISTORY_LIMIT = 1000
 
 
 class ScheduleService:
-    def __init__(self, repo: ScheduleRepository, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, repo: ScheduleRepository, *, clock: Clock = SYSTEM_CLOCK,
+                 check_task: Callable[[str, str], None] | None = None) -> None:
+        """`check_task(task, queue)`: the jobs' unknown-task rule (JobService.check_task), applied
+        when a schedule is created so a schedule of a task this process would fail is refused at
+        once, as a trigger of it is, not at its first tick."""
         self.repo = repo
         self.clock = clock
+        self.check_task = check_task
 
     @staticmethod
     def spec(**fields: Any) -> ScheduleSpec:
@@ -43,6 +49,8 @@ class ScheduleService:
                 for e in exc.errors())) from None
 
     async def create(self, spec: ScheduleSpec) -> Schedule:
+        if self.check_task is not None:
+            self.check_task(spec.task, spec.queue)
         first = next_tick(spec.timing(), self.clock.wall())
         if first is None:
             raise InvalidScheduleRequest(f"schedule {spec.name!r} has no tick before the year 9999")
