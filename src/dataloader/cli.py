@@ -122,7 +122,15 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _print(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    typer.echo(json.dumps(data, indent=2, default=_json_value))
+
+
+def _json_value(value: Any) -> Any:
+    """A value json cannot write: a time in the one form of every face (ISO 8601, UTC, Z: the
+    HTTP API's), anything else (ids, decimals) as its text."""
+    from dataloader.clock import iso
+
+    return iso(value) if isinstance(value, datetime) else str(value)
 
 
 def _signal_future() -> asyncio.Future[str]:

@@ -205,3 +205,24 @@ async def test_a_minimal_job_gets_the_same_defaults_from_every_face(py_app, http
     assert defaults["python"] == defaults["http"] == defaults["cli"], defaults
     assert defaults["python"]["priority"] == 100 and defaults["python"]["queue"] == "default"
     assert {row["producer"] for row in rows.values()} == {"python", "http", "cli"}
+
+
+async def test_times_read_the_same_in_every_face(py_app, http, db, dsn):
+    """One form for a time (ISO 8601, UTC, Z), whichever face prints it: the job's created_at from
+    Python's to_dict, the HTTP listing and the CLI's listing, and a schedule's times in the CLI."""
+    job = await py_app.enqueue("dl.noop", queue=QUEUE)
+    python = job.to_dict()["created_at"]
+    listed = (await http.get("/api/v1/jobs", params={"queue": QUEUE})).json()["jobs"]
+    result = await asyncio.to_thread(invoke, ["jobs", "list", "--queue", QUEUE], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.stdout)["jobs"][0]["created_at"]
+    assert python == listed[0]["created_at"] == cli and python.endswith("Z"), (python, listed[0], cli)
+
+    await db.execute("DELETE FROM dl_schedules WHERE name = 'times'")
+    await py_app.schedules.create(py_app.schedules.spec(name="times", task="dl.noop", every_sec=60, queue="x"))
+    try:
+        result = await asyncio.to_thread(invoke, ["schedules", "list"], cli_env(dsn))
+        shown = next(s for s in json.loads(result.stdout) if s["name"] == "times")
+        assert shown["next_run_at"].endswith("Z") and all(t.endswith("Z") for t in shown["upcoming"]), shown
+    finally:
+        await db.execute("DELETE FROM dl_schedules WHERE name = 'times'")
