@@ -343,9 +343,11 @@ class App:
         no signal handlers of its own. `queues` default to the settings' workers. Leaving the block
         stops them gracefully (running jobs stop at their next chunk; unfinished ones go back to
         the queue)."""
+        from dataloader.logger import ensure_visible
         from dataloader.workers.manager import WorkerManager
 
         settings = self.settings
+        ensure_visible(settings.log_level, settings.log_format)
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})

@@ -50,6 +50,9 @@ class _Commands(TyperGroup):
             if _debug:
                 raise
             _report(ValidationFailed(exc.format_message()))
+        except BrokenPipeError:  # stdout closed by the reader (`dataloader --help | head`): not a database error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is quiet
+            raise typer.Exit(1) from None
         except Exception as exc:
             if _debug or not is_connection_error(exc):
                 raise
@@ -429,6 +432,10 @@ def jobs_events(job_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `dataloader` script (argv None: sys.argv)."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ and "TERMINAL_WIDTH" not in os.environ:
+        # Rich lays out --help for 80 columns when it cannot ask a terminal (a pipe, a pager, a CI
+        # log), cutting the options' help into slivers; a pipe has no width to respect.
+        os.environ["COLUMNS"] = "120"
     app(args=argv)
 
 

@@ -70,3 +70,12 @@ async def test_serve_that_cannot_start_logs_one_line_and_exits_with_the_clis_cod
     lines = [json.loads(line) for line in proc.stderr.splitlines()]  # every line a JSON log line
     errors = [line["message"] for line in lines if line["level"] == "error"]
     assert errors[0].startswith(start), errors
+
+
+def test_help_through_a_pipe_is_not_cut_at_80_columns():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    proc = subprocess.run([sys.executable, "-m", "dataloader", "jobs", "trigger", "--help"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) > 100
+    assert "Jobs with the same lock_key never run at once (default: the" in proc.stdout  # one line, not slivers

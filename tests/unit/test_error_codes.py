@@ -57,3 +57,15 @@ def test_schema_mismatch_is_one_class():
 
     assert migrate.SchemaMismatch is exceptions.SchemaMismatch is dataloader.SchemaMismatch
     assert issubclass(exceptions.SchemaMismatch, RuntimeError)
+
+
+def test_a_filter_rule_over_several_fields_names_the_filter_once():
+    from datetime import UTC, datetime
+
+    import pytest
+
+    from dataloader.services.search import parse_filter
+
+    with pytest.raises(exceptions.InvalidJobRequest) as caught:
+        parse_filter({"created_from": datetime(2030, 1, 1, tzinfo=UTC), "created_to": datetime(2020, 1, 1, tzinfo=UTC)})
+    assert str(caught.value).startswith("filter: ") and "filter filter" not in str(caught.value)

@@ -48,8 +48,9 @@ def parse_filter(value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
 def filter_error(exc: ValidationError) -> InvalidJobRequest:
     """A filter's first validation problem as one InvalidJobRequest (a 4xx) naming the field."""
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "filter"
-    return InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}")
+    where = ".".join(str(p) for p in err["loc"])  # empty for a rule over several fields
+    return InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}" if where
+                             else f"filter: {err['msg'].removeprefix('Value error, ')}")
 
 
 class SearchService:
