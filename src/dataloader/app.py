@@ -16,6 +16,7 @@ would otherwise enqueue into a database no worker reads. `App.embedded()` (and t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -99,7 +100,16 @@ class App:
             log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
             self._embedded = EmbeddedPostgres(settings.data_dir)
-            dsn = await asyncio.to_thread(self._embedded.start)
+            starting = asyncio.ensure_future(asyncio.to_thread(self._embedded.start))
+            try:
+                dsn = await asyncio.shield(starting)
+            except BaseException:
+                # Cancelled (a CLI command's SIGTERM) while the thread starts the server: let the
+                # start end, then stop what it started, so no server is left without its owner.
+                with contextlib.suppress(BaseException):
+                    await starting
+                await self._stop_embedded()
+                raise
             log.info("using embedded PostgreSQL (DL_DB_DSN unset)",
                      extra={"data_dir": str(self._embedded.data_dir), "dsn": dsn})
         else:

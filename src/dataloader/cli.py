@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -192,8 +193,30 @@ def run_until_stopped(main: Any) -> int:
 
 
 def _run(main: Any) -> Any:
+    """Run a command's coroutine. SIGTERM (`timeout`, a container stop) cancels it, so its
+    `finally` blocks run (the App closes, and stops the embedded server it started) and the command
+    exits 143, instead of dying at once with the server left behind."""
+
+    async def stoppable() -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        # Signals reach only the main thread (an in-process test runs commands in others).
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await main
+        finally:
+            if handled:
+                loop.remove_signal_handler(signal.SIGTERM)
+
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(main)
+        try:
+            return runner.run(stoppable())
+        except asyncio.CancelledError:
+            typer.echo("dataloader: stopped by SIGTERM", err=True)
+            raise typer.Exit(128 + signal.SIGTERM) from None
 
 
 def _exit(code: int) -> None:
@@ -214,6 +237,9 @@ def _cli_app(settings: Settings) -> App:
 
 async def _run_worker(settings: Settings, run_reaper: bool) -> int:
     app = _cli_app(settings)
+    # Before open: a SIGTERM while the (embedded) database starts is then a graceful stop right
+    # after the start, not the default action that leaves the server without its owner.
+    stop = _signal_future()
     try:
         await app.open(migrate_schema=True)
     except DataloaderError as exc:  # one line, the exit code of docs/errors.md (as `serve`)
@@ -222,7 +248,6 @@ async def _run_worker(settings: Settings, run_reaper: bool) -> int:
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         return 1
-    stop = _signal_future()
     try:
         async with app.running(reaper=run_reaper):
             freeze_startup_objects()
@@ -249,8 +274,8 @@ def db_upgrade() -> None:
 
     try:
         before, after = _run(run())
-    except DataloaderError:
-        raise  # its own code and exit code (_Commands)
+    except (DataloaderError, typer.Exit):
+        raise  # its own code and exit code (_Commands), or a SIGTERM's
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     _print({"from_revision": before, "to_revision": after})
