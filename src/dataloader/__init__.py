@@ -62,6 +62,7 @@ from dataloader.processes import (
     ProcessTask,
     RetryPolicy,
     SetTimer,
+    TraceEntry,
     UnsetTimer,
     processor,
 )
@@ -147,6 +148,7 @@ __all__ = [
     "Stage",
     "SyncApp",
     "Then",
+    "TraceEntry",
     "UnknownNamespace",
     "UnknownTask",
     "UnsetTimer",

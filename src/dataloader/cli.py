@@ -846,7 +846,7 @@ def processes_trace(ns: str, process_id: str) -> None:
     """Every task of a process with the events it produced."""
 
     async def run(app: App) -> list[dict[str, Any]]:
-        return await app.processes.trace(ns, process_id)
+        return [entry.to_dict() for entry in await app.processes.trace(ns, process_id)]
 
     _print(_with_app(run))
 

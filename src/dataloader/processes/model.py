@@ -151,6 +151,36 @@ class Process:
         }
 
 
+@dataclass(frozen=True)
+class TraceEntry:
+    """One task of a process with the events it wrote, oldest first (`processes.trace`). `task` is
+    the task's row (storage's TaskRecord: task_id, type, args, status, response, error, times,
+    attempts, restart_of), None for the events an import (`put`) wrote, which belong to no task.
+    Its fields read through the entry (`entry.status`, `entry.task_id`); `entry["status"]` reads
+    the JSON form, as the dicts this returned before did."""
+
+    task: Any
+    events: list[Event] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "task" or name.startswith("__"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        task = self.task
+        if task is None:
+            imported = {"task_id": None, "type": "import"}
+            if name in imported:
+                return imported[name]
+            raise AttributeError(name)
+        return getattr(task, name)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        head = self.task.to_dict() if self.task is not None else {"task_id": None, "type": "import"}
+        return {**head, "events": [e.to_dict() for e in self.events]}
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessTask:
     """The task a processor is asked to handle."""

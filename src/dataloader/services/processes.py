@@ -39,12 +39,14 @@ from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_p
 from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
 from dataloader.processes.model import (
     CALLER_PRIORITY,
+    Event,
     HistoryRange,
     Process,
     ProcessStatus,
     SetTimer,
     TaskType,
     Timer,
+    TraceEntry,
     UnsetTimer,
 )
 from dataloader.processes.registry import NS_PATTERN, ProcessorRegistry
@@ -382,20 +384,20 @@ class ProcessService:
             return ProcessPage(rows, None)
         return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))
 
-    async def trace(self, ns: str, process_id: str) -> list[dict[str, Any]]:
+    async def trace(self, ns: str, process_id: str) -> list[TraceEntry]:
         """Every task of the process, oldest first (args, status, times, attempts, response,
-        error), each with the events it produced."""
+        error), each with the events it produced; `to_dict()` is the JSON of HTTP and the CLI."""
         process_id = self._check_id(process_id)
         if await self.repo.get_process(ns, process_id) is None:
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
         tasks = await self.repo.list_tasks(ns, process_id)
         events = await self.repo.events(ns, process_id, HistoryRange())
-        by_task: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+        by_task: dict[uuid.UUID | None, list[Event]] = {}
         for event in events:
-            by_task.setdefault(event.task_id, []).append(event.to_dict())
-        trace = [{**t.to_dict(), "events": by_task.pop(t.task_id, [])} for t in tasks]
+            by_task.setdefault(event.task_id, []).append(event)
+        trace = [TraceEntry(t, by_task.pop(t.task_id, [])) for t in tasks]
         if by_task:  # events written without a task of this process (an import by put)
-            trace.insert(0, {"task_id": None, "type": "import", "events": [e for es in by_task.values() for e in es]})
+            trace.insert(0, TraceEntry(None, [e for es in by_task.values() for e in es]))
         return trace
 
     # -- import, feed, metrics -----------------------------------------------------------------------
