@@ -354,9 +354,11 @@ class App:
         stops them gracefully (running jobs stop at their next chunk; unfinished ones go back to
         the queue)."""
         from dataloader.logger import ensure_visible
+        from dataloader.maintenance.duty_settings import check_duty_settings
         from dataloader.workers.manager import WorkerManager
 
         settings = self.settings
+        check_duty_settings(settings)  # a ConfigError naming the variable, as the CLI reports it
         ensure_visible(settings.log_level, settings.log_format)
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)

@@ -558,17 +558,12 @@ def schedules_create(
     lock_key: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Create a schedule (one declared in code with @schedule is created at start instead)."""
-    from dataloader.exceptions import InvalidScheduleRequest
     from dataloader.services.schedules import ScheduleService
 
-    try:
-        spec = ScheduleService.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
-                                    args=json.loads(args), missed=missed, catch_up_limit=catch_up_limit,
-                                    lock_key=lock_key)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
-    except InvalidScheduleRequest as exc:
-        raise typer.BadParameter(str(exc)) from None
+    # The service's own check: its error, with its code, is the CLI's line (_Commands).
+    spec = ScheduleService.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
+                                args=_json_option("args", args), missed=missed, catch_up_limit=catch_up_limit,
+                                lock_key=lock_key)
 
     async def run(app: App) -> dict[str, Any]:
         return _schedule_view(app, await app.schedules.create(spec))
@@ -756,15 +751,10 @@ def observers_create(
     max_restarts: Annotated[int | None, typer.Option(help="Crashes in a row before it is left failed")] = None,
 ) -> None:
     """Create an observer: it waits in `created` until a node with spare capacity takes it."""
-    from dataloader.exceptions import InvalidObserverRequest
     from dataloader.services.observers import ObserverService
 
-    try:
-        spec = ObserverService.spec(name=name, kind=kind, args=json.loads(args), max_restarts=max_restarts)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
-    except InvalidObserverRequest as exc:
-        raise typer.BadParameter(str(exc)) from None
+    # The service's own check: its error, with its code, is the CLI's line (_Commands).
+    spec = ObserverService.spec(name=name, kind=kind, args=_json_option("args", args), max_restarts=max_restarts)
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.observers.create(spec)).to_dict()

@@ -131,6 +131,11 @@ class InvalidScheduleRequest(DataloaderError):
     code = "invalid_request"
 
 
+class InvalidSchedule(ValidationFailed, InvalidScheduleRequest):
+    """A schedule that does not fit its model (a bad cron or zone, an interval out of range, a bad
+    name): HTTP's validation_error for the same body. An InvalidScheduleRequest as before."""
+
+
 class ScheduleNotFound(DataloaderError):
     code = "schedule_not_found"
 
@@ -145,6 +150,11 @@ class InvalidObserverRequest(DataloaderError):
     """An observer that cannot be created: a bad name, an unknown kind, args that cannot be stored."""
 
     code = "invalid_request"
+
+
+class InvalidObserver(ValidationFailed, InvalidObserverRequest):
+    """An observer that does not fit its model (a bad name, restarts out of range): HTTP's
+    validation_error for the same body. An InvalidObserverRequest as before."""
 
 
 class ObserverNotFound(DataloaderError):

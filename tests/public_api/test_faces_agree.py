@@ -156,6 +156,39 @@ async def test_an_unknown_task_on_a_served_queue_is_refused_by_every_face(py_app
     assert await db.fetchval("SELECT count(*) FROM dl_schedules WHERE name = 's1'") == 0
 
 
+# Schedules and observers: the bad spec a model refuses is a validation_error in every face.
+# (id, Python call, HTTP method, url and body, CLI args, code)
+SPECS: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str], str]] = [
+    ("schedule with a bad cron",
+     lambda app: app.schedules.spec(name="bad-cron", task="dl.noop", cron="61 * * * *"),
+     ("POST", "/api/v1/schedules", {"name": "bad-cron", "task": "dl.noop", "cron": "61 * * * *"}),
+     ["schedules", "create", "--name", "bad-cron", "--task", "dl.noop", "--cron", "61 * * * *"], "validation_error"),
+    ("schedule with a bad name",
+     lambda app: app.schedules.spec(name="a b", task="dl.noop", every_sec=60),
+     ("POST", "/api/v1/schedules", {"name": "a b", "task": "dl.noop", "every_sec": 60}),
+     ["schedules", "create", "--name", "a b", "--task", "dl.noop", "--every", "60"], "validation_error"),
+    ("schedule args not JSON", None, ("POST", "/api/v1/schedules", b'{"name": "s", "args": {x}'),
+     ["schedules", "create", "--name", "s", "--task", "dl.noop", "--every", "60", "--args", "{x"], "invalid_json"),
+    ("observer with a bad name",
+     lambda app: app.observers.spec(name="a b", kind="k"),
+     ("POST", "/api/v1/observers", {"name": "a b", "kind": "k"}),
+     ["observers", "create", "--name", "a b", "--kind", "k"], "validation_error"),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in SPECS], ids=[row[0] for row in SPECS])
+async def test_a_bad_schedule_or_observer_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli,
+                                                                            code):
+    codes: dict[str, str] = {}
+    if call is not None:
+        with pytest.raises(DataloaderError) as caught:
+            call(py_app)
+        codes["python"] = caught.value.code
+    codes["http"] = await http_code(http, *request_)
+    codes["cli"] = await cli_code(dsn, cli)
+    assert codes == dict.fromkeys(codes, code)
+
+
 MISSING = str(uuid.UUID(int=0))
 
 # (id, Python call, HTTP method and url, CLI args, code)
@@ -226,3 +259,16 @@ async def test_times_read_the_same_in_every_face(py_app, http, db, dsn):
         assert shown["next_run_at"].endswith("Z") and all(t.endswith("Z") for t in shown["upcoming"]), shown
     finally:
         await db.execute("DELETE FROM dl_schedules WHERE name = 'times'")
+
+
+async def test_bad_configuration_is_the_same_config_error_in_python_and_the_cli(dsn):
+    from dataloader.exceptions import ConfigError
+
+    async with App(Settings(db_dsn=dsn, workers=[], node_dead_after_sec=1)) as app:
+        with pytest.raises(ConfigError) as caught:
+            async with app.running():
+                pass
+    assert caught.value.variable == "DL_NODE_DEAD_AFTER_SEC" and caught.value.code == "config_error"
+    result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_NODE_DEAD_AFTER_SEC": "1"})
+    assert result.exit_code == 2
+    assert error_line(result) == f"dataloader: configuration error: {caught.value}"

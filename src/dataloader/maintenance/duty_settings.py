@@ -29,8 +29,14 @@ def check_duty_settings(settings: Settings) -> None:
     from dataloader.maintenance.reaper import ReaperSettings
     from dataloader.maintenance.stats import StatsSettings
 
-    duties: list[type] = [ReaperSettings, LeaderSettings, NodeSettings, PrunerSettings, StatsSettings,
-                          QueueTimeSettings, OperationRunnerSettings]
+    # The duties a node builds (App.running): the switched-off ones are never built, so not checked.
+    duties: list[type] = [ReaperSettings, LeaderSettings, NodeSettings, QueueTimeSettings]
+    if settings.retention_enabled:
+        duties.append(PrunerSettings)
+    if settings.stats_enabled:
+        duties.append(StatsSettings)
+    if settings.operations_enabled:
+        duties.append(OperationRunnerSettings)
     for duty in duties:
         try:
             duty.from_settings(settings)  # type: ignore[attr-defined]

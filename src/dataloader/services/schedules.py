@@ -15,7 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from dataloader.clock import SYSTEM_CLOCK, Clock
-from dataloader.exceptions import InvalidScheduleRequest, ScheduleExists, ScheduleNotFound
+from dataloader.exceptions import (
+    InvalidSchedule,
+    InvalidScheduleRequest,
+    ScheduleExists,
+    ScheduleNotFound,
+    ValidationFailed,
+)
 from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
 from dataloader.schedules.ticks import next_tick, next_ticks
 from dataloader.storage.schedule_repository import ScheduleRepository
@@ -43,10 +49,9 @@ class ScheduleService:
             fields["every_sec"] = every.total_seconds() if isinstance(every, timedelta) else every
         try:
             return ScheduleSpec(**fields)
-        except ValidationError as exc:
-            raise InvalidScheduleRequest("; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'schedule'}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors())) from None
+        except ValidationError as exc:  # the model's check: HTTP's validation_error for the same body
+            failed = ValidationFailed.from_errors(exc.errors())
+            raise InvalidSchedule(str(failed), failed.fields) from None
 
     async def create(self, spec: ScheduleSpec) -> Schedule:
         if self.check_task is not None:
