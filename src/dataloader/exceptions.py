@@ -174,6 +174,12 @@ class InvalidProcessRequest(DataloaderError):
     code = "invalid_request"
 
 
+class InvalidProcess(ValidationFailed, InvalidProcessRequest):
+    """A process request whose shape is wrong (a namespace or id that cannot be, a key or timeout
+    out of range, a bad page): HTTP's validation_error for the same request. An
+    InvalidProcessRequest as before."""
+
+
 class UnknownNamespace(DataloaderError):
     """No processor is registered for the namespace in this process."""
 

@@ -175,6 +175,32 @@ SPECS: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str], str]] = 
      ["observers", "create", "--name", "a b", "--kind", "k"], "validation_error"),
 ]
 
+# Processes: a namespace or id that cannot be, a bad page; a process that does not exist.
+PROCESSES: list[tuple[str, Any, tuple[str, str], list[str], str]] = [
+    ("namespace that cannot be", lambda app: app.processes.get("bad ns", "p"),
+     ("GET", "/api/v1/processes/bad%20ns/p"), ["processes", "get", "bad ns", "p"], "validation_error"),
+    ("blank process id", lambda app: app.processes.get("nobody", "  "),
+     ("GET", "/api/v1/processes/nobody/%20%20"), ["processes", "get", "nobody", "  "], "validation_error"),
+    ("list limit 0", lambda app: app.processes.list("nobody", limit=0),
+     ("GET", "/api/v1/processes/nobody?limit=0"), ["processes", "list", "nobody", "--limit", "0"],
+     "validation_error"),
+    ("list by an unknown status", lambda app: app.processes.list("nobody", status="bogus"),
+     ("GET", "/api/v1/processes/nobody?status=bogus"), ["processes", "list", "nobody", "--status", "bogus"],
+     "validation_error"),
+    ("no such process", lambda app: app.processes.get("nobody", "p"),
+     ("GET", "/api/v1/processes/nobody/p"), ["processes", "get", "nobody", "p"], "process_not_found"),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in PROCESSES],
+                         ids=[row[0] for row in PROCESSES])
+async def test_a_bad_process_request_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli,
+                                                                       code):
+    with pytest.raises(DataloaderError) as caught:
+        await call(py_app)
+    codes = {"python": caught.value.code, "http": await http_code(http, *request_), "cli": await cli_code(dsn, cli)}
+    assert codes == dict.fromkeys(codes, code)
+
 
 @pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in SPECS], ids=[row[0] for row in SPECS])
 async def test_a_bad_schedule_or_observer_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli,

@@ -27,6 +27,7 @@ from dataloader.exceptions import (
     ArgsTooLarge,
     IdempotencyConflict,
     InvalidCursor,
+    InvalidProcess,
     InvalidProcessRequest,
     ProcessExists,
     ProcessNotFound,
@@ -100,13 +101,13 @@ class ProcessService:
     @staticmethod
     def _check_ns(ns: Any) -> str:
         if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
-            raise InvalidProcessRequest(f"namespace must match {NS_PATTERN}")
+            raise InvalidProcess(f"ns: must match {NS_PATTERN}")
         return ns
 
     @staticmethod
     def _check_id(process_id: Any) -> str:
         if not isinstance(process_id, str) or not _ID.fullmatch(process_id) or not process_id.strip():
-            raise InvalidProcessRequest("process id must be 1-200 characters, not blank, without NUL")
+            raise InvalidProcess("id: must be 1-200 characters, not blank, without NUL")
         return process_id
 
     def _args_json(self, args: Any) -> str:
@@ -130,7 +131,7 @@ class ProcessService:
         if key is None:
             return None
         if not isinstance(key, str) or not 1 <= len(key) <= 512 or "\x00" in key:
-            raise InvalidProcessRequest("idempotency_key must be 1-512 characters without NUL")
+            raise InvalidProcess("idempotency_key: must be 1-512 characters without NUL")
         return key
 
     @staticmethod
@@ -138,7 +139,7 @@ class ProcessService:
         if timeout is None:
             return DEFAULT_TIMEOUT_SEC
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT_SEC:
-            raise InvalidProcessRequest(f"timeout must be > 0 and at most {MAX_TIMEOUT_SEC:g} seconds")
+            raise InvalidProcess(f"timeout: must be > 0 and at most {MAX_TIMEOUT_SEC:g} seconds")
         return float(timeout)
 
     def _caller_task(self, ns: str, process_id: str, kind: TaskType, args_json: str, key: str | None,
@@ -334,7 +335,7 @@ class ProcessService:
         page. The processor need not be registered here."""
         self._check_ns(ns)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
-            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_CHECK_LIMIT}")
+            raise InvalidProcess(f"limit: must be between 1 and {MAX_CHECK_LIMIT}")
         after = _decode_cursor(cursor) if cursor else None
         page = await check_page(self.repo.pool, ns, after=after, limit=limit, repair=bool(repair),
                                 idle_sec=self.idle_sec, default_lease_ttl_sec=self.default_lease_ttl_sec)
@@ -344,11 +345,12 @@ class ProcessService:
     async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
                   ) -> Process:
         """The process with a page of its history (default: all of it, oldest first)."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         try:
             hrange = HistoryRange.of(range)
         except (TypeError, ValueError) as exc:
-            raise InvalidProcessRequest(str(exc)) from None
+            raise InvalidProcess(f"range: {exc}") from None
         stored = await self.repo.get_process(ns, process_id)
         if stored is None:
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
@@ -360,6 +362,7 @@ class ProcessService:
     async def remove(self, ns: str, process_id: str) -> None:
         """Delete the process and all its rows; its queued tasks are canceled (their callers get
         ProcessNotFound). A step running right now writes nothing (it finds the process gone)."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         started = time.perf_counter()
         if not await self.repo.delete_process(ns, process_id):
@@ -370,14 +373,15 @@ class ProcessService:
                    limit: int = 100) -> ProcessPage:
         """Processes of a namespace by id (without history), `limit` at a time; pass the page's
         `next_cursor` for the next one."""
+        self._check_ns(ns)
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+            raise InvalidProcess(f"limit: must be between 1 and {MAX_LIST_LIMIT}")
         if status is not None:
             try:
                 status = ProcessStatus(status).value
             except ValueError:
-                raise InvalidProcessRequest(
-                    f"unknown status {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
+                raise InvalidProcess(
+                    f"status: unknown {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
         after = _decode_cursor(cursor) if cursor else None
         rows = await self.repo.list_processes(ns, status, after, limit + 1)
         if len(rows) <= limit:
@@ -387,6 +391,7 @@ class ProcessService:
     async def trace(self, ns: str, process_id: str) -> list[TraceEntry]:
         """Every task of the process, oldest first (args, status, times, attempts, response,
         error), each with the events it produced; `to_dict()` is the JSON of HTTP and the CLI."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         if await self.repo.get_process(ns, process_id) is None:
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
