@@ -44,6 +44,12 @@ def start_worker(data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "dataloader", "worker"], env=env, stdout=out, stderr=out)
 
 
+def start_command(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "dataloader", *args], env=env, stdout=subprocess.DEVNULL,
+                                stderr=out)
+
+
 def dead(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed, not reaped (yet)
@@ -100,3 +106,34 @@ async def _kill_owners_and_watch(data_dir: Path, log: Path) -> None:
     assert result.exit_code == 0, result.output
     assert not running_server(data_dir)
     assert users(data_dir) == []
+
+
+async def test_a_cli_command_stopped_by_sigterm_closes_and_stops_its_server(tmp_path):
+    """`timeout` (SIGTERM) of a command: the command itself closes its App and stops the server it
+    started (exit 143), not only its watchdog after it died."""
+    tmp_path.chmod(0o755)
+    data_dir = tmp_path / "pgdata"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
+    env.update({"DL_DATA_DIR": str(data_dir), "DL_LOG_FORMAT": "json", "PYTHONPATH": str(ROOT)})
+
+    def cli(*args: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "dataloader", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    try:
+        cli("jobs", "trigger", "--task", "dl.noop", "--queue", "never-served")
+        # No runner works it in a CLI process: the operation stays running and `ops watch` waits on.
+        op = cli("ops", "cancel", "--queue", "never-served", "--yes", "--no-watch")
+        log = tmp_path / "watch.log"
+        watch = start_command(["ops", "watch", op["operation_id"]], env, log)
+        await wait_until(lambda: watch.pid in users(data_dir) and running_server(data_dir), timeout=120,
+                         interval=0.1, message="ops watch on the embedded server")
+        watch.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(watch.wait, 60) == 143
+        said = log.read_text()
+        assert "dataloader: stopped by SIGTERM" in said and "embedded PostgreSQL stopped" in said, said[-3000:]
+        assert not running_server(data_dir) and users(data_dir) == []
+    finally:
+        stop_server(data_dir)
