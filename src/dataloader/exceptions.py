@@ -65,7 +65,8 @@ class ValidationFailed(InvalidJobRequest, ValueError):
 
     def __init__(self, message: str, fields: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
-        self.fields = fields or []
+        # Never empty, as HTTP's: a check over the whole request has one problem with no location.
+        self.fields = fields or [{"loc": [], "msg": message, "type": "value_error"}]
 
     @classmethod
     def from_errors(cls, errors: Sequence[Mapping[str, Any]], *, prefix: Sequence[str | int] = ()

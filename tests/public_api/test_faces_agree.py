@@ -94,7 +94,10 @@ async def http_code(client: httpx.AsyncClient, method: str, url: str, body: Any 
     else:
         response = await client.request(method, url, json=body)
     assert 400 <= response.status_code < 500, response.text
-    return response.json()["error"]
+    body = response.json()
+    if body["error"] == "validation_error":  # wherever it was found, with the problems listed
+        assert body.get("fields"), body
+    return body["error"]
 
 
 async def cli_code(dsn: str, args: list[str]) -> str:

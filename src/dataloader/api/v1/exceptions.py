@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
 from dataloader.api.v1.schemas import ErrorResponse
 from dataloader.api.v1.utils import safe_text
-from dataloader.exceptions import DataloaderError
+from dataloader.exceptions import DataloaderError, ValidationFailed
 from dataloader.storage.db import CONNECTION_ERRORS
 
 log = logging.getLogger("dataloader.api")
@@ -90,7 +90,9 @@ async def _dataloader_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DataloaderError)
     code = exc.code if exc.code in HTTP_STATUS else ErrorCode.invalid_request
     headers = exc.headers if isinstance(exc, ApiError) else None
-    return error_response(code, str(exc), headers=headers)
+    # A validation_error the service found carries `fields` as one the request model found does.
+    fields = exc.fields[:50] if isinstance(exc, ValidationFailed) else None
+    return error_response(code, str(exc), headers=headers, fields=fields)
 
 
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
