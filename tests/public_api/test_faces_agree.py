@@ -178,6 +178,24 @@ SPECS: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str], str]] = 
      ["observers", "create", "--name", "a b", "--kind", "k"], "validation_error"),
 ]
 
+# Search filters (docs/operations.md): the same filter refused the same way.
+FILTERS: list[tuple[str, dict[str, Any], list[str], str]] = [
+    ("unknown status", {"statuses": ["nope"]}, ["ops", "search", "--status", "nope"], "validation_error"),
+    ("created range backwards", {"created_from": "2030-01-02T00:00:00Z", "created_to": "2030-01-01T00:00:00Z"},
+     ["ops", "search", "--created-from", "2030-01-02T00:00:00Z", "--created-to", "2030-01-01T00:00:00Z"],
+     "validation_error"),
+]
+
+
+@pytest.mark.parametrize(("body", "cli", "code"), [row[1:] for row in FILTERS], ids=[row[0] for row in FILTERS])
+async def test_a_bad_search_filter_gets_the_same_code_from_every_face(py_app, http, dsn, body, cli, code):
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.search(body)
+    codes = {"python": caught.value.code, "http": await http_code(http, "POST", "/api/v1/search", body),
+             "cli": await cli_code(dsn, cli)}
+    assert codes == dict.fromkeys(codes, code)
+
+
 # Processes: a namespace or id that cannot be, a bad page; a process that does not exist.
 PROCESSES: list[tuple[str, Any, tuple[str, str], list[str], str]] = [
     ("namespace that cannot be", lambda app: app.processes.get("bad ns", "p"),
