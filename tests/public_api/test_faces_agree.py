@@ -75,6 +75,9 @@ TRIGGERS: list[tuple[str, dict[str, Any] | None, Any, list[str] | None, str]] = 
     ("a stage with a bad priority", {"then": [{"task": "dl.noop", "priority": -1}]},
      {"then": [{"task": "dl.noop", "priority": -1}]}, ["--then", '{"task": "dl.noop", "priority": -1}'],
      "validation_error"),
+    ("a stage with a priority as text", {"then": [{"task": "dl.noop", "priority": "5"}]},
+     {"then": [{"task": "dl.noop", "priority": "5"}]}, ["--then", '{"task": "dl.noop", "priority": "5"}'],
+     "validation_error"),
     ("args too large", {"args": BIG}, {"args": BIG}, ["--args", json.dumps(BIG)], "args_too_large"),
 ]
 
