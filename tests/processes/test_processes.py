@@ -23,7 +23,7 @@ from dataloader.exceptions import (
     ProcessWrongStatus,
     UnknownNamespace,
 )
-from dataloader.processes import HistoryRange, ProcessStatus, RetryPolicy
+from dataloader.processes import Event, HistoryRange, ProcessStatus, RetryPolicy, TraceEntry
 from tests.conftest import wait_until
 from tests.processes.processors import Boom, register
 
@@ -167,7 +167,18 @@ async def test_call_error_puts_process_in_error_then_repair(app, ns):
         assert wrong.value.status == "error"
         with pytest.raises(ProcessTaskFailed):
             await app.processes.repair(ns, "p1", {"fail": "still broken"})
-        assert await status(app, ns, "p1") == "error"  # a failed repair leaves it in error
+        # a failed repair leaves it in error with its first cause: detail agrees with corrupted_by
+        after = await app.processes.get(ns, "p1")
+        assert after.status is ProcessStatus.error and after.detail == process.detail
+        assert after.corrupted_by == process.corrupted_by
+        # the trace is objects, as get() is: the failing call is the task corrupted_by names
+        trace = await app.processes.trace(ns, "p1")
+        assert all(isinstance(entry, TraceEntry) for entry in trace)
+        assert [(entry.type, entry.status) for entry in trace] == [
+            ("init", "finished"), ("call", "error"), ("repair", "error")]
+        assert trace[1].task_id == after.corrupted_by and "still broken" in trace[2].error
+        assert all(isinstance(event, Event) for entry in trace for event in entry.events) and trace[0].events
+        assert trace[1]["status"] == "error" and trace[0].to_dict()["events"][0]["event_id"] == 1
         assert (await app.processes.repair(ns, "p1", {"n": 7}))["kind"] == "repair"
         process = await app.processes.get(ns, "p1")
         assert process.status is ProcessStatus.running and process.corrupted_by is None and process.detail is None
