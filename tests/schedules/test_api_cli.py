@@ -41,7 +41,8 @@ async def test_create_list_get_pause_resume_history_delete(client, sdb):
     created = await client.post("/api/v1/schedules", json=GOOD)
     assert created.status_code == 201, created.text
     body = created.json()
-    assert body["source"] == "api" and len(body["upcoming"]) == UPCOMING_DEFAULT == 5 and body["upcoming"][0] == body["next_run_at"]
+    assert body["source"] == "api" and body["upcoming"][0] == body["next_run_at"]
+    assert len(body["upcoming"]) == UPCOMING_DEFAULT == 5
     again = await client.post("/api/v1/schedules", json=GOOD)
     assert again.status_code == 409 and again.json()["error"] == "schedule_exists"
     listed = (await client.get("/api/v1/schedules")).json()["schedules"]
