@@ -1,13 +1,18 @@
-"""A counting proxy between a client under test and PostgreSQL: every statement the client sends
-is seen on the wire, so a test can count them exactly (sampling pg_stat_activity misses statements
-between samples; pg_stat_database counters lag behind idle backends; pg_stat_statements needs a
-preloaded library). Works the same on the embedded server (Unix socket) and an external one (TCP).
+"""A proxy between a client under test and PostgreSQL that counts statements and can cut the link
+silently. Every statement the client sends is seen on the wire, so a test can count them exactly
+(sampling pg_stat_activity misses statements between samples; pg_stat_database counters lag behind
+idle backends; pg_stat_statements needs a preloaded library). Works the same on the embedded server
+(Unix socket) and an external one (TCP).
 
 The proxy listens on 127.0.0.1; a client connects to `proxy.dsn` instead of the real DSN. It refuses
 SSL/GSS encryption itself (answers 'N', as a server without SSL does; libpq and asyncpg then go on
 in clear text), forwards the startup message and every byte both ways, and parses the frontend
 stream: each message is a type byte and a length. A statement is a simple Query ('Q') or an Execute
 ('E') of the extended protocol; both are recorded with the time they passed.
+
+`partition()` is a silent partition: nothing is forwarded either way any more and no connection is
+closed, so statements hang (no error, as when packets are dropped) and new connections hang in their
+start-up; `heal()` lets everything that waited through, late, as a healed network does.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ class CountingProxy:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def partition(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
 
     @property
     def dsn(self) -> str:
@@ -82,17 +95,19 @@ class CountingProxy:
                     await client_w.drain()
                     continue
                 break
+            await self._flowing.wait()
             server_r, server_w = await self._upstream()
             self._writers.add(server_w)
             server_w.write(head + rest)
             await server_w.drain()
-            back = asyncio.create_task(self._pipe(server_r, client_w))
+            back = asyncio.create_task(self._pipe(server_r, client_w, self._flowing))
             self._tasks.add(back)
             try:
                 while True:
                     kind = await client_r.readexactly(1)
                     (length,) = struct.unpack("!i", await client_r.readexactly(4))
                     body = await client_r.readexactly(length - 4)
+                    await self._flowing.wait()
                     if kind in STATEMENTS:
                         self.statements.append((time.monotonic(), kind.decode()))
                     server_w.write(kind + struct.pack("!i", length) + body)
@@ -110,9 +125,10 @@ class CountingProxy:
             self._tasks.discard(task)
 
     @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event) -> None:
         with suppress(ConnectionError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
+                await flowing.wait()
                 writer.write(data)
                 await writer.drain()
         writer.close()
