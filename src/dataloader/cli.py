@@ -530,7 +530,7 @@ app.add_typer(schedules_app, name="schedules")
 def _schedule_view(app: App, schedule: Any) -> dict[str, Any]:
     body = schedule.to_dict()
     body.pop("revision", None)
-    body["upcoming"] = app.schedules.upcoming(schedule, 3)
+    body["upcoming"] = app.schedules.upcoming(schedule)  # the one default (docs: the next 5)
     return body
 
 
