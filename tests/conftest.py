@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
+from tests.support import tiers
 from tests.support.database import TestServer, create_database, drop_database, start_server
 from tests.support.engine import WorkerProcess
 from tests.support.pipelines import RUNS_DDL
@@ -19,12 +21,58 @@ from tests.support.pipelines import RUNS_DDL
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# --- tiers (see tests/support/tiers.py) and xdist --------------------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.install_audit()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.assign(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    shared_server = bool(os.environ.get("DL_TEST_DSN"))
+    with tiers.exclusion(item.config, tiers.is_exclusive(item, shared_server)):
+        tiers.audit_start(item)
+        return (yield)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        _finished.append(report)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    tiers.audit_finish(item, report)
+    return report
+
+
+_finished: list[pytest.TestReport] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    misplaced = tiers.misplaced(_finished)
+    if misplaced:
+        terminalreporter.section("tests that started a process but are not tiered `process`")
+        for nodeid in misplaced:
+            terminalreporter.line(f"{nodeid}  (mark it @pytest.mark.process)")
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[TestServer]:
-    server = start_server()
+    """The run's PostgreSQL: DL_TEST_DSN's server, or an embedded one. Under pytest-xdist every worker
+    is its own session, so every worker starts its own embedded server (~2 s) and its own database."""
+    with tiers.audit_suspended():
+        server = start_server()
     yield server
     if server.embedded is not None:
-        server.embedded.cleanup()
+        with tiers.audit_suspended():
+            server.embedded.cleanup()
+        shutil.rmtree(server.data_dir.parent, ignore_errors=True)  # the emptied temporary directory
 
 
 @pytest.fixture(scope="session")

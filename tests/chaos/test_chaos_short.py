@@ -75,6 +75,7 @@ def test_checks_fail_on_overlap_and_on_a_journal_that_disagrees() -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> None:
     cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=9, kill_interval=(2.5, 3.5), hot_keys=12,
                       hot_share=0.5, burst=(10, 40), drain_timeout_sec=90)

@@ -15,6 +15,8 @@ import pytest
 
 from dataloader.storage.embedded import EmbeddedPostgres
 
+pytestmark = pytest.mark.process  # starts its own embedded servers and `dataloader` commands
+
 STOPPED = "embedded PostgreSQL stopped"
 LEFT_RUNNING = "embedded PostgreSQL left running for its other users"
 

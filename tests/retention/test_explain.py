@@ -58,6 +58,7 @@ def scans_of(plan: list[dict], table: str) -> list[tuple[str, str | None]]:
     return [(n["Node Type"], n.get("Index Name")) for n in plan if n.get("Relation Name") == table]
 
 
+@pytest.mark.slow  # a realistic table to insert and analyze
 async def test_plans_on_a_realistic_table(big):
     """One fixture build (~200k rows) for every plan: the prune batch (custom and generic plan),
     the rollup, the stats reads and the loose scan of queues."""

@@ -85,6 +85,10 @@ async def restart_server(server: TestServer, dsn: str) -> str:
     if command:
         import subprocess
 
+        from tests.support.tiers import require_exclusive
+
+        require_exclusive("restarts the PostgreSQL server that every xdist worker shares")
+
         done = await asyncio.to_thread(subprocess.run, command, shell=True, capture_output=True, text=True,
                                        timeout=120)
         if done.returncode != 0:
