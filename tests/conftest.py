@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.install_audit()
+    tiers.make_lock_dir(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    tiers.drop_lock_dir(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -115,14 +116,34 @@ def misplaced(reports: list[pytest.TestReport]) -> list[str]:
 
 # --- exclusive tests across xdist workers ---------------------------------------------------------------
 
+LOCK_DIR = "DL_TEST_LOCK_DIR"
+
+
+def make_lock_dir(config: pytest.Config) -> None:
+    """In the xdist controller: a directory for the workers' locks, handed to them in the environment
+    (they are started after this)."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    os.environ[LOCK_DIR] = tempfile.mkdtemp(prefix="dl-test-locks-")
+    config.stash[_LOCK_DIR_KEY] = os.environ[LOCK_DIR]
+
+
+def drop_lock_dir(config: pytest.Config) -> None:
+    path = config.stash.get(_LOCK_DIR_KEY, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop(LOCK_DIR, None)
+
+
+_LOCK_DIR_KEY = pytest.StashKey[str]()
+
+
 def _lock_dir(config: pytest.Config) -> Path | None:
-    """A directory shared by the run's xdist workers (None when not under xdist)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
+    """The directory shared by the run's xdist workers (None when not under xdist)."""
+    if not hasattr(config, "workerinput"):
         return None
-    path = Path(tempfile.gettempdir()) / f"dl-test-locks-{run}"
-    path.mkdir(exist_ok=True)
-    return path
+    path = os.environ.get(LOCK_DIR)
+    return Path(path) if path else None
 
 
 def is_exclusive(item: pytest.Item, shared_server: bool) -> bool:
