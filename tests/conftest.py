@@ -14,7 +14,7 @@ import pytest
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
 from tests.support import tiers
-from tests.support.database import TestServer, create_database, drop_database, start_server
+from tests.support.database import TestServer, create_database, drop_database, reset_tables, start_server
 from tests.support.engine import WorkerProcess
 from tests.support.pipelines import RUNS_DDL
 
@@ -107,7 +107,7 @@ async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     """The pool, with the queue emptied before the test."""
-    await pool.execute("TRUNCATE dl_jobs, dl_job_events, test_runs RESTART IDENTITY CASCADE")
+    await reset_tables(pool, "TRUNCATE dl_jobs, dl_job_events, test_runs RESTART IDENTITY CASCADE")
     yield pool
 
 
