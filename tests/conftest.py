@@ -45,8 +45,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "teardown":
-        _finished.append(report)
+    if tiers.spawned_outside_its_tier(report):  # the report comes from an xdist worker or this process
+        _misplaced.add(report.nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -56,14 +56,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     return report
 
 
-_finished: list[pytest.TestReport] = []
+_misplaced: set[str] = set()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    misplaced = tiers.misplaced(_finished)
-    if misplaced:
+    if _misplaced:
         terminalreporter.section("tests that started a process but are not tiered `process`")
-        for nodeid in misplaced:
+        for nodeid in sorted(_misplaced):
             terminalreporter.line(f"{nodeid}  (mark it @pytest.mark.process)")
 
 

@@ -110,8 +110,8 @@ def audit_finish(item: pytest.Item, report: pytest.TestReport) -> None:
             report.user_properties.append((SPAWNED, True))
 
 
-def misplaced(reports: list[pytest.TestReport]) -> list[str]:
-    return sorted({r.nodeid for r in reports if (SPAWNED, True) in r.user_properties})
+def spawned_outside_its_tier(report: pytest.TestReport) -> bool:
+    return report.when == "teardown" and (SPAWNED, True) in report.user_properties
 
 
 # --- exclusive tests across xdist workers ---------------------------------------------------------------
