@@ -36,6 +36,7 @@ from dataloader.services.jobs import JobRequest, JobService, plain_jobs
 from dataloader.services.processes import ProcessService
 from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
+from dataloader.services.search import ExpensiveQueries
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
@@ -73,6 +74,10 @@ class App:
         self._engine: AsyncEngine | None = None
         self._sessionmaker: async_sessionmaker | None = None
         self._managers: list[WorkerManager] = []
+        # Set on the App that serves HTTP requests next to an engine App (`api_app`): its own pool,
+        # bounded statements, and the engine App's workers as the queues served here.
+        self._engine_app: App | None = None
+        self._expensive: ExpensiveQueries | None = None
         self.repo: JobRepository
         self.jobs: JobService
 
@@ -108,8 +113,7 @@ class App:
             self._register_process_step()
             if migrate_schema:
                 await migrate.upgrade(dsn)
-            concurrency = sum(w.concurrency for w in settings.workers) + self._process_concurrency()
-            pool = await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
+            pool = await self._create_pool(dsn)
             try:
                 await self._check_schema(pool)
             except BaseException:
@@ -124,6 +128,30 @@ class App:
         self.jobs = JobService(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
         return self
+
+    async def _create_pool(self, dsn: str) -> asyncpg.Pool:
+        settings = self.settings
+        if self._engine_app is None:
+            concurrency = sum(w.concurrency for w in settings.workers) + self._process_concurrency()
+            return await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
+        # PostgreSQL itself bounds every statement of a request (so a query whose client left, or
+        # that the event loop can no longer cancel, still ends), and checks while a statement runs
+        # that its client is still there (a cancelled request's connection is closed).
+        return await create_pool(dsn, max_size=settings.api_pool_size, server_settings={
+            "statement_timeout": str(max(1, round(settings.api_statement_timeout_sec * 1000))),
+            "client_connection_check_interval": "1000",
+        })
+
+    async def api_app(self) -> App:
+        """An open App for serving HTTP requests next to this one (`dataloader serve`): the same
+        database, settings and pipelines, but its own pool of DL_API_POOL_SIZE connections whose
+        statements end after DL_API_STATEMENT_TIMEOUT_SEC, and at most DL_API_MAX_EXPENSIVE_QUERIES
+        searches and counts at once. So no request, however slow, can make the engine's claims,
+        heartbeats or duties wait for a connection. Close it before this App."""
+        api = App(self.settings.model_copy(update={"db_dsn": self.dsn}), pipelines=self.registry)
+        api._engine_app = self
+        api._expensive = ExpensiveQueries(self.settings.api_max_expensive_queries)
+        return await api.open()
 
     async def _check_schema(self, pool: asyncpg.Pool) -> None:
         revision = await JobRepository(pool).schema_revision()
@@ -321,6 +349,8 @@ class App:
 
     def served_queues(self) -> frozenset[str]:
         """Queues whose workers run in this process right now."""
+        if self._engine_app is not None:
+            return self._engine_app.served_queues()
         return frozenset(queue for manager in self._managers for queue in manager.queues)
 
     @asynccontextmanager
@@ -500,14 +530,16 @@ class App:
         from dataloader.services.operations import OperationService
         from dataloader.storage.operation_repository import OperationRepository
 
-        return OperationService(OperationRepository(self.pool), self._search_service(),
+        count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
+        return OperationService(OperationRepository(self.pool, count_timeout_sec=count_timeout), self._search_service(),
                                 default_batch_size=self.settings.operations_batch_size)
 
     def _search_service(self) -> SearchService:
         from dataloader.services.search import SearchService
         from dataloader.storage.search_repository import SearchRepository
 
-        return SearchService(SearchRepository(self.pool))
+        count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
+        return SearchService(SearchRepository(self.pool, count_timeout_sec=count_timeout), self._expensive)
 
     # -- end of recovery and operations ------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
@@ -217,6 +217,33 @@ class Settings(BaseSettings):
     observer_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
     observer_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
     observer_healthy_after_sec: float = Field(default=300, gt=0, le=7 * 86400)
+
+    # --- Limits of the HTTP API (issue 26; docs/operations.md "Limits of the HTTP API") ----------
+    # The API runs on its own pool of this many connections, never the engine's: no request can
+    # make a claim, a heartbeat or the node's registry wait for a connection.
+    api_pool_size: int = Field(default=10, ge=2, le=1000)
+    # Every statement of an API request is cancelled by PostgreSQL after this long (a clear 503
+    # `query_timeout`); an operator's count (search count=true, an operation's dry run) has its own.
+    api_statement_timeout_sec: float = Field(default=30, ge=0.1, le=24 * 3600)
+    api_count_timeout_sec: float = Field(default=30, ge=0.1, le=24 * 3600)
+    # At most this many expensive queries (search, count, an operation's dry run) run at once on
+    # one node; past it a request answers 429 `too_many_queries` at once instead of queueing. Kept
+    # below api_pool_size so cheap requests (/status, a job's status) always find a connection.
+    api_max_expensive_queries: int = Field(default=4, ge=1, le=1000)
+    # A request whose body has not fully arrived after this long is answered 408 and closed.
+    api_body_timeout_sec: float = Field(default=30, ge=0.1, le=3600)
+    # A connection whose request line and headers have not fully arrived this long after its first
+    # byte (or after the connection, or the previous answer) is closed: the server's own
+    # keep-alive timeout only covers an idle connection, not one trickling in a request's head.
+    api_header_timeout_sec: float = Field(default=10, ge=0.1, le=3600)
+
+    @field_validator("api_max_expensive_queries")
+    @classmethod
+    def _expensive_below_pool(cls, value: int, info: ValidationInfo) -> int:
+        pool_size = info.data.get("api_pool_size")
+        if pool_size is not None and value >= pool_size:
+            raise ValueError(f"must be below DL_API_POOL_SIZE ({pool_size}), so cheap requests keep a connection")
+        return value
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
                      "retention_process_feed", "stats_keep", mode="before")

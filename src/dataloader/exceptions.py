@@ -40,6 +40,13 @@ class DatabaseUnavailable(DataloaderError):
     code = "database_unavailable"
 
 
+class TooManyQueries(DataloaderError):
+    """This node already runs as many expensive queries (searches, counts, dry runs) as
+    DL_API_MAX_EXPENSIVE_QUERIES allows; retry in a moment."""
+
+    code = "too_many_queries"
+
+
 # -- requests about jobs -------------------------------------------------------------------------
 
 class InvalidJobRequest(DataloaderError):

@@ -12,6 +12,7 @@ contain (jsonb `@>`); `args_path` a jsonpath that must find something in them (j
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,11 +25,139 @@ _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
+# A glob is matched by ILIKE, whose cost grows with the number of `*` runs it must try against each
+# text; a regex (jsonpath like_regex) with a quantified group that holds a quantifier can take
+# exponential time in the text's length. Either would let one search hold a database core for
+# minutes over a large table (issue 26), so both are bounded before any query runs.
+MAX_GLOB_STARS = 10
+MAX_REGEX_REPEAT = 100
+_WILDCARD_RUN = re.compile(r"[*?]+")
+_QUANTIFIER = re.compile(r"[*+?]|\{(\d*)(,(\d*))?\}")
+
+
+def normal_glob(pattern: str) -> str:
+    """The pattern with every run of wildcards that holds a `*` written as its `?`s then one `*`
+    (`*?*?` is "at least two characters", `??*`): the same matches, with one `*` to try per run."""
+    def run(match: re.Match[str]) -> str:
+        text = match.group(0)
+        return "?" * text.count("?") + "*" if "*" in text else text
+    return _WILDCARD_RUN.sub(run, pattern)
+
+
+def check_glob(pattern: str) -> str:
+    """A glob whose cost is bounded: at most MAX_GLOB_STARS runs of `*` (after normal_glob)."""
+    if normal_glob(pattern).count("*") > MAX_GLOB_STARS:
+        raise ValueError(f"at most {MAX_GLOB_STARS} * in a pattern (runs of wildcards count once)")
+    return pattern
+
+
 def glob_to_ilike(pattern: str) -> str:
     """An operator's pattern as ILIKE's: * and ? become % and _, and their own % _ \\ match
-    themselves."""
+    themselves (runs of wildcards made one `*` first: normal_glob)."""
+    pattern = normal_glob(pattern)
     escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped.replace("*", "%").replace("?", "_")
+
+
+def check_regex(pattern: str) -> str:
+    """Refuse a regex that can take exponential time: a quantified group that holds a quantifier
+    (`(a+)+`, `(.*a){25}`, `(([a-z])+.)+`), back-references, and counts above MAX_REGEX_REPEAT.
+    A linear scan: escapes are skipped, bracket expressions are one atom."""
+    # Each open group: whether a quantifier occurs inside it (at any depth).
+    groups: list[bool] = []
+    last_group_quantified = False  # the atom just closed was a group with a quantifier inside
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if i + 1 < len(pattern) and pattern[i + 1].isdigit():
+                raise ValueError("back-references (\\1) are not allowed in a filter's regex")
+            i += 2
+            last_group_quantified = False
+            continue
+        if ch == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("]", "^") else i + 1)
+            if pattern[i + 1:i + 3] == "^]":
+                end = pattern.find("]", i + 3)
+            i = len(pattern) if end < 0 else end + 1
+            last_group_quantified = False
+            continue
+        if ch == "(":
+            groups.append(False)
+            i += 1
+            continue
+        if ch == ")":
+            inner = groups.pop() if groups else False
+            last_group_quantified = inner
+            if inner and groups:
+                groups[-1] = True
+            i += 1
+            continue
+        match = _QUANTIFIER.match(pattern, i)
+        if match is not None and (ch != "{" or match.group(1) or match.group(3)):
+            for bound in (match.group(1), match.group(3)):
+                if bound and int(bound) > MAX_REGEX_REPEAT:
+                    raise ValueError(f"a count in a filter's regex must be at most {MAX_REGEX_REPEAT}")
+            if last_group_quantified:
+                raise ValueError("a regex with a repeated group that repeats inside ((a+)+, (.*a){25}) can "
+                                 "take exponential time; write it without the nested repetition")
+            if groups:
+                groups[-1] = True
+            i = match.end()
+            # A lazy or possessive mark belongs to the quantifier.
+            if i < len(pattern) and pattern[i] in "?+":
+                i += 1
+            last_group_quantified = False
+            continue
+        last_group_quantified = False
+        i += 1
+    return pattern
+
+
+def _jsonpath_strings(path: str) -> list[tuple[int, str]]:
+    """The double-quoted string literals of a jsonpath, as (start offset, decoded text)."""
+    found: list[tuple[int, str]] = []
+    i = 0
+    while i < len(path):
+        if path[i] != '"':
+            i += 1
+            continue
+        start, i, text = i, i + 1, []
+        while i < len(path) and path[i] != '"':
+            if path[i] == "\\" and i + 1 < len(path):
+                text.append(path[i + 1])
+                i += 2
+            else:
+                text.append(path[i])
+                i += 1
+        found.append((start, "".join(text)))
+        i += 1
+    return found
+
+
+def check_jsonpath(path: str) -> str:
+    """What PostgreSQL's jsonpath parser accepts but a search cannot run: a variable (`$name`,
+    `$"name"`: a filter passes none, so it fails every row with an error), and a like_regex
+    that check_regex refuses. (The syntax itself is PostgreSQL's to check: SearchService.checked.)"""
+    outside = list(path)
+    for start, text in _jsonpath_strings(path):
+        end = start + 1
+        while end < len(path) and path[end] != '"':
+            end += 2 if path[end] == "\\" else 1
+        for k in range(start + 1, min(end, len(path))):
+            outside[k] = " "
+        if path[:start].rstrip().endswith("like_regex"):
+            try:
+                check_regex(text)
+            except ValueError as exc:
+                raise ValueError(f"like_regex: {exc}") from None
+    bare = "".join(outside)
+    variable = re.search(r'\$(?=["\w])', bare)
+    if variable is not None:
+        name = re.match(r'\$(?:"[^"]*"?|\w+)', path[variable.start():])
+        raise ValueError(f"uses a variable ({name.group(0)[:40] if name else '$'}); "
+                         "a filter's jsonpath can use none: write the value itself")
+    return path
 
 
 class JobFilter(StrictModel):
@@ -72,6 +201,16 @@ class JobFilter(StrictModel):
         if value is not None and "\x00" in value:
             raise ValueError("must not contain NUL characters")
         return value
+
+    @field_validator("error")
+    @classmethod
+    def _glob(cls, value: str | None) -> str | None:
+        return None if value is None else check_glob(value)
+
+    @field_validator("args_path")
+    @classmethod
+    def _jsonpath(cls, value: str | None) -> str | None:
+        return None if value is None else check_jsonpath(value)
 
     @field_validator("args_contains")
     @classmethod

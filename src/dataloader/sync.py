@@ -223,13 +223,13 @@ class SyncApp:
         if not any(keys):  # repositories.insert_job_columns: nothing can be skipped, the cheaper statement
             rows = runner.fetch(sql("insert_jobs_batch_unkeyed"), [
                 ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                "python", batch.timeouts])
+                "python", batch.timeouts, None])
             if rows[0]["inserted"] != len(ids):
                 raise RuntimeError(f"inserted {rows[0]['inserted']} of {len(ids)} jobs")
         else:
             rows = runner.fetch(sql("insert_jobs_batch"), [
                 ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                "python", batch.timeouts])
+                "python", batch.timeouts, None])
             ids = [_as_uuid(row["job_id"]) for row in rows]
         batch.count_enqueued(ids)
         return ids

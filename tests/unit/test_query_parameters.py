@@ -2,9 +2,10 @@
 `storage/queries/**/*.sql`, the `$n` placeholders must be 1..n with none skipped, and every call
 site must pass n arguments (a `:name` statement run through SQLAlchemy's `text()` must get exactly
 those names). Call sites are found by parsing the package: a call with a `sql("name")` (or
-`claim_sql(...)`, or `text(sql("name"))`) argument passes the positional arguments after it, and a
-helper that forwards `sql(<its parameter>)` with `*args` makes its own callers call sites. A
-mismatch would otherwise only show as a driver error at run time, on the path that runs it."""
+`claim_sql(...)`, or `text(sql("name"))`, or `in_epoch(...)` of either) argument passes the
+positional arguments after it, and a helper that forwards `sql(<its parameter>)` with `*args`
+makes its own callers call sites. A mismatch would otherwise only show as a driver error at run
+time, on the path that runs it."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def _query_of(node: ast.expr) -> str | None:
         return node.args[0].value
     if name == "claim_sql":
         return "claim_jobs"
-    if name == "text" and node.args:
+    if name in ("text", "in_epoch") and node.args:  # in_epoch: the same statement, re-prepared (plan_epoch.py)
         return _query_of(node.args[0])
     return None
 
@@ -162,7 +163,7 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
         for scope, assigned in scopes:
             for call in ast.walk(scope):
                 if (not isinstance(call, ast.Call) or id(call) in seen
-                        or _func_name(call.func) in {"sql", "claim_sql", "text"}):
+                        or _func_name(call.func) in {"sql", "claim_sql", "text", "in_epoch"}):
                     continue
                 where = f"{rel}:{call.lineno}"
                 for i, arg in enumerate(call.args):

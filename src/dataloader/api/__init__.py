@@ -86,9 +86,9 @@ def create_app(settings: Settings, *, context: App | None = None,
     Without `context`, the app owns its resources: start-up opens an App (the embedded PostgreSQL
     when DL_DB_DSN is unset, migrating the schema) and runs its workers for WORKERS_JSON; shutdown
     stops the workers (draining running jobs up to DL_SHUTDOWN_TIMEOUT_SEC) and closes the App.
-    With `context` (an open App: tests, embedding in your own program), the app uses it and the
-    given `manager` (None: workers of `app.running()` if any) and leaves opening and closing them
-    to the caller.
+    With `context` (an open App: tests, embedding in your own program; `await engine.api_app()`
+    gives one with the API's own pool and limits), the app uses it and the given `manager` (None:
+    workers of `app.running()` if any) and leaves opening and closing them to the caller.
     """
     runtime = Runtime(settings=settings, context=context, manager=manager)
 
@@ -101,9 +101,13 @@ def create_app(settings: Settings, *, context: App | None = None,
 
         app = App(settings, embedded=True)
         await app.open(migrate_schema=True)
+        api: App | None = None
         try:
+            # Requests run on an App of their own (its own pool, bounded statements): the engine's
+            # connections are never lent to a request (docs/operations.md "Limits of the HTTP API").
+            api = await app.api_app()
             async with app.running() as workers:
-                runtime.context, runtime.manager = app, workers
+                runtime.context, runtime.manager = api, workers
                 freeze_startup_objects()
                 log.info("service ready", extra={"node": settings.node_name,
                                                  "queues": [w.queue for w in settings.workers]})
@@ -113,6 +117,8 @@ def create_app(settings: Settings, *, context: App | None = None,
                     log.info("shutting down: draining workers")
         finally:
             runtime.context = runtime.manager = None
+            if api is not None:
+                await api.close()
             await app.close()
 
     # FastAPIOffline is FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files shipped
@@ -129,6 +135,7 @@ def create_app(settings: Settings, *, context: App | None = None,
     register_routers(app)
     # Added last = outermost: the request id must be set before anything else logs.
     app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
-                       max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES)
+                       max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,
+                       body_timeout_sec=settings.api_body_timeout_sec)
     app.add_middleware(RequestContextMiddleware)
     return app

@@ -5,27 +5,30 @@ one access log line and the HTTP metrics per request, and the last-resort handle
 unexpected exception into a logged 500 JSON body.
 
 `ApiGuardMiddleware` (for /api/ only): the bearer token when DL_API_TOKEN is set, and the raw body
-size limit, both before the body is read or parsed.
+size limit, both before the body is read or parsed; the body's time limit; and the cancel of a
+request whose client went away.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
-from starlette.routing import BaseRoute, Match
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader import metrics
 from dataloader.api.runtime import token_matches, unauthorized
 from dataloader.api.v1.exceptions import error_response
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.utils import safe_text
+from dataloader.api.v1.utils import flat_routes, safe_text
 from dataloader.logger.context_vars import request_id_var
 from dataloader.logger.utils import mask
 from dataloader.storage.db import is_connection_error
@@ -43,18 +46,6 @@ def request_id_from(headers: Headers) -> str:
     if given and _GOOD_REQUEST_ID.match(given):
         return given
     return uuid.uuid4().hex
-
-
-def flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
-    """Every route of an app, with included routers opened up."""
-    # Recent FastAPI keeps an included router as one entry (its routes under `original_router`);
-    # older versions copy the routes into the app's list. Either way, yield the routes themselves.
-    for route in routes:
-        inner = getattr(route, "original_router", None)
-        if inner is not None:
-            yield from flat_routes(inner.routes)
-        else:
-            yield route
 
 
 def route_template(scope: Scope) -> str:
@@ -144,11 +135,17 @@ class RequestContextMiddleware:
 
 
 class ApiGuardMiddleware:
+    """For /api/: the bearer token and the body's size, checked before the body is read; the body
+    itself, read here within `body_timeout_sec` (a body that never arrives, or trickles in, is a
+    408 instead of a connection held forever); and the request cancelled when its client goes away
+    before the answer (so its query is cancelled too, instead of running on for nobody)."""
+
     def __init__(self, app: ASGIApp, *, api_token: Callable[[], str | None], max_body_bytes: int,
-                 prefix: str = "/api/") -> None:
+                 body_timeout_sec: float = 30.0, prefix: str = "/api/") -> None:
         self.app = app
         self.api_token = api_token
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_sec = body_timeout_sec
         self.prefix = prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -162,35 +159,75 @@ class ApiGuardMiddleware:
             await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
             return
         length = headers.get("content-length")
-        if length is not None:
-            # The server enforces Content-Length, so a declared size within bounds is a real bound.
-            if not length.isdigit() or int(length) > self.max_body_bytes:
-                await self._too_large(scope, receive, send)
-                return
-            await self.app(scope, receive, send)
+        # The server enforces Content-Length, so a declared size within bounds is a real bound; a
+        # chunked body is counted as it arrives.
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            await self._too_large(scope, receive, send)
             return
-        # Chunked upload: read it here, up to the limit, then hand the app the buffered body.
         body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_body_bytes:
-                await self._too_large(scope, receive, send)
-                return
+        try:
+            async with asyncio.timeout(self.body_timeout_sec):
+                more = True
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                    if len(body) > self.max_body_bytes:
+                        await self._too_large(scope, receive, send)
+                        return
+        except TimeoutError:
+            await error_response(
+                ErrorCode.request_timeout,
+                f"the request body did not arrive within {self.body_timeout_sec:g} s (DL_API_BODY_TIMEOUT_SEC)",
+                headers={"Connection": "close"})(scope, receive, send)
+            return
+        await self._serve(scope, bytes(body), receive, send)
+
+    async def _serve(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        """Run the app on the buffered body while watching the connection: the server's next
+        message after the body is `http.disconnect`, which arrives when the client leaves (or once
+        the answer is sent). A client that leaves first cancels the request, and with it any
+        statement in flight (asyncpg sends PostgreSQL a cancel)."""
+        async def disconnected() -> Message:
+            # Only a disconnect counts: a server may also hand over an empty `http.request`.
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return message
+
+        watch = asyncio.ensure_future(disconnected())
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await asyncio.shield(watch)
 
-        await self.app(scope, replay, send)
+        serving = asyncio.ensure_future(self.app(scope, replay, send))
+        try:
+            await asyncio.wait({serving, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not serving.done():
+                # The client left before the answer: nobody is waiting for the rest of this work.
+                log.info("client disconnected; request cancelled",
+                         extra={"path": safe_text(scope.get("path", ""), 500)})
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+                return
+            await serving
+        finally:
+            if not serving.done():  # this task itself was cancelled (server shutdown)
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+            if not watch.done():
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watch
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from types import FrameType
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from dataloader.api import create_app
 from dataloader.config import Settings
@@ -17,6 +19,51 @@ log = logging.getLogger("dataloader")
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
     pass
+
+
+def head_timeout_protocol(base: type[asyncio.Protocol], timeout_sec: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol `base` (httptools or h11) that closes a connection whose request head
+    (request line and headers) has not fully arrived within `timeout_sec`: uvicorn bounds an idle
+    keep-alive connection, but one that sends a few bytes of a head and then nothing (or a byte a
+    minute) would hold its socket forever. The clock starts with the connection, or with the
+    first byte after the previous answer, and is not reset by later bytes."""
+
+    class HeadTimeoutProtocol(base):  # type: ignore[valid-type, misc]
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_of: object = None  # the request cycle that was current when the clock started
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._start_head_clock()
+
+        def data_received(self, data: bytes) -> None:
+            cycle = self.cycle
+            if (cycle is None or cycle.response_complete) and (self._head_timer is None or self._head_of is not cycle):
+                self._start_head_clock()
+            super().data_received(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _start_head_clock(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_of = self.cycle
+            self._head_timer = self.loop.call_later(timeout_sec, self._head_expired)
+
+        def _head_expired(self) -> None:
+            self._head_timer = None
+            # A new cycle means the head arrived (its request is being served, or was).
+            if self.cycle is self._head_of and not self.transport.is_closing():
+                log.info("closing a connection whose request head did not arrive in time",
+                         extra={"timeout_sec": timeout_sec})
+                self.transport.close()
+
+    HeadTimeoutProtocol.__name__ = HeadTimeoutProtocol.__qualname__ = f"HeadTimeout{base.__name__}"
+    return HeadTimeoutProtocol
 
 
 def run_server(settings: Settings, *, host: str, port: int) -> int:
@@ -34,6 +81,11 @@ def run_server(settings: Settings, *, host: str, port: int) -> int:
         # close to DL_SHUTDOWN_TIMEOUT_SEC (which the worker drain uses).
         timeout_graceful_shutdown=max(1, min(5, int(settings.shutdown_timeout_sec))),
         server_header=False,
+        # Request heads: at most 16 KiB (h11's limit, stated) and DL_API_HEADER_TIMEOUT_SEC to arrive;
+        # an idle keep-alive connection is closed after 5 s. Bodies: ApiGuardMiddleware.
+        http=head_timeout_protocol(AutoHTTPProtocol, settings.api_header_timeout_sec),
+        h11_max_incomplete_event_size=16 * 1024,
+        timeout_keep_alive=5,
     )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal it caught once it has shut down, so that the default action

@@ -122,9 +122,13 @@ async def follow(repo: ProcessRepository, dsn: str, ns: str, cursor: str | None,
             waiters = [asyncio.ensure_future(wake.wait())]
             if stop is not None:
                 waiters.append(asyncio.ensure_future(stop.wait()))
-            _done, pending = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in pending:
-                waiter.cancel()
+            try:
+                await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Also when the follower itself is cancelled or closed here (an SSE client that
+                # hung up): a waiter left pending is "Task was destroyed but it is pending" later.
+                for waiter in waiters:
+                    waiter.cancel()
     finally:
         if conn is not None:
             conn.terminate()

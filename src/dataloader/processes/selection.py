@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from dataloader.base import StrictModel
-from dataloader.job_filter import glob_to_ilike
+from dataloader.job_filter import check_glob, glob_to_ilike
 from dataloader.processes.model import ProcessStatus
 from dataloader.processes.registry import NS_PATTERN
 
@@ -48,7 +48,7 @@ class ProcessFilter(StrictModel):
     def _detail(cls, value: str | None) -> str | None:
         if value is not None and "\x00" in value:
             raise ValueError("must not contain NUL characters")
-        return value
+        return None if value is None else check_glob(value)
 
     def params(self) -> tuple[Any, ...]:
         """$1..$4 of processes/select_*.sql."""

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from dataloader.base import StrictModel
-from dataloader.schedules.ticks import InvalidTiming, MissedPolicy, Timing
+from dataloader.schedules.ticks import InvalidTiming, MissedPolicy, Timing, check_zone_name
 
 PG_INT_MAX = 2**31 - 1
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"
@@ -58,6 +58,14 @@ class ScheduleSpec(StrictModel):
         if not value.strip():
             raise ValueError("must not be blank")
         return value
+
+    @field_validator("tz")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            return check_zone_name(value)
+        except InvalidTiming as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("args")
     @classmethod

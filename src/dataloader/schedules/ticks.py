@@ -28,7 +28,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 
@@ -100,6 +101,25 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidTiming(f"unknown time zone {name!r} (use an IANA name, e.g. Europe/Berlin)") from None
+
+
+@cache
+def _canonical_zones() -> frozenset[str]:
+    # The zone files that are not IANA zones of their own: the host's `localtime` (whatever the
+    # machine is set to), `posixrules`, `Factory`, and the posix/ and right/ copies (right/ counts
+    # leap seconds, so its times are not civil times).
+    return frozenset(name for name in available_timezones()
+                     if name not in ("localtime", "posixrules", "Factory")
+                     and not name.startswith(("posix/", "right/")))
+
+
+def check_zone_name(name: str) -> str:
+    """A new schedule's zone must be a canonical IANA name (Europe/Berlin, UTC), the same on every
+    node; a stored one is read as it is (`zone`)."""
+    zone(name)
+    if name not in _canonical_zones():
+        raise InvalidTiming(f"time zone {name!r} is not an IANA zone name (e.g. Europe/Berlin, UTC)")
+    return name
 
 
 def check_cron(expression: str) -> None:

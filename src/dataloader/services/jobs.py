@@ -343,14 +343,15 @@ class JobService:
         return TriggerResult(job, inserted.created)
 
     async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
-                           conn: Any = None) -> list[uuid.UUID]:
+                           conn: Any = None, request_id: str | None = None) -> list[uuid.UUID]:
         """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
         the ids of the jobs inserted, in input order (a known idempotency_key is skipped). `reqs`:
         JobRequests or `plain_jobs`' dicts."""
         if not reqs:
             return []
         batch = self.batch_columns(reqs)
-        ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn)
+        ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
+                                                 request_id=request_id)
         batch.count_enqueued(ids)
         return ids
 

@@ -161,10 +161,11 @@ class OperationService:
         if not started_by or len(started_by) > 200 or "\x00" in started_by:
             raise InvalidJobRequest("started_by must be 1-200 characters without NUL")
         snapshot = datetime.now(UTC)
-        if isinstance(f, JobFilter):
-            total = await self.repo.count(f, snapshot)
-        else:
-            total = await self.repo.count_processes(f, snapshot)
+        async with self.search.expensive_slot():
+            if isinstance(f, JobFilter):
+                total = await self.repo.count(f, snapshot)
+            else:
+                total = await self.repo.count_processes(f, snapshot)
         if dry_run:
             return DryRun(kind, f.describe(), checked_params, total)
         row = await self.repo.create(uuid.uuid4(), kind, f.describe(), checked_params, total, batch, started_by,

@@ -58,6 +58,8 @@ from dataloader.storage.process_repository import NewTask, ProcessRepository, Ta
 MAX_LIST_LIMIT = 500
 DEFAULT_TIMEOUT_SEC = 30.0
 MAX_TIMEOUT_SEC = 3600.0
+# A shorter wait is no wait (5e-324 was an instant 504 while the task went on): 100 ms at least.
+MIN_TIMEOUT_SEC = 0.1
 _ID = re.compile(r"^[^\x00]{1,200}$")
 # Attempts of a caller task's job: lease-expiry re-runs only (its errors are not retried).
 CALLER_MAX_ATTEMPTS = 10
@@ -135,8 +137,9 @@ class ProcessService:
     def _check_timeout(timeout: float | None) -> float:
         if timeout is None:
             return DEFAULT_TIMEOUT_SEC
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT_SEC:
-            raise InvalidProcessRequest(f"timeout must be > 0 and at most {MAX_TIMEOUT_SEC:g} seconds")
+        if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
+                or not MIN_TIMEOUT_SEC <= timeout <= MAX_TIMEOUT_SEC):
+            raise InvalidProcessRequest(f"timeout must be between {MIN_TIMEOUT_SEC:g} and {MAX_TIMEOUT_SEC:g} seconds")
         return float(timeout)
 
     def _caller_task(self, ns: str, process_id: str, kind: TaskType, args_json: str, key: str | None,

@@ -5,13 +5,14 @@ the hourly rollup instead of the jobs table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from dataloader.exceptions import InvalidJobRequest
+from dataloader.exceptions import InvalidJobRequest, TooManyQueries
 from dataloader.job import Job
 from dataloader.job_filter import JobFilter
 from dataloader.services.jobs import MAX_LIST_LIMIT, decode_cursor, encode_cursor
@@ -20,6 +21,33 @@ from dataloader.storage.search_repository import SearchRepository
 # A count beyond this is reported as "at least" (count_capped): an exact count of millions of rows
 # is a long read the operator rarely needs to answer "how bad is it?".
 MAX_COUNT = 10_000_000
+
+
+class ExpensiveQueries:
+    """At most `limit` expensive queries (searches, counts, an operation's dry run) at once in this
+    process; one more is refused at once with TooManyQueries (a 429) rather than queued, so a burst
+    of slow searches can neither hold every API connection nor pile up behind one another past their
+    clients' patience. One event loop: a plain counter is enough."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self.running >= self.limit:
+            raise TooManyQueries(f"this node already runs {self.limit} searches or counts "
+                                 "(DL_API_MAX_EXPENSIVE_QUERIES); retry in a moment")
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+
+
+@asynccontextmanager
+async def _no_limit() -> AsyncIterator[None]:
+    yield
 
 
 @dataclass(frozen=True)
@@ -53,8 +81,13 @@ def filter_error(exc: ValidationError) -> InvalidJobRequest:
 
 
 class SearchService:
-    def __init__(self, repo: SearchRepository) -> None:
+    def __init__(self, repo: SearchRepository, expensive: ExpensiveQueries | None = None) -> None:
         self.repo = repo
+        self.expensive = expensive
+
+    def expensive_slot(self) -> AbstractAsyncContextManager[None]:
+        """Held around an expensive query (see ExpensiveQueries); no limit without one."""
+        return self.expensive.slot() if self.expensive is not None else _no_limit()
 
     async def checked(self, value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
         """The filter, validated, its jsonpath parsed by the database."""
@@ -71,10 +104,11 @@ class SearchService:
             raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         before = decode_cursor(cursor) if cursor else None
         f = await self.checked(value)
-        jobs = await self.repo.search(f, before=before, limit=limit + 1)
         total: int | None = None
-        if count:
-            total = await self.repo.count(f, at_most=MAX_COUNT)
+        async with self.expensive_slot():
+            jobs = await self.repo.search(f, before=before, limit=limit + 1)
+            if count:
+                total = await self.repo.count(f, at_most=MAX_COUNT)
         next_cursor = None
         if len(jobs) > limit:
             jobs = jobs[:limit]
@@ -83,4 +117,5 @@ class SearchService:
 
     async def count(self, value: JobFilter | Mapping[str, Any] | None = None, *, at_most: int | None = None) -> int:
         f = await self.checked(value)
-        return await self.repo.count(f, at_most=at_most)
+        async with self.expensive_slot():
+            return await self.repo.count(f, at_most=at_most)

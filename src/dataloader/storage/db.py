@@ -146,9 +146,39 @@ async def init_connection(conn: asyncpg.Connection) -> None:
                               schema="pg_catalog", format="tuple")
 
 
+# Plans that cannot flip with the moment a session was opened (issue 27). A prepared statement's
+# cached generic plan is built once (at its sixth run) from the table's size and statistics of that
+# moment: built while dl_jobs is empty (a new database, a drained queue after ANALYZE) it may read
+# dl_jobs whole for every claim, finish and heartbeat once a burst arrives (one claim of 16 past
+# 20 s at 20,000 queued), and nothing bounds when autovacuum's ANALYZE replaces it. Re-planning
+# every call (plan_cache_mode = force_custom_plan) costs about twice the database CPU per job
+# (bench/README "Plans that cannot flip"). Instead, three layers:
+# - sequential scans are off, and every hot statement names the rows it touches in an index
+#   condition (`job_id = ANY(...)`, a key), so even a plan made for an empty table reaches rows
+#   through an index: a stale plan costs O(rows walked by one index), never O(table x candidates);
+# - the queue worker prepares its statements anew when dl_jobs has outgrown the size their plans
+#   were made for (storage/plan_epoch.py, fed by the claim);
+# - no cached statement lives longer than STATEMENT_LIFETIME_SEC, which bounds how long any other
+#   plan can be stale (re-preparing costs five custom plans per statement per period: nothing).
+# Statements that mean to read a table whole turn sequential scans back on in their own
+# transaction (search/custom_plans.sql). tests/engine/test_plan_stability.py holds the hot
+# statements to this.
+# JIT is off: no statement of a job queue runs long enough to gain from compiling it, and before
+# PostgreSQL 18 a disabled scan adds 1e10 to a plan's cost, far past jit_above_cost, so a node
+# heartbeat that runs in 0.3 ms spent 1.4 s compiling (tests/observers caught it).
+SESSION_SETTINGS: dict[str, str] = {"enable_seqscan": "off", "jit": "off"}
+STATEMENT_LIFETIME_SEC = 30.0
+
+
+def _with_session_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs["server_settings"] = {**SESSION_SETTINGS, **(kwargs.get("server_settings") or {})}
+    kwargs.setdefault("max_cached_statement_lifetime", STATEMENT_LIFETIME_SEC)
+    return kwargs
+
+
 async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
     kwargs.setdefault("connection_class", GuardedConnection)
-    conn = await asyncpg.connect(asyncpg_dsn(dsn), **kwargs)
+    conn = await asyncpg.connect(asyncpg_dsn(dsn), **_with_session_settings(kwargs))
     await init_connection(conn)
     return conn
 
@@ -170,7 +200,7 @@ async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, **kwar
         connection_class=GuardedConnection,
         # A connection idle for a while is closed so a stopped service holds few sessions.
         max_inactive_connection_lifetime=60.0,
-        **kwargs,
+        **_with_session_settings(kwargs),
     )
 
 

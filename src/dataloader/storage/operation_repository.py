@@ -15,7 +15,7 @@ import asyncpg
 from dataloader.exceptions import DataloaderError
 from dataloader.job_filter import JobFilter
 from dataloader.storage.queries import sql
-from dataloader.storage.search_repository import filter_params
+from dataloader.storage.search_repository import begin_count, filter_params
 
 if TYPE_CHECKING:
     from dataloader.processes.selection import ProcessFilter
@@ -54,15 +54,16 @@ class BatchResult:
 
 
 class OperationRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, count_timeout_sec: float | None = None) -> None:
         self.pool = pool
+        self.count_timeout_sec = count_timeout_sec  # an operation's dry run and total (the API's)
 
     async def count(self, f: JobFilter, snapshot: datetime) -> int:
         """Jobs the operation would examine: the filter's matches created up to the snapshot."""
         queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
         c_to = snapshot if c_to is None or c_to > snapshot else c_to
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
-            await conn.execute(sql("search/custom_plans"))
+            await begin_count(conn, self.count_timeout_sec)
             # created_to is exclusive and the snapshot inclusive: a job created at the very
             # snapshot instant would be examined but not counted (total is a progress estimate).
             return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import asyncpg
 
 from dataloader.hold import HoldRule
+from dataloader.storage.plan_epoch import in_epoch, observe_table_pages
 from dataloader.storage.queries import sql
 
 # "committed": the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
@@ -139,7 +140,10 @@ class QueueConnection:
         """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection."""
         claimed: list[ClaimedJob] = []
         skipped: list[SkippedCandidate] = []
-        for r in await self.conn.fetch(claim_sql(limit), queue, worker):
+        rows = await self.conn.fetch(in_epoch(claim_sql(limit)), queue, worker)
+        if rows:
+            observe_table_pages(rows[0]["table_pages"])
+        for r in rows:
             if r["claimed"]:
                 claimed.append(ClaimedJob(
                     job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
@@ -162,23 +166,23 @@ class QueueConnection:
 
     async def delay_lock_busy(self, job_id: uuid.UUID, delay_sec: float) -> datetime | None:
         """Hold back a queued job whose lock_key a stray session holds; None if it is no longer queued."""
-        return await self.conn.fetchval(sql("delay_lock_busy"), job_id, delay_sec)
+        return await self.conn.fetchval(in_epoch(sql("delay_lock_busy")), job_id, delay_sec)
 
     async def wake_parked(self, parked: list[tuple[uuid.UUID, datetime]]) -> None:
         """Jobs held back behind a key this connection just released may run now."""
-        await self.conn.execute(sql("wake_parked_jobs"), [p[0] for p in parked], [p[1] for p in parked])
+        await self.conn.execute(in_epoch(sql("wake_parked_jobs")), [p[0] for p in parked], [p[1] for p in parked])
 
     async def park_key_waiters(self, job_id: uuid.UUID, attempt: int, batch: int) -> int:
         """Park up to `batch` jobs waiting behind the lock_key this running attempt holds (0017);
         returns how many (fewer than `batch`: none left, or the attempt no longer holds the key)."""
-        return await self.conn.fetchval(sql("park_key_waiters"), job_id, attempt, batch)
+        return await self.conn.fetchval(in_epoch(sql("park_key_waiters")), job_id, attempt, batch)
 
     async def unlock(self, lock_key: str) -> bool:
-        return await self.conn.fetchval(sql("unlock_key"), lock_key)
+        return await self.conn.fetchval(in_epoch(sql("unlock_key")), lock_key)
 
     async def next_due_in(self, queue: str) -> float | None:
         """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""
-        return await self.conn.fetchval(sql("next_due_in"), queue)
+        return await self.conn.fetchval(in_epoch(sql("next_due_in")), queue)
 
     async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
         """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""
@@ -188,7 +192,8 @@ class QueueConnection:
                                     ) -> dict[uuid.UUID, tuple[bool, bool]]:
         """`heartbeat`, with each held attempt's (cancel_requested, key_backlog): whether jobs
         enqueued while it runs wait unparked behind its lock_key, enough to park (0017)."""
-        rows = await self.conn.fetch(sql("heartbeat_jobs"), [a[0] for a in attempts], [a[1] for a in attempts])
+        rows = await self.conn.fetch(in_epoch(sql("heartbeat_jobs")), [a[0] for a in attempts],
+                                     [a[1] for a in attempts])
         return {r["job_id"]: (r["cancel_requested"], r["key_backlog"]) for r in rows}
 
     async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
@@ -196,12 +201,12 @@ class QueueConnection:
         """`hold`: the queue's held-jobs rule (dataloader/hold.py; None: nothing is held)."""
         if all(r.outcome == "succeeded" and r.next_json is None for r in requests):
             rows = await self.conn.fetch(
-                sql("finish_succeeded"),
+                in_epoch(sql("finish_succeeded")),
                 [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],
                 [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests])
             return _finish_results(rows)
         rows = await self.conn.fetch(
-            sql("finish_jobs"),
+            in_epoch(sql("finish_jobs")),
             [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
             [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
             [float(r.delay_sec) for r in requests], [r.reason for r in requests],
@@ -216,12 +221,12 @@ class QueueConnection:
 
     async def relock(self, attempts: list[tuple[uuid.UUID, int, str]]) -> dict[uuid.UUID, tuple[bool, bool]]:
         """Retake locks after a reconnect: (still ours in the table, lock taken) per attempt."""
-        rows = await self.conn.fetch(sql("relock_jobs"), [a[0] for a in attempts], [a[1] for a in attempts],
+        rows = await self.conn.fetch(in_epoch(sql("relock_jobs")), [a[0] for a in attempts], [a[1] for a in attempts],
                                      [a[2] for a in attempts])
         return {r["job_id"]: (r["alive"], bool(r["locked"])) for r in rows}
 
     async def lock_holders(self, job_id: uuid.UUID, lock_key: str) -> tuple[int, bool]:
         """After a failed lock: (running jobs holding the key, whether the lock is ours now)."""
-        row = await self.conn.fetchrow(sql("lock_holders"), job_id, lock_key)
+        row = await self.conn.fetchrow(in_epoch(sql("lock_holders")), job_id, lock_key)
         assert row is not None
         return row["running_holders"], row["locked_now"]

@@ -160,11 +160,12 @@ class JobRepository:
         return await self.insert_job_columns(cols, producer, [j.timeout_sec for j in jobs], conn=conn)
 
     async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
-                                 timeouts: list[int | None], *, conn: Any = None) -> list[uuid.UUID]:
+                                 timeouts: list[int | None], *, conn: Any = None,
+                                 request_id: str | None = None) -> list[uuid.UUID]:
         """insert_jobs_batch.sql with its arrays ($1..$11, $13) built by the caller."""
         ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
         params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                  producer, timeouts)
+                  producer, timeouts, request_id)
         if not any(keys) and None not in ids:  # nothing can be skipped: the cheaper statement
             if conn is not None:
                 rows = await caller_connection.fetch(conn, sql("insert_jobs_batch_unkeyed"), *params)

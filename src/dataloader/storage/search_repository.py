@@ -24,9 +24,18 @@ def filter_params(f: JobFilter) -> tuple[Any, ...]:
             f.lock_key_prefix, f.held)
 
 
+async def begin_count(conn: asyncpg.Connection, timeout_sec: float | None) -> None:
+    """The settings of a count's transaction: custom plans, and its own statement timeout when
+    given (the API's count timeout; None keeps the connection's)."""
+    await conn.execute(sql("search/custom_plans"))
+    if timeout_sec is not None:
+        await conn.execute(sql("search/count_timeout"), str(max(1, round(timeout_sec * 1000))))
+
+
 class SearchRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, count_timeout_sec: float | None = None) -> None:
         self.pool = pool
+        self.count_timeout_sec = count_timeout_sec
 
     async def search(self, f: JobFilter, *, before: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Job]:
         before_at, before_id = before if before is not None else (None, None)
@@ -40,7 +49,7 @@ class SearchRepository:
     async def count(self, f: JobFilter, *, at_most: int | None = None) -> int:
         queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
-            await conn.execute(sql("search/custom_plans"))
+            await begin_count(conn, self.count_timeout_sec)
             return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from,
                                        f_to, contains, path, prefix, held, at_most)
 

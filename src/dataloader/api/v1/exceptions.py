@@ -9,6 +9,7 @@ becomes a logged 500.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import asyncpg
@@ -16,10 +17,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
 from dataloader.api.v1.schemas import ErrorResponse
-from dataloader.api.v1.utils import safe_text
+from dataloader.api.v1.utils import flat_routes, safe_text
 from dataloader.exceptions import DataloaderError
 from dataloader.storage.db import CONNECTION_ERRORS
 
@@ -90,6 +92,8 @@ async def _dataloader_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DataloaderError)
     code = exc.code if exc.code in HTTP_STATUS else ErrorCode.invalid_request
     headers = exc.headers if isinstance(exc, ApiError) else None
+    if code == ErrorCode.too_many_queries:
+        headers = {"Retry-After": "1"}
     return error_response(code, str(exc), headers=headers)
 
 
@@ -97,9 +101,33 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = {404: ErrorCode.not_found, 405: ErrorCode.method_not_allowed,
             413: ErrorCode.request_too_large, 401: ErrorCode.unauthorized}.get(exc.status_code)
+    if exc.status_code == 400 and _too_many_digits(exc):
+        # Valid JSON that Python will not turn into an int (more than sys.get_int_max_str_digits()
+        # digits): the body parsed, a value in it is out of range, so a 422 like any such value.
+        return error_response(ErrorCode.validation_error,
+                              f"a number in the body has more than {sys.get_int_max_str_digits()} digits")
     if code is None:
         code = ErrorCode.invalid_json if exc.status_code == 400 else ErrorCode.invalid_request
-    return error_response(code, str(exc.detail), exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        # The router answers 405 from the first route whose path matched, so its Allow names that
+        # route's methods only; the path's other routes (GET and DELETE of one resource) count too.
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+    return error_response(code, str(exc.detail), exc.status_code, headers=headers)
+
+
+def _too_many_digits(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, ValueError) and "integer string conversion" in str(cause)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in flat_routes(request.app.router.routes):
+        match, _ = route.matches({**request.scope, "method": "__none__"})
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
@@ -116,10 +144,24 @@ async def _data_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(ErrorCode.invalid_request, f"the database refused a value: {exc}")
 
 
+async def _query_canceled(request: Request, exc: Exception) -> JSONResponse:
+    # PostgreSQL cancelled the statement: its statement_timeout (the API pool's, or a count's own)
+    # ran out. The statement failed as a whole, so nothing was written; the same request would time
+    # out again, so the answer says what to change rather than "retry".
+    settings = getattr(getattr(request.app.state, "runtime", None), "settings", None)
+    limit = f" ({settings.api_statement_timeout_sec:g} s, DL_API_STATEMENT_TIMEOUT_SEC; counts " \
+            f"{settings.api_count_timeout_sec:g} s, DL_API_COUNT_TIMEOUT_SEC)" if settings is not None else ""
+    log.warning("query timed out", extra={"error": safe_text(str(exc)), "path": safe_text(request.url.path, 200)})
+    return error_response(ErrorCode.query_timeout,
+                          f"the query ran longer than its time limit{limit} and was cancelled; nothing "
+                          "was changed: narrow the filter, or ask the operator to raise the limit")
+
+
 def install_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DataloaderError, _dataloader_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(asyncpg.exceptions.DataError, _data_error)
+    app.add_exception_handler(asyncpg.exceptions.QueryCanceledError, _query_canceled)
     for exc_type in CONNECTION_ERRORS:  # OSError covers TimeoutError too
         app.add_exception_handler(exc_type, _database_unavailable)

@@ -44,6 +44,9 @@ class ErrorCode(StrEnum):
     operation_not_found = "operation_not_found"
     operation_state_conflict = "operation_state_conflict"
     schema_not_ready = "schema_not_ready"
+    query_timeout = "query_timeout"
+    too_many_queries = "too_many_queries"
+    request_timeout = "request_timeout"
     database_unavailable = "database_unavailable"
     internal_error = "internal_error"
 
@@ -81,6 +84,9 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.operation_not_found: 404,
     ErrorCode.operation_state_conflict: 409,
     ErrorCode.schema_not_ready: 503,
+    ErrorCode.query_timeout: 503,
+    ErrorCode.too_many_queries: 429,
+    ErrorCode.request_timeout: 408,
     ErrorCode.database_unavailable: 503,
     ErrorCode.internal_error: 500,
 }

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
+from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
 from dataloader.exceptions import InvalidObserverRequest
 from dataloader.observers.model import NAME_PATTERN, Node, Observer, ObserverSpec, ObserverState
 from dataloader.services.observers import MAX_LIST_LIMIT, ObserverService
@@ -127,7 +127,7 @@ async def create_observer(body: ObserverCreateRequest, response: Response, api: 
     """It waits in `created` until a node with spare capacity takes it. 409 while an observer of
     that name exists (a `deleted` one is created afresh)."""
     observer = await api.create(ObserverSpec.model_validate(body.model_dump()))
-    response.headers["Location"] = f"/api/v1/observers/{observer.name}"
+    response.headers["Location"] = location("api", "v1", "observers", observer.name)
     return _view(observer)
 
 

@@ -34,7 +34,7 @@ class SearchRequest(JobFilter):
 
     cursor: str | None = Field(default=None, max_length=1000, description="next_cursor of the previous page")
     limit: int = Field(default=100, ge=1, le=MAX_LIST_LIMIT)
-    count: bool = Field(default=False, description="Also count every match (capped at 10 million)")
+    count: bool = Field(default=False, strict=True, description="Also count every match (capped at 10 million)")
 
 
 class SearchJob(JobSummary):
@@ -55,7 +55,8 @@ class SearchResponse(BaseModel):
 @router.post("/search", response_model=SearchResponse,
              summary="Search jobs by queue, task, status, error pattern, time ranges, args, lock_key prefix",
              responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
-                                       ErrorCode.invalid_request, ErrorCode.invalid_cursor))
+                                       ErrorCode.invalid_request, ErrorCode.invalid_cursor,
+                                       ErrorCode.too_many_queries, ErrorCode.query_timeout))
 async def search(runtime: Annotated[Runtime, Depends(get_runtime)],
                  body: Annotated[SearchRequest | None, Body()] = None) -> Any:
     body = body or SearchRequest()
@@ -86,7 +87,7 @@ class OperationRequest(BaseModel):
     kind: OperationKind
     filter: JobFilter = Field(default_factory=JobFilter, description="The search's filter")
     params: dict[str, Any] = Field(default_factory=dict, description='set_priority: {"priority": n}')
-    dry_run: bool = Field(default=False, description="Only count the jobs it would examine; start nothing")
+    dry_run: bool = Field(default=False, strict=True, description="Only count the jobs it would examine; start nothing")
     started_by: Actor = Field(default="api", description="Who starts it (kept in its audit trail)")
     batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH_SIZE)
 
@@ -153,7 +154,8 @@ Ops = Annotated[OperationService, Depends(get_operations)]
              summary="Start a bulk requeue / cancel / delete / set_priority over a filter (or a dry run)",
              responses={200: {"model": DryRunResponse, "description": "The dry run's count (dry_run: true)"},
                         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
-                                          ErrorCode.invalid_request)})
+                                          ErrorCode.invalid_request, ErrorCode.too_many_queries,
+                                          ErrorCode.query_timeout)})
 async def start_operation(body: OperationRequest, ops: Ops, response: Response) -> Any:
     result = await ops.start(body.kind, body.filter, params=body.params, started_by=body.started_by,
                              dry_run=body.dry_run, batch_size=body.batch_size)

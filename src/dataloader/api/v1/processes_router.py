@@ -25,14 +25,14 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import json_storage_problem, storable_text_problem
+from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
 from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
 from dataloader.processes.consistency import MAX_CHECK_LIMIT
 from dataloader.processes.model import HistoryRange, Process, SetTimer
 from dataloader.processes.registry import NS_PATTERN
 from dataloader.services.operations import DryRun
-from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, ProcessService
+from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TIMEOUT_SEC, ProcessService
 
 router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
 
@@ -71,7 +71,7 @@ class TaskBody(BaseModel):
     args: Any = Field(default=None, description="The task's args (any JSON)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
     timeout_sec: float | None = Field(
-        default=None, gt=0, le=MAX_TIMEOUT_SEC,
+        default=None, ge=MIN_TIMEOUT_SEC, le=MAX_TIMEOUT_SEC,
         description="How long to wait for the task (default 30 s); past it a 504, the task goes on")
 
     @field_validator("args")
@@ -156,9 +156,10 @@ def view(process: Process) -> ProcessView:
 async def init_process(ns: Ns, body: InitBody, api: Api, response: Response) -> TaskResponse:
     """Creates the process and waits for the processor's `init`; returns its response. 409 when the
     id exists (unless the same idempotency key: then the stored response)."""
+    where = location("api", "v1", "processes", ns, body.id)  # before the create: nothing may fail after it
     result = await api.init(ns, body.id, body.args, idempotency_key=body.idempotency_key, timeout=body.timeout_sec,
                             request_id=request_id_var.get())
-    response.headers["Location"] = f"/api/v1/processes/{ns}/{body.id}"
+    response.headers["Location"] = where
     return TaskResponse(ns=ns, id=body.id, response=result)
 
 
@@ -231,7 +232,8 @@ class RestartManyBody(BaseModel):
                                    description="statuses, ids, detail (a * ? pattern over the error); ns is the path's")
     from_: Literal["start", "error"] | None = Field(default=None, alias="from")
     from_event: int | None = Field(default=None, ge=1, le=2**62)
-    dry_run: bool = Field(default=False, description="Only count the processes it would examine")
+    # strict: 0 or "false" must not mean anything here (a 0 once started a real operation)
+    dry_run: bool = Field(default=False, strict=True, description="Only count the processes it would examine")
     started_by: str = Field(default="api", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     batch_size: int | None = Field(default=None, ge=1, le=10_000)
 
@@ -239,7 +241,7 @@ class RestartManyBody(BaseModel):
 class CheckBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    repair: bool = Field(default=False, description="Repair what can be repaired (else only report)")
+    repair: bool = Field(default=False, strict=True, description="Repair what can be repaired (else only report)")
     cursor: str | None = Field(default=None, max_length=2000, pattern=r"^[A-Za-z0-9_\-]*$",
                                description="next_cursor of the previous page")
     limit: int = Field(default=500, ge=1, le=MAX_CHECK_LIMIT, description="Processes examined in this page")
@@ -276,7 +278,8 @@ async def restart_process(ns: Ns, id: Id, body: RestartBody, api: Api) -> Any:
              summary="Restart every matching process, as a tracked bulk operation (or a dry run)",
              responses={200: {"description": "The dry run's count"}, 201: {"description": "The operation"},
                         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
-                                          ErrorCode.invalid_request)})
+                                          ErrorCode.invalid_request, ErrorCode.too_many_queries,
+                                          ErrorCode.query_timeout)})
 async def restart_processes(ns: Ns, body: RestartManyBody, api: Api, response: Response) -> Any:
     """Starts an operation of kind `process_restart` (follow, pause, resume or cancel it under
     /api/v1/operations/{id}); each process is restarted as the single restart does, and one that

@@ -75,7 +75,7 @@ async def trigger_batch(body: TriggerBatchRequest, response: Response, api: Api)
     already names a job is skipped, not compared. Restartable jobs and chains go one at a time
     through `/jobs/trigger` (422 here). The body limit is the trigger's (`DL_MAX_ARGS_BYTES` × 2 +
     64 KiB): split larger batches."""
-    result = await api.trigger_batch(body)
+    result = await api.trigger_batch(body, request_id=request_id_var.get())
     if not result.served:
         response.headers[WARNING_HEADER] = QUEUE_NOT_SERVED
     return result

@@ -16,7 +16,7 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import StorableFields
+from dataloader.api.v1.utils import StorableFields, location
 from dataloader.schedules.model import NAME_PATTERN, Schedule, ScheduleSpec
 from dataloader.services.schedules import MAX_HISTORY_LIMIT, ScheduleService
 
@@ -100,7 +100,7 @@ async def create_schedule(body: ScheduleCreateRequest, response: Response, api: 
     """A cron schedule (`cron`, in `tz`) or an interval (`every_sec`). Its first tick is the first
     after now. 409 when the name exists."""
     schedule = await api.create(ScheduleSpec.model_validate(body.model_dump()))
-    response.headers["Location"] = f"/api/v1/schedules/{schedule.name}"
+    response.headers["Location"] = location("api", "v1", "schedules", schedule.name)
     return _view(api, schedule)
 
 

@@ -77,8 +77,8 @@ class ApiJobService:
             _warn_unserved(job.queue, self.served_queues)
         return TriggerResponse(job_id=job.id, status=job.status, created=result.created, served=served)
 
-    async def trigger_batch(self, body: TriggerBatchRequest) -> TriggerBatchResponse:
-        ids = await self.jobs.trigger_many(list(body.jobs), producer="http")
+    async def trigger_batch(self, body: TriggerBatchRequest, *, request_id: str | None) -> TriggerBatchResponse:
+        ids = await self.jobs.trigger_many(list(body.jobs), producer="http", request_id=request_id)
         queues = {req.queue for req in body.jobs}
         served = queues <= self.served_queues
         log.info("jobs enqueued (batch)", extra={"inserted": len(ids), "skipped": len(body.jobs) - len(ids),

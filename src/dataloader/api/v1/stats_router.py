@@ -12,7 +12,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import ApiError, error_responses
@@ -96,8 +106,9 @@ class RetentionResponse(BaseModel):
 class PruneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    dry_run: bool = Field(default=True, description="Only count (the default); false deletes")
-    older_than: str | float | None = Field(
+    dry_run: bool = Field(default=True, strict=True, description="Only count (the default); false deletes")
+    # strict: `true` is not an age (lax parsing took it as 1 s, matching every finished job)
+    older_than: StrictStr | StrictInt | StrictFloat | None = Field(
         default=None, description='One age for every chosen status ("7d", "12h", seconds); '
                                   "default: the configured retention")
     statuses: list[FinishedStatus] | None = Field(default=None, max_length=4)

@@ -9,15 +9,38 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, field_validator
+from starlette.routing import BaseRoute
 
 MAX_ARGS_DEPTH = 64
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
+
+
+def flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """Every route of an app, with included routers opened up."""
+    # Recent FastAPI keeps an included router as one entry (its routes under `original_router`);
+    # older versions copy the routes into the app's list. Either way, yield the routes themselves.
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from flat_routes(inner.routes)
+        else:
+            yield route
+
+
+def location(*segments: str) -> str:
+    """A Location header's path from its segments, each percent-encoded (UTF-8): a header is
+    Latin-1 on the wire, so an id like "zh-Ж" sent raw cannot be encoded and would fail the answer
+    after the resource was created. Callers build it before they change anything."""
+    # RFC 3986 pchar: what a path segment may hold as is (an observer "binance:BTC-USDT" keeps its colon).
+    return "/" + "/".join(quote(segment, safe=":@!$&'()*+,;=") for segment in segments)
 
 
 def check_rfc3339(value: Any) -> Any:

@@ -12,7 +12,7 @@ WITH target AS (
         -- a canceled restartable job no longer absorbs re-triggers (0011)
         restart_key = NULL
     FROM target t
-    WHERE j.job_id = t.job_id AND t.status IN ('queued', 'running') AND NOT j.cancel_requested
+    WHERE j.job_id = $1 AND j.job_id = t.job_id AND t.status IN ('queued', 'running') AND NOT j.cancel_requested
     RETURNING j.job_id, j.queue, j.status, j.lock_key
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)

@@ -50,6 +50,7 @@ WITH candidate AS (
       -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+          ORDER BY r.lock_key, r.status OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
     LIMIT {limit}
@@ -75,8 +76,7 @@ WITH candidate AS (
         -- a restartable job stops absorbing re-triggers once it runs: the next trigger queues a
         -- new job behind it on the same lock_key (0011)
         restart_key = NULL
-    FROM locked l
-    WHERE j.job_id = l.job_id
+    WHERE j.job_id = ANY (ARRAY(SELECT l.job_id FROM locked l))
     RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
               j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id
 ), journal AS (
@@ -103,7 +103,10 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,
        COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
-       r.key_rank = 1 AS asked_lock
+       r.key_rank = 1 AS asked_lock,
+       -- dl_jobs' size now, for storage/plan_epoch.py: the worker's statements are prepared anew
+       -- when the table has outgrown the size their cached plans were made for (one call per claim)
+       (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
 FROM ranked r LEFT JOIN claimed c USING (job_id)
 -- The key's other queued jobs, for a claimed job only (the condition on c gates the scan): the
 -- runnable unparked ones first (index order: key_parked false before true), then the parked ones,

@@ -42,7 +42,7 @@ WITH input AS (
                ELSE 'failed'
            END::dl_status AS new_status
     FROM dl_jobs j JOIN input i ON i.job_id = j.job_id
-    WHERE j.status = 'running' AND j.attempt = i.attempt AND i.outcome <> 'committed'
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.status = 'running' AND j.attempt = i.attempt AND i.outcome <> 'committed'
     FOR UPDATE OF j
 ), ended AS (
     UPDATE dl_jobs j
@@ -79,7 +79,7 @@ WITH input AS (
                            WHEN t.new_status = 'failed' AND t.outcome = 'error' AND $13::boolean AND NOT t.fatal
                                THEN 'attempts_exhausted' ELSE j.held_reason END
     FROM target t
-    WHERE j.job_id = t.job_id
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
               t.fatal, t.reason, j.chain_id, t.next, j.held_reason
 ), next_jobs AS (

@@ -11,7 +11,8 @@ waiters AS (
         SELECT DISTINCT q.queue
         FROM dl_jobs q
         JOIN freed e ON q.lock_key = e.lock_key
-        WHERE q.status = 'queued' AND NOT q.key_parked AND q.job_id <> e.job_id AND q.available_at <= now()
+        WHERE q.lock_key = ANY (ARRAY(SELECT lock_key FROM freed))
+          AND q.status = 'queued' AND NOT q.key_parked AND q.job_id <> e.job_id AND q.available_at <= now()
     ) w
 ), unparked AS (
     -- The freed keys' parked heads (0017) become claimable in this statement. The probe of

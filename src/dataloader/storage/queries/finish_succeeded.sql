@@ -20,7 +20,7 @@ WITH input AS (
         result = i.result::jsonb,
         finished_at = now()
     FROM input i
-    WHERE j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, i.attempt
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)

@@ -14,7 +14,7 @@ WITH beat AS (
                                         OR j.heartbeat_journaled_at <= now() - interval '1 hour'
                                       THEN now() ELSE j.heartbeat_journaled_at END
     FROM unnest($1::uuid[], $2::int[]) AS i(job_id, attempt)
-    WHERE j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
     RETURNING j.job_id, j.queue, j.attempt, j.lock_key, j.cancel_requested,
               j.heartbeat_journaled_at = now() AS journaled
 ), journal AS (

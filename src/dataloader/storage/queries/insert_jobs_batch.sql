@@ -1,6 +1,7 @@
 -- Enqueue many jobs in one statement (arrays of equal length), each with its 'queued' journal row.
 -- A NULL job_id gets a generated one. Jobs whose idempotency_key already exists are skipped.
--- $13: each job's run-time limit in seconds (NULL: none of its own).
+-- $13: each job's run-time limit in seconds (NULL: none of its own). $14: the HTTP request id
+-- (NULL from Python), stored on every job and in its journal row as a single trigger's is.
 -- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also
 -- runs on a caller's connection that has no jsonb codec of ours.
 WITH input AS (
@@ -12,14 +13,15 @@ WITH input AS (
                               priority, available_at, max_attempts, lease_ttl_sec, timeout_sec, n)
 ), inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec)
+                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, request_id)
     SELECT job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12, timeout_sec
+           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12, timeout_sec, $14::text
     FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'queued', jsonb_build_object('task', task) FROM inserted
+    SELECT job_id, queue, 'queued', jsonb_strip_nulls(jsonb_build_object('task', task, 'request_id', $14::text))
+    FROM inserted
 )
 SELECT i.job_id FROM input i JOIN inserted USING (job_id) ORDER BY i.n;

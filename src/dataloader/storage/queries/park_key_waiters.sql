@@ -16,13 +16,13 @@ WITH holder AS (
 ), parked AS (
     UPDATE dl_jobs j
     SET key_parked = true
-    WHERE j.job_id IN (
+    WHERE j.job_id = ANY (ARRAY(
         SELECT w.job_id
         FROM dl_jobs w, holder
         WHERE w.lock_key = holder.lock_key AND w.status = 'queued' AND NOT w.key_parked
           AND w.available_at <= now()
         LIMIT $3
-        FOR UPDATE OF w SKIP LOCKED)
+        FOR UPDATE OF w SKIP LOCKED))
     RETURNING 1
 )
 SELECT count(*)::int AS parked FROM parked;

@@ -27,8 +27,7 @@ WITH RECURSIVE expired AS (
         error = 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')',
         finished_at = CASE WHEN j.attempt - j.attempts_before_retry < j.max_attempts AND NOT j.cancel_requested
                            THEN NULL ELSE now() END
-    FROM expired e
-    WHERE j.job_id = e.job_id
+    WHERE j.job_id = ANY (ARRAY(SELECT e.job_id FROM expired e))
     RETURNING j.job_id, j.queue, j.task, j.status, j.attempt, j.lock_key
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
@@ -44,14 +43,16 @@ WITH RECURSIVE expired AS (
     SET status = 'error', finished_at = now(),
         error = 'lost: its lease expired on its last attempt (' || r.attempt || ')'
     FROM reaped r
-    WHERE r.status = 'lost' AND t.task_id = r.job_id AND t.status = 'waiting'
+    WHERE t.task_id = ANY (ARRAY(SELECT job_id FROM reaped WHERE status = 'lost'))
+      AND r.status = 'lost' AND t.task_id = r.job_id AND t.status = 'waiting'
     RETURNING t.task_id, t.ns, t.process_id, t.task_type, t.error
 ), broken_processes AS (
     UPDATE dl_processes p
     SET previous_status = p.status, status = 'error', status_changed_at = now(), corrupted_by = l.task_id,
         detail = 'task ' || l.task_type || ' ' || l.error, version = p.version + 1, updated_at = now()
     FROM lost_process_tasks l
-    WHERE p.ns = l.ns AND p.id = l.process_id AND p.status <> 'error'
+    WHERE p.ns = ANY (ARRAY(SELECT ns FROM lost_process_tasks)) AND p.id = ANY (ARRAY(SELECT process_id FROM lost_process_tasks))
+      AND p.ns = l.ns AND p.id = l.process_id AND p.status <> 'error'
     RETURNING p.ns, p.id, l.task_id, l.task_type
 ), process_feed AS (
     INSERT INTO dl_process_feed (ns, process_id, kind, task_id, payload)

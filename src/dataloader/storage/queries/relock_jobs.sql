@@ -5,4 +5,4 @@ SELECT i.job_id,
        j.job_id IS NOT NULL AS alive,
        CASE WHEN j.job_id IS NOT NULL THEN pg_try_advisory_lock(hashtext(i.lock_key)) END AS locked
 FROM unnest($1::uuid[], $2::int[], $3::text[]) AS i(job_id, attempt, lock_key)
-LEFT JOIN dl_jobs j ON j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt;
+LEFT JOIN dl_jobs j ON j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt;

@@ -19,7 +19,7 @@ WITH target AS (
         -- parked before its cancel or queue-time failure: back in the claim's walk (0017)
         key_parked = false
     FROM target t
-    WHERE j.job_id = t.job_id AND t.status IN ('failed', 'canceled', 'lost')
+    WHERE j.job_id = $1 AND j.job_id = t.job_id AND t.status IN ('failed', 'canceled', 'lost')
     RETURNING j.job_id, j.queue, j.attempt, t.status AS previous_status
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)

@@ -6,4 +6,4 @@
 UPDATE dl_jobs j
 SET available_at = now()
 FROM unnest($1::uuid[], $2::timestamptz[]) AS w(job_id, available_at)
-WHERE j.job_id = w.job_id AND j.status = 'queued' AND j.available_at = w.available_at;
+WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = w.job_id AND j.status = 'queued' AND j.available_at = w.available_at;

@@ -20,4 +20,7 @@ SELECT t.task_id, t.task_type, t.args, t.history_range, t.idempotency_key, t.sta
        ) END AS history
 FROM dl_process_tasks t
 JOIN dl_processes p ON p.ns = t.ns AND p.id = t.process_id
+-- The process through its key, whatever the planner thinks of the tables' sizes (storage/db.py
+-- SESSION_SETTINGS): a join it could order either way could read dl_processes whole.
 WHERE t.task_id = $1
+  AND (p.ns, p.id) = (SELECT s.ns, s.process_id FROM dl_process_tasks s WHERE s.task_id = $1)

@@ -21,8 +21,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM dl_jobs j
-    USING doomed d
-    WHERE j.job_id = d.job_id
+    WHERE j.job_id = ANY (ARRAY(SELECT d.job_id FROM doomed d))
     RETURNING 1
 )
 SELECT count(*)::bigint AS deleted FROM gone;

@@ -3,3 +3,7 @@
 -- name can pick a partial index: a cached generic plan must serve every combination and would
 -- walk the whole table.
 SET LOCAL plan_cache_mode = force_custom_plan;
+
+-- The search may read dl_jobs whole (a filter no index serves): sequential scans, off for the
+-- engine's sessions (storage/db.py SESSION_SETTINGS), are a plan it may choose again.
+SET LOCAL enable_seqscan = on;

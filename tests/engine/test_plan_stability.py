@@ -1,0 +1,242 @@
+"""The hot statements' plans cannot flip with the moment their session was opened (issue 27, part 1).
+
+PostgreSQL caches a prepared statement's generic plan from its sixth run on, built from the
+statistics of that moment, until the table's statistics change. A worker that claimed a few times
+while `dl_jobs` was empty (and analyzed) used to keep a plan that reads `dl_jobs` whole per
+candidate: a burst of 20,000 jobs then made one claim of 16 run past 20 s. storage/db.py
+SESSION_SETTINGS and the statements' index conditions make every plan reach its rows through an
+index whatever the table's size; these tests hold each hot statement to that:
+
+- its generic plan, built on an empty analyzed database (`force_generic_plan`, so a plan that only
+  happens to be custom at this moment cannot pass), reads no engine table by a sequential scan or
+  by a whole-index walk;
+- a worker session that ran the claim, heartbeat and finish on the empty table before a burst runs
+  them within 2x of a session opened after it.
+
+The burst is DL_TEST_PLAN_BURST jobs (20,000; the long run: `DL_TEST_PLAN_BURST=100000 pytest
+tests/engine/test_plan_stability.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from dataloader.storage import migrate, plan_epoch
+from dataloader.storage.db import connect
+from dataloader.storage.queries import sql
+from dataloader.storage.queue_connection import FinishRequest, QueueConnection, claim_sql
+from tests.support.database import create_database, drop_database
+
+BURST = int(os.environ.get("DL_TEST_PLAN_BURST", "20000"))
+
+# Every statement the engine runs per job or per duty period, by file (claim: its batch of 16).
+HOT_STATEMENTS = [
+    "claim", "finish_jobs", "finish_succeeded", "finish_in_transaction", "heartbeat_jobs", "reap_expired",
+    "park_key_waiters", "wake_parked_jobs", "relock_jobs", "lock_holders", "delay_lock_busy", "unlock_key",
+    "next_due_in", "set_progress", "cancel_job", "retry_job", "get_job", "get_job_by_idempotency_key",
+    "insert_job", "insert_job_group", "insert_jobs_batch", "insert_jobs_batch_unkeyed", "insert_restartable_job",
+    "get_queued_restartable_job",
+    "processes/load_step", "processes/apply_step", "processes/end_task", "processes/lock_process",
+    "processes/insert_task", "processes/enqueue_caller", "processes/get_task", "processes/get_process",
+    "processes/get_task_by_key", "processes/was_reaped", "processes/cancel_timer",
+    "operations/advance", "operations/lock_for_batch", "operations/release",
+    "nodes/heartbeat", "observers/save_observer", "observers/finish_stopped",
+    "schedules/due_schedules", "schedules/insert_runs", "retention/prune_batch",
+]
+
+# Tables whose size grows with the work (jobs, their journal, processes): a plan may read them only
+# through an index condition. The small registries (nodes, observers, schedules, operations) hold
+# tens to thousands of rows by design and are not listed.
+GROWING_TABLES = ("dl_jobs", "dl_job_events", "dl_processes", "dl_process_tasks", "dl_process_events",
+                  "dl_process_feed")
+# A partial index over running jobs only: a walk of it is bounded by the jobs running on all nodes
+# (their total concurrency), not by the backlog.
+BOUNDED_INDEXES = ("ix_dl_jobs_running_lease",)
+
+_SCAN = re.compile(r"(Seq Scan|Index Scan|Index Only Scan)(?: Backward)? (?:using (\w+) )?on (\w+)")
+
+
+def unbounded_scans(plan: list[str]) -> list[str]:
+    """The plan lines that read a growing table without an index condition."""
+    found = []
+    for i, line in enumerate(plan):
+        m = _SCAN.search(line)
+        if not m or m.group(3) not in GROWING_TABLES:
+            continue
+        kind, index = m.group(1), m.group(2)
+        # min()/max() and LIMIT 1 probes read the first entries of an index in its order
+        under_limit = i > 0 and plan[i - 1].strip().endswith("Limit")
+        if kind == "Seq Scan":
+            found.append(line.strip())
+        elif (index not in BOUNDED_INDEXES and not under_limit
+              and "Index Cond" not in (plan[i + 1] if i + 1 < len(plan) else "")):
+            found.append(line.strip() + "  (no index condition)")
+    return found
+
+
+def statement_text(name: str) -> str:
+    return claim_sql(16) if name == "claim" else sql(name)
+
+
+def parameter_count(text: str) -> int:
+    without_comments = re.sub(r"--[^\n]*", "", text)
+    return max((int(n) for n in re.findall(r"\$(\d+)", without_comments)), default=0)
+
+
+@pytest.fixture
+async def empty_database(pg_server) -> AsyncIterator[str]:
+    """A fresh migrated database whose tables are empty and analyzed (reltuples = 0): the statistics
+    a new deployment, or a drained queue after autovacuum, gives the planner."""
+    url = await create_database(pg_server)
+    try:
+        await migrate.upgrade(url)
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("ANALYZE")
+            # the buffer counts below are the database's: no autovacuum pass may add to them
+            for table in await conn.fetch("SELECT tablename FROM pg_tables WHERE tablename LIKE 'dl\\_%'"):
+                await conn.execute(f'ALTER TABLE "{table[0]}" SET (autovacuum_enabled = false)')
+        finally:
+            await conn.close()
+        yield url
+    finally:
+        await drop_database(pg_server, url)
+
+
+def test_unbounded_scans_are_recognised():
+    plan = [
+        "Update on dl_jobs j",
+        "  ->  Nested Loop",
+        "        ->  Index Scan using dl_jobs_pkey on dl_jobs j",
+        "        ->  CTE Scan on locked l",
+        "  ->  Seq Scan on dl_job_events e",
+        "  ->  Index Scan using dl_jobs_pkey on dl_jobs k",
+        "        Index Cond: (job_id = ANY ($1))",
+        "  ->  Index Scan using ix_dl_jobs_running_lease on dl_jobs r",
+        "  ->  Seq Scan on dl_nodes",
+        "        ->  Limit",
+        "              ->  Index Only Scan using ix_dl_jobs_key_parked on dl_jobs p",
+    ]
+    assert unbounded_scans(plan) == [
+        "->  Index Scan using dl_jobs_pkey on dl_jobs j  (no index condition)",
+        "->  Seq Scan on dl_job_events e",
+    ]
+
+
+async def test_generic_plans_on_an_empty_table_read_growing_tables_through_an_index(empty_database):
+    conn = await connect(empty_database, server_settings={"plan_cache_mode": "force_generic_plan"})
+    problems: dict[str, list[str]] = {}
+    try:
+        for name in HOT_STATEMENTS:
+            text = statement_text(name)
+            await conn.execute(f"PREPARE hot AS {text}")
+            try:
+                n = parameter_count(text)
+                arguments = f"({', '.join(['NULL'] * n)})" if n else ""
+                plan = [r[0] for r in await conn.fetch(f"EXPLAIN (COSTS OFF) EXECUTE hot{arguments}")]
+            finally:
+                await conn.execute("DEALLOCATE hot")
+            if found := unbounded_scans(plan):
+                problems[name] = found
+    finally:
+        await conn.close()
+    assert problems == {}
+
+
+async def test_operator_batches_plan_with_their_real_values():
+    """The operator statements (search, bulk operations' batches) filter on any combination of
+    optional values: they run under custom plans (planned with the table's real size), set in
+    their own transaction, and may read a table whole there."""
+    for settings in ("search/custom_plans", "operations/batch_settings"):
+        text = sql(settings)
+        assert "SET LOCAL plan_cache_mode = force_custom_plan;" in text
+        assert "SET LOCAL enable_seqscan = on;" in text
+
+
+async def _seed_burst(dsn: str, jobs: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            """INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, partition_key, priority, available_at,
+                                    max_attempts, lease_ttl_sec)
+               SELECT gen_random_uuid(), 'burst', 't', '{}'::jsonb, 'key-' || g, '', 0,
+                      now() - interval '1 hour' + g * interval '1 ms', 3, 60
+               FROM generate_series(1, $1) g""", jobs)
+    finally:
+        await conn.close()
+
+
+async def _run_steps(conn: asyncpg.Connection, steps: int) -> None:
+    """`steps` batches of 16: claim, heartbeat, finish, as a queue worker runs them."""
+    queue = QueueConnection(conn)
+    for _ in range(steps):
+        batch = await queue.claim("burst", "plan-test", 16)
+        assert len(batch.claimed) == 16
+        assert len(await queue.heartbeat([(j.job_id, j.attempt) for j in batch.claimed])) == 16
+        finished = await queue.finish([FinishRequest(job_id=j.job_id, attempt=j.attempt, outcome="succeeded",
+                                                     lock_key=j.lock_key, unlock=True) for j in batch.claimed])
+        assert {r.status for r in finished.values()} == {"succeeded"}
+
+
+async def _buffers_per_step(conn: asyncpg.Connection, observer: asyncpg.Connection, steps: int) -> float:
+    """Shared buffers the database read (hit or not) per step: the work the plans do, which a loaded
+    machine's timing noise does not blur. Only `conn` works in this database meanwhile."""
+
+    async def buffers() -> int:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        await conn.execute("SELECT 1")  # the flush happens when this session next goes idle
+        await observer.execute("SELECT pg_stat_clear_snapshot()")
+        return await observer.fetchval(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()")
+
+    before = await buffers()
+    await _run_steps(conn, steps)
+    return (await buffers() - before) / steps
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["auto", "force_generic_plan"])
+async def test_a_worker_that_claimed_on_an_empty_table_keeps_its_pace_after_a_burst(empty_database, plan_cache_mode):
+    """`force_generic_plan`: every statement runs the plan made at its first run, so only plans that
+    cannot depend on that moment (or are made anew for the burst) pass."""
+    # A statement_timeout turns the old behaviour (a plan reading dl_jobs per candidate: minutes per
+    # claim at this size) into a failure instead of a hang.
+    settings = {"statement_timeout": "10s", "plan_cache_mode": plan_cache_mode}
+    plan_epoch.reset()
+    observer = await asyncpg.connect(empty_database)
+    warmed = await connect(empty_database, server_settings=settings)
+    try:
+        idle = QueueConnection(warmed)
+        for _ in range(8):  # past the 5 custom plans after which PostgreSQL caches a generic one
+            assert (await idle.claim("burst", "plan-test", 16)).claimed == []
+            assert await idle.heartbeat([(uuid.uuid4(), 1)]) == {}
+            await idle.finish([FinishRequest(job_id=uuid.uuid4(), attempt=1, outcome="succeeded",
+                                             lock_key="none", unlock=False)])
+        await _seed_burst(empty_database, BURST)
+        warmed_cost = await _buffers_per_step(warmed, observer, 20)
+    finally:
+        await warmed.close()
+    fresh = await connect(empty_database, server_settings=settings)
+    try:
+        await _run_steps(fresh, 8)  # its own first plans, as the warmed session had before the burst
+        fresh_cost = await _buffers_per_step(fresh, observer, 20)
+    finally:
+        await fresh.close()
+        await observer.close()
+    assert warmed_cost <= 2 * fresh_cost, (warmed_cost, fresh_cost)
+
+
+async def test_every_dataloader_session_plans_without_sequential_scans_or_jit(empty_database):
+    conn = await connect(empty_database)
+    try:
+        assert await conn.fetchval("SHOW enable_seqscan") == "off"
+        # a disabled scan adds 1e10 to a plan's cost before PostgreSQL 18: with JIT on, a 0.3 ms
+        # node heartbeat spent 1.4 s compiling
+        assert await conn.fetchval("SHOW jit") == "off"
+    finally:
+        await conn.close()
