@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -12,19 +13,70 @@ import pytest
 
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
-from tests.support.database import TestServer, create_database, drop_database, start_server
+from tests.support import tiers
+from tests.support.database import TestServer, create_database, drop_database, reset_tables, start_server
 from tests.support.engine import WorkerProcess
 from tests.support.pipelines import RUNS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# --- tiers (see tests/support/tiers.py) and xdist --------------------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.install_audit()
+    tiers.make_lock_dir(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    tiers.drop_lock_dir(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.assign(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    shared_server = bool(os.environ.get("DL_TEST_DSN"))
+    with tiers.exclusion(item.config, tiers.is_exclusive(item, shared_server)):
+        tiers.audit_start(item)
+        return (yield)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if tiers.spawned_outside_its_tier(report):  # the report comes from an xdist worker or this process
+        _misplaced.add(report.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    tiers.audit_finish(item, report)
+    return report
+
+
+_misplaced: set[str] = set()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _misplaced:
+        terminalreporter.section("tests that started a process but are not tiered `process`")
+        for nodeid in sorted(_misplaced):
+            terminalreporter.line(f"{nodeid}  (mark it @pytest.mark.process)")
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[TestServer]:
-    server = start_server()
+    """The run's PostgreSQL: DL_TEST_DSN's server, or an embedded one. Under pytest-xdist every worker
+    is its own session, so every worker starts its own embedded server (~2 s) and its own database."""
+    with tiers.audit_suspended():
+        server = start_server()
     yield server
     if server.embedded is not None:
-        server.embedded.cleanup()
+        with tiers.audit_suspended():
+            server.embedded.cleanup()
+        shutil.rmtree(server.data_dir.parent, ignore_errors=True)  # the emptied temporary directory
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +106,7 @@ async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     """The pool, with the queue emptied before the test."""
-    await pool.execute("TRUNCATE dl_jobs, dl_job_events, test_runs RESTART IDENTITY CASCADE")
+    await reset_tables(pool, "TRUNCATE dl_jobs, dl_job_events, test_runs RESTART IDENTITY CASCADE")
     yield pool
 
 

@@ -87,8 +87,9 @@ def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> No
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> None:
-    cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=6, kill_interval=(2.5, 3.5), hot_keys=12,
+    cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=9, kill_interval=(2.5, 3.5), hot_keys=12,
                       hot_share=0.5, burst=(10, 40), drain_timeout_sec=90)
     restarts: list[str] = []
 

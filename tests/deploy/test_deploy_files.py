@@ -128,6 +128,7 @@ def test_workers_json_examples_parse_and_include_the_spec_example():
         parse_workers_json(raw)  # raises ConfigError on a broken example
 
 
+@pytest.mark.process  # runs git
 def test_env_is_ignored_by_git_but_the_example_is_not():
     def ignored(path: str) -> bool:
         done = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False)

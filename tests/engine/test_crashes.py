@@ -139,6 +139,7 @@ async def _assert_no_attempt_burned(db, ids, how: str) -> None:
     assert not problems, f"PostgreSQL {how}: " + "; ".join(problems)
 
 
+@pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_postgres_restart_mid_run_workers_recover_and_no_attempt_is_used(dsn, db, restart, workers):
     w = workers(queues={"default": 4}, heartbeat_sec=0.2)
     await w.wait_ready()
@@ -154,6 +155,7 @@ async def test_postgres_restart_mid_run_workers_recover_and_no_attempt_is_used(d
     await _assert_no_attempt_burned(db, ids, how)
 
 
+@pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_postgres_restart_during_progress_on_the_last_attempt_fails_nothing_and_api_never_500s(
         dsn, db, restart, workers):
     """Pipelines on their LAST attempt (max_attempts=1) write progress every 10 ms while PostgreSQL

@@ -23,6 +23,8 @@ import pytest
 
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.process  # every test runs the `dataloader` script
+
 SCRIPT = str(Path(sys.executable).with_name("dataloader"))
 
 MYJOBS = '''

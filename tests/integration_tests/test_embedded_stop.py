@@ -15,6 +15,8 @@ import pytest
 
 from dataloader.storage.embedded import EmbeddedPostgres
 
+pytestmark = pytest.mark.process  # starts its own embedded servers and `dataloader` commands
+
 STOPPED = "embedded PostgreSQL stopped"
 LEFT_RUNNING = "embedded PostgreSQL left running for its other users"
 
@@ -46,6 +48,9 @@ async def test_stop_is_reported_only_when_the_server_really_stops(tmp_path, capl
         assert await conn.fetchval("SELECT 1") == 1
         await conn.close()
     finally:
+        # only what stop() logs: an earlier test in this process (under xdist, any of them) may have
+        # left the dataloader logger at INFO, and then start()'s "ready" is captured too
+        caplog.clear()
         with caplog.at_level(logging.INFO, logger="dataloader.storage.embedded"):
             stopped = await asyncio.to_thread(holder.stop)
     # The last user leaving stops it, and says so.

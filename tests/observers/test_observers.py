@@ -22,6 +22,10 @@ async def starts(pool, name=None):
     return await pool.fetchval("SELECT count(*) FROM test_observer_events WHERE kind = 'start' AND name = $1", name)
 
 
+async def _starts_at_least(pool, n):
+    return await starts(pool) >= n
+
+
 async def overlaps(pool):
     return await pool.fetchval("SELECT count(*) FROM test_observer_events WHERE kind = 'overlap'")
 
@@ -91,6 +95,8 @@ async def test_capacity_is_never_exceeded_and_waiting_observers_start_when_a_pla
         first = next(name for name, state in current.items() if state == "processing")
         await api.stop(first, wait=10)
         await wait_until(lambda: _count_state(api, "processing", 2), timeout=10, message="a waiting one took the place")
+        # `processing` comes before the probe's `start` row (the probe connects first): wait for the row
+        await wait_until(lambda: _starts_at_least(odb, 3), timeout=10, message="the waiting one's start")
         assert await starts(odb) == 3
         assert await overlaps(odb) == 0
 

@@ -3,7 +3,7 @@ operation runner): a bulk requeue of failed jobs while those workers drain the q
 exactly once more; and the node running an operation killed with kill -9 mid-way, another node
 finishing it with exact counts.
 
-The requeue test runs 4,000 jobs in the suite; the issue's full size is a documented command:
+The requeue test runs 10,000 jobs in the suite; the issue's full size is a documented command:
     DL_OPS_BULK_JOBS=100000 DL_TEST_DSN=... .venv/bin/python -m pytest -q \
         tests/operations/test_bulk_processes.py -k while_workers_run
 """
@@ -64,7 +64,7 @@ async def test_kill9_of_the_runner_node_another_node_finishes_it_exactly(app_on_
 
 
 async def test_bulk_requeue_while_workers_run_every_job_runs_exactly_once_more(app_on_db, db, workers):
-    n = int(os.environ.get("DL_OPS_BULK_JOBS", "4000"))
+    n = int(os.environ.get("DL_OPS_BULK_JOBS", "10000"))
     await add_failed(db, "bulk", n)
     nodes = [workers(queues={"bulk": 8}, node_name=f"bulk-{i}", **FAST_RUNNER) for i in range(2)]
     await asyncio.gather(*(w.wait_ready() for w in nodes))

@@ -89,6 +89,7 @@ def assert_ordered_page(plan: list[dict], index: str) -> None:
     assert scans and all(kind in ("Index Scan", "Index Only Scan") and name == index for kind, name in scans), scans
 
 
+@pytest.mark.slow  # a million rows to insert and analyze
 async def test_search_plans_on_a_million_jobs(big):
     pool, _ = big
     week_ago = datetime.now(UTC) - timedelta(days=7)

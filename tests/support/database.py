@@ -85,6 +85,10 @@ async def restart_server(server: TestServer, dsn: str) -> str:
     if command:
         import subprocess
 
+        from tests.support.tiers import require_exclusive
+
+        require_exclusive("restarts the PostgreSQL server that every xdist worker shares")
+
         done = await asyncio.to_thread(subprocess.run, command, shell=True, capture_output=True, text=True,
                                        timeout=120)
         if done.returncode != 0:
@@ -99,3 +103,30 @@ async def restart_server(server: TestServer, dsn: str) -> str:
     finally:
         await conn.close()
     return "terminated"
+
+
+async def reset_tables(pool: asyncpg.Pool, statement: str, wait_sec: float = 20.0) -> None:
+    """Run `statement` (a TRUNCATE giving the test a fresh start). A statement an earlier test left
+    running (pytest-timeout ends a test, not its query) would hold its locks and make every later
+    test of this worker wait out its own timeout: after `wait_sec`, the sessions holding locks in
+    this database are terminated, with a warning naming their queries, and `statement` runs again."""
+    import warnings
+
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{int(wait_sec * 1000)}ms'")
+                await conn.execute(statement)
+            return
+        except asyncpg.LockNotAvailableError:
+            pass
+        stuck = await conn.fetch(
+            "SELECT pid, state, left(query, 200) AS query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid IN "
+            "(SELECT pid FROM pg_locks WHERE granted AND locktype = 'relation' "
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))")
+        for row in stuck:
+            await conn.execute("SELECT pg_terminate_backend($1)", row["pid"])
+        warnings.warn(f"{statement.split()[0]} waited {wait_sec}s on sessions an earlier test left behind; "
+                      f"terminated: {[(r['state'], r['query']) for r in stuck]}", stacklevel=2)
+        await conn.execute(statement)

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dataloader.storage import migrate
 
 HEAVY = ("alembic", "sqlalchemy", "fastapi")
@@ -23,6 +25,7 @@ def loaded_after(code: str, env: dict[str, str] | None = None) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.process  # a fresh interpreter
 def test_import_dataloader_loads_no_migration_tool_orm_or_web_framework():
     assert loaded_after("import dataloader") == []
 

@@ -120,6 +120,7 @@ def steer(case: Any, operation: Any, job_ids: list[str], which: int | None) -> A
 
 
 # The app runs no workers here (the `client` fixture), so nothing changes rows behind the test's back.
+@pytest.mark.slow  # minutes of CPU in all: left out of the fast tier
 @pytest.mark.parametrize(("operation", "mode"), CASES)
 @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
