@@ -4,6 +4,7 @@ import asyncio
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,17 @@ def workers(subprocess_env: dict[str, str]) -> Iterator[Callable[..., WorkerProc
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A directory for an embedded PostgreSQL's data, reachable by the server's own user (as root,
+    pgserver runs it as `pgserver`): pytest's tmp_path lies below 0700 directories (under xdist one
+    more, `popen-gwN`), where initdb fails with "Permission denied". Removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="dl-test-server-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):

@@ -14,9 +14,8 @@ def _postgres_running_on(data_dir) -> bool:
     return False
 
 
-def test_embedded_server_is_started_used_and_stopped(tmp_path, subprocess_env):
-    tmp_path.chmod(0o755)  # as root the server runs as its own user and must reach the data dir
-    data_dir = tmp_path / "pgdata"
+def test_embedded_server_is_started_used_and_stopped(server_dir, subprocess_env):
+    data_dir = server_dir / "pgdata"
     env = {k: v for k, v in subprocess_env.items() if k != "DL_DB_DSN"}
     env["DL_DATA_DIR"] = str(data_dir)
 

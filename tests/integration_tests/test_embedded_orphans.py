@@ -68,9 +68,8 @@ def stop_server(data_dir: Path) -> None:
         os.kill(int((data_dir / "postmaster.pid").read_text().split()[0]), signal.SIGINT)  # fast shutdown
 
 
-async def test_a_killed_owner_leaves_no_server_behind(tmp_path):
-    tmp_path.chmod(0o755)  # as root the server runs as its own user and must reach the data dir
-    data_dir = tmp_path / "pgdata"
+async def test_a_killed_owner_leaves_no_server_behind(tmp_path, server_dir):
+    data_dir = server_dir / "pgdata"
     try:
         await _kill_owners_and_watch(data_dir, tmp_path / "worker.log")
     finally:
@@ -108,11 +107,10 @@ async def _kill_owners_and_watch(data_dir: Path, log: Path) -> None:
     assert users(data_dir) == []
 
 
-async def test_a_cli_command_stopped_by_sigterm_closes_and_stops_its_server(tmp_path):
+async def test_a_cli_command_stopped_by_sigterm_closes_and_stops_its_server(tmp_path, server_dir):
     """`timeout` (SIGTERM) of a command: the command itself closes its App and stops the server it
     started (exit 143), not only its watchdog after it died."""
-    tmp_path.chmod(0o755)
-    data_dir = tmp_path / "pgdata"
+    data_dir = server_dir / "pgdata"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
     env.update({"DL_DATA_DIR": str(data_dir), "DL_LOG_FORMAT": "json", "PYTHONPATH": str(ROOT)})
 

@@ -30,16 +30,15 @@ def cli_messages(data_dir: str, *args: str) -> list[str]:
     return [json.loads(line)["message"] for line in proc.stderr.splitlines() if line.startswith("{")]
 
 
-async def test_stop_is_reported_only_when_the_server_really_stops(tmp_path, caplog: pytest.LogCaptureFixture):
-    tmp_path.chmod(0o755)  # as root the server runs as its own user and must reach the data dir
-    data_dir = str(tmp_path / "pgdata")
+async def test_stop_is_reported_only_when_the_server_really_stops(server_dir, caplog: pytest.LogCaptureFixture):
+    data_dir = str(server_dir / "pgdata")
 
     # Alone, a command starts the server and stops it when it leaves.
     alone = await asyncio.to_thread(cli_messages, data_dir, "db", "upgrade")
     assert STOPPED in alone and LEFT_RUNNING not in alone
 
     # With another user (this process), the command leaves it running and says so.
-    holder = EmbeddedPostgres(tmp_path / "pgdata")
+    holder = EmbeddedPostgres(server_dir / "pgdata")
     dsn = await asyncio.to_thread(holder.start)
     try:
         shared = await asyncio.to_thread(cli_messages, data_dir, "db", "upgrade")
