@@ -35,7 +35,7 @@ def node_settings(dsn: str, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "db_dsn": dsn, "workers": [Queue("odd-q", 2)], "node_name": "odd-node", "heartbeat_sec": 0.2,
         "poll_fallback_sec": 1, "default_lease_ttl_sec": 5, "observer_capacity": 4,
-        "node_heartbeat_sec": 0.2, "node_dead_after_sec": 2.0, "observer_stop_grace_sec": 0.5,
+        "node_heartbeat_sec": 0.2, "node_dead_after_sec": 10.0, "observer_stop_grace_sec": 0.5,
         "observer_restart_backoff_sec": 0.2, "observer_restart_backoff_max_sec": 1.0,
         "retention_enabled": False, "stats_enabled": False, "pipeline_modules": "tests.support.pipelines",
         "api_token": None}
@@ -92,9 +92,12 @@ async def _insert_odd_schedules(db: asyncpg.Pool) -> None:
 
 async def _insert_odd_observers_and_nodes(db: asyncpg.Pool, dsn: str) -> None:
     for i, extreme in enumerate(EXTREMES):
+        # restart_at 'infinity' for both future extremes: the soonest waiting one (what every node's
+        # heartbeat computes) is then 'infinity' once the past ones are claimed
+        restart_at = "'infinity'" if i == 2 else extreme
         await db.execute(f"INSERT INTO dl_observers (name, kind, args, restart_at, checkpoint, last_error_at, "
                          f"created_at, started_at, stopped_at) VALUES ('odd-obs-{i}', 'test.probe', $1::jsonb, "
-                         f"{extreme}, NULL, {extreme}, {extreme}, {extreme}, {extreme})",
+                         f"{restart_at}, NULL, {extreme}, {extreme}, {extreme}, {extreme})",
                          {"dsn": dsn, "tick_sec": 0.2})
         await db.execute(f"INSERT INTO dl_nodes (node_id, name, host, pid, version, heartbeat_at, started_at) "
                          f"VALUES ($1, 'odd-node-{i}', 'h', 1, 'v', {extreme}, {extreme})", uuid.uuid4())
@@ -105,9 +108,10 @@ async def _insert_odd_observers_and_nodes(db: asyncpg.Pool, dsn: str) -> None:
 async def _insert_odd_operations(db: asyncpg.Pool) -> dict[str, uuid.UUID]:
     ids = {}
     for i, extreme in enumerate(EXTREMES):
-        # the cursor, snapshot and creation time at the extreme; the lease too for the two future
-        # extremes (held until then: nobody takes it), over for the two past ones
-        lease = "'-infinity'" if i in (0, 3) else extreme
+        # the cursor, snapshot and creation time at the extreme; the lease over for the two past
+        # extremes, and held until 'infinity' for the two future ones (nobody takes them, and the
+        # soonest lease end a runner computes is then 'infinity')
+        lease = "'-infinity'" if i in (0, 3) else "'infinity'"
         ids[f"odd-op-{i}"] = op_id = uuid.uuid4()
         await db.execute(f"INSERT INTO dl_operations (operation_id, kind, filter, started_by, cursor_created_at, "
                          f"cursor_job_id, snapshot_at, lease_expires_at, lease_owner, created_at, params) VALUES "
@@ -188,7 +192,7 @@ async def test_a_node_keeps_every_capability_working_beside_odd_rows_of_every_ta
                 assert response["history"] == 1 and response["first"] == 1, response
             # a 5 MB aux_state loads; the test processor hands it back as the new state, which is
             # past DL_MAX_ARGS_BYTES: the call fails with that reason (a clear outcome), nothing else
-            with pytest.raises(ProcessTaskFailed, match="aux_state cannot be stored: it is .* bytes of JSON"):
+            with pytest.raises(ProcessTaskFailed, match=r"aux_state cannot be stored: it is \d+ bytes of JSON"):
                 await app.processes.call(ns, "odd-huge", {"n": 1}, timeout=20)
             # ... and leaves the process in error, which a repair with a smaller state ends
             assert await db.fetchval("SELECT status FROM dl_processes WHERE ns = $1 AND id = 'odd-huge'", ns) == "error"
@@ -236,7 +240,7 @@ async def test_a_node_keeps_every_capability_working_beside_odd_rows_of_every_ta
     # restart_at, never failed: no error logged); those due at the far end wait for it
     started = {r["name"] for r in await db.fetch("SELECT DISTINCT name FROM test_observer_events WHERE kind = 'start'")}
     assert started == {"odd-obs-0", "odd-obs-3", "odd-obs-huge", "normal-obs"}, started
-    # operations held by a lease until infinity / 294276 AD stay with their holder, untouched
+    # operations held by a lease until infinity stay with their holder, untouched
     held = await db.fetch("SELECT state, lease_owner FROM dl_operations WHERE operation_id = ANY($1)",
                           [odd_ops["odd-op-1"], odd_ops["odd-op-2"]])
     assert [tuple(r) for r in held] == [("running", "someone")] * 2
