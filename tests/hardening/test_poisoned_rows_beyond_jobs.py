@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import httpx
@@ -20,6 +21,8 @@ from dataloader import App, Queue, Settings
 from dataloader.api import create_app
 from dataloader.exceptions import ProcessTaskFailed
 from dataloader.processes import processors
+from dataloader.schedules.ticks import Timing, next_tick, next_ticks, plan
+from dataloader.storage.db import parse_timestamptz_text
 from tests.conftest import wait_until
 from tests.integration_tests.v1_api.conftest import client_for
 from tests.support.engine import enqueue
@@ -254,3 +257,29 @@ async def test_a_node_keeps_every_capability_working_beside_odd_rows_of_every_ta
     errors = [f"{r.name}: {r.getMessage()[:300]}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == ["dataloader.schedules: schedule 'odd-bad-every' cannot be computed (InvalidTiming: every "
                       "must be between 1 second and 366 days); it is paused"], errors
+
+
+@pytest.mark.parametrize("timing", [Timing(cron="*/5 * * * *", tz="Pacific/Kiritimati"),
+                                    Timing(cron="0 3 * * *", tz="America/Adak"),
+                                    Timing(every=timedelta(seconds=1))], ids=["cron+14", "cron-10", "every"])
+def test_ticks_are_computed_from_any_time_a_row_decodes_to(timing):
+    """next_run_at of +-infinity, 294276 AD or 4713 BC decodes to datetime.max/min (storage/db.py);
+    the tick computation takes them without leaving Python's date range."""
+    now = datetime.now(UTC)
+    lowest, highest = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    assert next_tick(timing, highest) is None and next_ticks(timing, highest, 5) == []
+    assert plan(timing, highest, now).enqueue == ()
+    assert datetime(1970, 1, 1, tzinfo=UTC) <= next_tick(timing, lowest) < now
+    decision = plan(timing, lowest, now, missed="catch_up", catch_up_limit=3)
+    assert len(decision.enqueue) == 3 and decision.skipped > 0 and now < decision.next_run_at < now + timedelta(days=1)
+
+
+def test_times_read_back_from_json_are_clamped_like_the_column():
+    assert parse_timestamptz_text("infinity") == datetime.max.replace(tzinfo=UTC)
+    assert parse_timestamptz_text("-infinity") == datetime.min.replace(tzinfo=UTC)
+    assert parse_timestamptz_text("294276-12-31T23:59:59+00:00") == datetime.max.replace(tzinfo=UTC)
+    assert parse_timestamptz_text("4713-01-01T00:00:00+00:00 BC") == datetime.min.replace(tzinfo=UTC)
+    assert parse_timestamptz_text("2030-01-02T03:04:05.123456+02:00") == datetime(2030, 1, 2, 1, 4, 5, 123456,
+                                                                                    tzinfo=UTC)
+    with pytest.raises(ValueError):
+        parse_timestamptz_text("not a time")
