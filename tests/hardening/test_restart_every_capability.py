@@ -34,6 +34,7 @@ TABLES = ("dl_schedules, dl_schedule_runs, dl_observers, dl_nodes, dl_operations
           "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes, dl_jobs, dl_job_events")
 BULK_JOBS = 1200
 BULK_BATCH = 50
+CALLERS = ("caller-a", "caller-b")  # two processes called back to back: a step is in flight at the restart
 
 
 @observer("test.restart_counter")
@@ -98,13 +99,13 @@ async def _poll(http: httpx.AsyncClient, routes: list[str], answers: list[tuple[
         await asyncio.sleep(0.05)  # pacing, not synchronisation
 
 
-async def _call_forever(app: App, ns: str, calls: list[tuple[int, str]], stop: asyncio.Event) -> None:
+async def _call_forever(app: App, ns: str, pid: str, calls: list[tuple[int, str]], stop: asyncio.Event) -> None:
     """Calls to one process, one after another; each call's outcome is written down (n, outcome)."""
     n = 0
     while not stop.is_set():
         n += 1
         try:
-            response = await app.processes.call(ns, "caller", {"n": n}, idempotency_key=f"call-{n}", timeout=30)
+            response = await app.processes.call(ns, pid, {"n": n}, idempotency_key=f"{pid}-{n}", timeout=30)
             calls.append((n, "ok" if response["n"] == n else f"wrong {response}"))
         except Exception as exc:  # the database away: the same call (same key) is repeated
             calls.append((n, f"{type(exc).__name__}: {exc}"[:200]))
@@ -124,7 +125,8 @@ async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns,
             await app.schedules.create(app.schedules.spec(name="every-second", task="dl.noop", queue="rs-jobs",
                                                           every_sec=1, missed="catch_up"))
             await app.observers.create(app.observers.spec(name="counter", kind="test.restart_counter"))
-            await app.processes.init(ns, "caller", {"n": 0})
+            for pid in CALLERS:
+                await app.processes.init(ns, pid, {"n": 0})
             await app.processes.init(ns, "timed", {"n": 0})
             bulk = [await enqueue(db, "dl.noop", queue="rs-bulk") for _ in range(BULK_JOBS)]
             plain = [await enqueue(db, "dl.sleep", queue="rs-jobs", args={"seconds": 1.5, "chunks": 15})
@@ -145,22 +147,25 @@ async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns,
             await app.processes.call(ns, "timed", {"n": 1, "timer": 1.0})
             stop = asyncio.Event()
             answers: list[tuple[str, int, str]] = []
-            calls: list[tuple[int, str]] = []
+            calls: dict[str, list[tuple[int, str]]] = {pid: [] for pid in CALLERS}
             routes = [*ROUTES, f"/api/v1/operations/{op.id}", f"/api/v1/processes/{ns}",
-                      f"/api/v1/processes/{ns}/caller"]
+                      *(f"/api/v1/processes/{ns}/{pid}" for pid in CALLERS)]
             background = [asyncio.create_task(_poll(http, routes, answers, stop)),
-                          asyncio.create_task(_call_forever(app, ns, calls, stop))]
+                          *(asyncio.create_task(_call_forever(app, ns, pid, calls[pid], stop)) for pid in CALLERS)]
+
+            def answered() -> int:
+                return min(len([c for c in each if c[1] == "ok"]) for each in calls.values())
+
             try:
-                await wait_until(lambda: len([c for c in calls if c[1] == "ok"]) >= 3, timeout=20,
-                                 message="calls to go through before the restart")
+                await wait_until(lambda: answered() >= 3, timeout=20, message="calls to go through before the restart")
                 assert await db.fetchval("SELECT state = 'running' FROM dl_operations WHERE operation_id = $1",
                                          op.id), "the operation must still be mid-way at the restart"
                 restarted_at = datetime.now(UTC)
                 how = await restart()
                 await db.expire_connections()
-                ok_before = len([c for c in calls if c[1] == "ok"])
-                await wait_until(lambda: len([c for c in calls if c[1] == "ok"]) >= ok_before + 3, timeout=60,
-                                 message=f"calls to go through after PostgreSQL was {how}")
+                ok_before = answered()
+                await wait_until(lambda: answered() >= ok_before + 3, timeout=60,
+                                 message=f"calls to each process to go through after PostgreSQL was {how}")
                 done = await app.operations.wait(op.id, timeout=90)
                 await wait_until(lambda: db.fetchval("SELECT count(*) = 0 FROM dl_jobs WHERE job_id = ANY($1) AND "
                                                      "status <> 'succeeded'", plain), timeout=60,
@@ -196,13 +201,15 @@ async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns,
     assert not [a for a in answers if a[1] >= 500 and a[1] != 503], (context, [a for a in answers if a[1] >= 500])
     assert codes <= {200, 503}, (context, codes)
     # processes: every call answered once, in order, none lost; nothing in error
-    assert [n for n, outcome in calls if outcome == "ok"] == list(range(1, len([c for c in calls if c[1] == "ok"]) + 1))
+    for pid, each in calls.items():
+        ok = [n for n, outcome in each if outcome == "ok"]
+        assert ok == list(range(1, len(ok) + 1)), (context, pid, each)
+        call_events = await db.fetchval("SELECT count(*) FROM dl_process_events WHERE ns = $1 AND process_id = $2 "
+                                        "AND payload->>'kind' = 'call'", ns, pid)
+        assert call_events == len(ok), (context, pid, call_events, len(ok))
     statuses = dict(await db.fetch("SELECT id, status FROM dl_processes WHERE ns = $1", ns))
-    assert statuses == {"caller": "running", "timed": "running"}, (context, statuses)
+    assert statuses == {**dict.fromkeys(CALLERS, "running"), "timed": "running"}, (context, statuses)
     assert await db.fetchval("SELECT count(*) FROM dl_process_tasks WHERE ns = $1 AND status = 'error'", ns) == 0
-    call_events = await db.fetchval("SELECT count(*) FROM dl_process_events WHERE ns = $1 AND process_id = 'caller' "
-                                    "AND payload->>'kind' = 'call'", ns)
-    assert call_events == len([c for c in calls if c[1] == "ok"]), (context, call_events)
     assert await db.fetchval("SELECT count(*) FROM dl_process_events WHERE ns = $1 AND process_id = 'timed' AND "
                              "payload->>'kind' = 'timeout'", ns) == 1
     # observers: the same run (no crash, no move) counted on
@@ -218,6 +225,11 @@ async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns,
     assert (done.state, done.total, done.done, done.changed) == ("finished", BULK_JOBS, BULK_JOBS, BULK_JOBS), \
         (context, done)
     assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE job_id = ANY($1) AND priority = 7", bulk) == BULK_JOBS
+    # no attempt of any job (plain, schedule, process step or timer) was used up by the restart: a
+    # process step cut off by it once went back with a retry (attempt 2, after a 30 s backoff)
+    burned = await db.fetch("SELECT job_id, kind, payload FROM dl_job_events WHERE kind = 'failed' OR "
+                            "(kind = 'requeue' AND payload->>'reason' = 'retry')")
+    assert not burned, (context, [tuple(r) for r in burned])
     # plain jobs: all succeeded on their first attempt
     rows = await db.fetch("SELECT status, attempt FROM dl_jobs WHERE job_id = ANY($1)", plain)
     assert [tuple(r) for r in rows] == [("succeeded", 1)] * len(plain), (context, [tuple(r) for r in rows])
