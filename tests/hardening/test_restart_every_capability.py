@@ -143,7 +143,7 @@ async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns,
             await wait_until(lambda: db.fetchval("SELECT count(*) >= 2 FROM dl_jobs WHERE status = 'running' AND "
                                                  "queue = 'rs-jobs' AND task = 'dl.sleep'"), timeout=20,
                              message="plain jobs to run")
-            # a process timer due while the database is away
+            # a process timer armed just before the restart, due around it (it must fire once)
             await app.processes.call(ns, "timed", {"n": 1, "timer": 1.0})
             stop = asyncio.Event()
             answers: list[tuple[str, int, str]] = []
