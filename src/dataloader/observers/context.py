@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dataloader.exceptions import ObserverFenced
+from dataloader.storage.db import is_connection_error
 
 Save = Callable[[str, int, str | None, str | None], Awaitable[bool]]
+log = logging.getLogger("dataloader.observers")
+SAVE_RETRY_FIRST_SEC = 0.1
+SAVE_RETRY_MAX_SEC = 2.0
 
 
 class ObserverContext:
@@ -71,11 +76,29 @@ class ObserverContext:
         holds the observer, raises `ObserverFenced` (let it propagate: the observer ends)."""
         cp = None if checkpoint is None else json.dumps(checkpoint, ensure_ascii=False, allow_nan=False)
         st = None if status is None else json.dumps(status, ensure_ascii=False, allow_nan=False)
-        if not await self._save(self.name, self.epoch, cp, st):
+        if not await self._save_through_outages(cp, st):
             self.request_stop("fenced")
             raise ObserverFenced(f"observer {self.name!r} run {self.epoch} no longer holds it")
         if checkpoint is not None:
             self.checkpoint = checkpoint
+
+    async def _save_through_outages(self, cp: str | None, st: str | None) -> bool:
+        """The fenced write, retried while the database is unreachable (a restart is weather, not
+        an error: the observer waits in `save` instead of crashing). It ends when the write gets
+        through, or as not-held when the run is asked to stop meanwhile (its node could not
+        heartbeat for `fence_after` and fenced it, or a stop by name or of the node)."""
+        delay = SAVE_RETRY_FIRST_SEC
+        while True:
+            try:
+                return await self._save(self.name, self.epoch, cp, st)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                log.warning("observer save: database unavailable, retrying: %s", exc,
+                            extra={"observer": self.name})
+            if await self.sleep(delay):
+                return False
+            delay = min(delay * 2, SAVE_RETRY_MAX_SEC)
 
     async def report(self, status: Any) -> None:
         """Report a state for humans (GET /api/v1/observers/{name} shows it); fenced like `save`."""

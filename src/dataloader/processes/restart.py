@@ -36,6 +36,7 @@ from dataloader.exceptions import InvalidProcessRequest, ProcessBusy, ProcessNot
 from dataloader.processes.model import CALLER_PRIORITY, TaskType, Timer
 from dataloader.processes.registry import Processor, processors
 from dataloader.processes.step import timer_job
+from dataloader.storage.db import parse_timestamptz_text
 from dataloader.storage.process_repository import ProcessRepository, dumps, lock_key_of
 
 # Attempts of a re-queued caller task's job (lease-expiry re-runs only), as for a caller's own.
@@ -157,7 +158,7 @@ async def restart_in(conn: asyncpg.Connection, repo: ProcessRepository, ns: str,
         await repo.cancel_timer(conn, armed.task_id, "process restarted")  # type: ignore[arg-type]
     timer = None
     if snapshot.get("timer_type") and snapshot.get("timer_at"):
-        at = datetime.fromisoformat(snapshot["timer_at"])
+        at = parse_timestamptz_text(snapshot["timer_at"])  # may be 'infinity' in a hand-written row
         if snapshot.get("timer_armed"):
             due = max(at, datetime.now(UTC))
             job = timer_job(ns, process_id, snapshot["timer_type"], due, processor, lease)

@@ -47,6 +47,7 @@ from dataloader.processes.model import (
     UnsetTimer,
 )
 from dataloader.processes.registry import Processor, processors
+from dataloader.storage.db import is_connection_error
 from dataloader.storage.process_repository import (
     NewTask,
     ProcessRepository,
@@ -59,6 +60,8 @@ from dataloader.workers.outcome import describe, encode_result
 from dataloader.workers.pipelines.context import JobContext
 
 log = logging.getLogger("dataloader.processes")
+# A step cut off by a database restart runs again this long after it is handed back.
+DATABASE_LOST_SNOOZE_SEC = 1.0
 
 # Largest JSON value (response, aux_state, metadata, one event) a step stores.
 MAX_VALUE_BYTES = 1024 * 1024
@@ -105,6 +108,23 @@ async def run_step(ctx: JobContext) -> None:
     if processor is None:
         raise FatalError(f"no processor registered for namespace {ns!r} on this worker "
                          f"(registered: {', '.join(processors.names()) or 'none'})")
+    try:
+        await _run_step(ctx, processor)
+    except Exception as exc:
+        if not is_connection_error(exc):
+            raise
+        # The database went away under the step's own reads or writes (a restart): its
+        # transaction did not commit (had it committed, the job is finished and this hand-back is
+        # refused). A restart is weather, not an error (promise 10): run it again once the database
+        # is back, without using an attempt and without the retry backoff. The processor's own
+        # errors never get here: _Step.run hands them to the retry policy.
+        log.warning("process step: database unavailable; the task runs again", extra={
+            "ns": ns, "task_id": str(ctx.job_id), "error": f"{type(exc).__name__}: {exc}"})
+        raise Snooze(DATABASE_LOST_SNOOZE_SEC) from exc
+
+
+async def _run_step(ctx: JobContext, processor: Processor) -> None:
+    assert ctx.db is not None
     repo = ProcessRepository(ctx.db)
     row = await repo.load_step(ctx.job_id, ctx.lock_key, CALLER_PRIORITY)
     if row is None or row["task_status"] != "waiting":

@@ -137,7 +137,10 @@ class Schedule:
         )
 
     def timing(self) -> Timing:
-        every = None if self.every_sec is None else timedelta(milliseconds=round(self.every_sec * 1000))
+        try:  # every_ms is a bigint: a hand-written one may be past what a timedelta holds
+            every = None if self.every_sec is None else timedelta(milliseconds=round(self.every_sec * 1000))
+        except OverflowError:
+            raise InvalidTiming("every must be between 1 second and 366 days") from None
         return Timing(cron=self.cron, every=every, tz=self.tz)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ the clock's, so tests drive whole days of ticks with `ManualClock`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ from dataloader.storage.repositories import NewJob
 from dataloader.storage.schedule_repository import FiredTick, ScheduleRepository
 
 log = logging.getLogger("dataloader.schedules")
+
+FAR_BEHIND = timedelta(days=1)
 
 CHANNEL = "dl_schedules"
 
@@ -148,11 +151,21 @@ class Scheduler(Service):
         """Enqueue what `schedule` owes at `now` (see ticks.plan). None: another node fired it
         first, or it changed since it was read."""
         try:
-            decision = plan(schedule.timing(), schedule.next_run_at, now, missed=schedule.missed,
-                            catch_up_limit=schedule.catch_up_limit, grace=timedelta(seconds=schedule.grace_sec))
-        except InvalidTiming as exc:  # a row written by hand; the API never stores one
+            compute = functools.partial(plan, schedule.timing(), schedule.next_run_at, now, missed=schedule.missed,
+                                        catch_up_limit=schedule.catch_up_limit,
+                                        grace=timedelta(seconds=schedule.grace_sec))
+            # A cron schedule far behind (down for days, or a hand-written next_run_at of 4713 BC)
+            # enumerates up to MAX_ENUMERATED ticks: ~1 s of CPU, off the event loop, so the node's
+            # heartbeats and claims do not stall meanwhile.
+            far_behind = schedule.cron is not None and now - schedule.next_run_at > FAR_BEHIND
+            decision = await asyncio.to_thread(compute) if far_behind else compute()
+        except (InvalidTiming, OverflowError, ValueError) as exc:  # a row written by hand; the API never stores one
+            # Paused, not left due: a due row that is never advanced would keep min(next_run_at)
+            # in the past, and the scheduler would wake at once, forever (a busy loop).
             self.record_error(exc)
-            log.error("schedule %r cannot be computed: %s", schedule.name, exc)
+            log.error("schedule %r cannot be computed (%s: %s); it is paused", schedule.name,
+                      type(exc).__name__, exc, extra={"schedule": schedule.name})
+            await self.repo.fire(schedule, None, [], [])
             return None
         jobs: list[NewJob] = []
         ticks: list[FiredTick] = []

@@ -36,6 +36,9 @@ from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlph
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Ticks are looked for up to here: a schedule whose next tick is later never fires (storable too).
 LAST_TICK = datetime(9999, 1, 1, tzinfo=UTC)
+# Ticks are looked for from here on: an earlier `after` (a hand-written next_run_at of 4713 BC or
+# -infinity) is read as this, so every computation stays inside Python's date range.
+FIRST_AFTER = EPOCH - timedelta(microseconds=1)
 MIN_EVERY = timedelta(seconds=1)
 MAX_EVERY = timedelta(days=366)
 # How far one call enumerates missed ticks before it stops counting (a 1-second schedule down for
@@ -155,8 +158,15 @@ def _local_matches(cron: str, start_local: datetime) -> Iterator[datetime]:
 
 
 def iter_ticks(timing: Timing, after: datetime) -> Iterator[datetime]:
-    """Ticks (aware, UTC, strictly increasing) strictly after `after`, up to LAST_TICK."""
-    after = after.astimezone(UTC)
+    """Ticks (aware, UTC, strictly increasing) strictly after `after`, up to LAST_TICK.
+
+    `after` may be any time a timestamptz decodes to (storage/db.py clamps +-infinity, 294276 AD
+    and 4713 BC to datetime.max/min): past LAST_TICK there is nothing, and a time before the Unix
+    epoch starts the search at the epoch (no tick before 1970 is ever due for the first time), so
+    no arithmetic here leaves Python's date range."""
+    if after >= LAST_TICK:
+        return
+    after = max(after, FIRST_AFTER).astimezone(UTC)
     if timing.every is not None:
         step = timing.every
         k = (after - EPOCH) // step + 1

@@ -23,7 +23,7 @@ from dataloader.exceptions import (
     ValidationFailed,
 )
 from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
-from dataloader.schedules.ticks import next_tick, next_ticks
+from dataloader.schedules.ticks import InvalidTiming, next_tick, next_ticks
 from dataloader.storage.schedule_repository import ScheduleRepository
 
 MAX_HISTORY_LIMIT = 1000
@@ -105,4 +105,8 @@ class ScheduleService:
         if schedule.paused:
             return []
         first = schedule.next_run_at
-        return [first, *next_ticks(schedule.timing(), first, count - 1)] if count > 0 else []
+        try:
+            timing = schedule.timing()
+        except InvalidTiming:  # a row written by hand (the scheduler pauses it when it comes due)
+            return [first] if count > 0 else []
+        return [first, *next_ticks(timing, first, count - 1)] if count > 0 else []

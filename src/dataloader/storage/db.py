@@ -132,6 +132,25 @@ def decode_timestamptz(value: tuple[int]) -> datetime:
     return _PG_EPOCH + timedelta(microseconds=microseconds)
 
 
+def parse_timestamptz_text(text: str) -> datetime:
+    """A timestamptz that PostgreSQL wrote as JSON text (`to_jsonb(ts)`, e.g. a process's saved
+    state), clamped as decode_timestamptz does: 'infinity', '-infinity' and years past 9999 (AD or
+    BC) are datetime.max/min instead of a ValueError."""
+    if text == "infinity":
+        return _MAX_TIME
+    if text == "-infinity":
+        return _MIN_TIME
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        if text.endswith(" BC"):
+            return _MIN_TIME
+        if text[:1].isdigit() and text.split("-", 1)[0].isdigit() and len(text.split("-", 1)[0]) > 4:
+            return _MAX_TIME
+        raise
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def encode_timestamptz(value: datetime) -> tuple[int]:
     # A naive datetime is local time, as with asyncpg's own codec.
     return ((value.astimezone(UTC) - _PG_EPOCH) // _MICROSECOND,)

@@ -14,6 +14,7 @@ import asyncpg
 
 from dataloader.clock import iso
 from dataloader.processes.model import Event, HistoryRange, Process, ProcessStatus, Timer
+from dataloader.storage.db import parse_timestamptz_text
 from dataloader.storage.queries import sql
 
 PROCESS_TASK = "dl.process"
@@ -97,7 +98,7 @@ def process_from_row(row: Any, history: list[Event] | None = None) -> ProcessRow
 
 def events_from_json(items: list[Any]) -> list[Event]:
     """The history aggregated by load_step.sql: [event_id, ts, payload, metadata, task_id] each."""
-    return [Event(event_id=i[0], timestamp=datetime.fromisoformat(i[1]), payload=i[2], metadata=i[3],
+    return [Event(event_id=i[0], timestamp=parse_timestamptz_text(i[1]), payload=i[2], metadata=i[3],
                   task_id=uuid.UUID(i[4]) if i[4] else None) for i in items]
 
 

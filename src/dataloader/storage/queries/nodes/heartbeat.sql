@@ -46,8 +46,14 @@ SELECT (SELECT count(*) FROM beat)::int AS alive,
        (SELECT count(*) FROM wake)::int AS woke,
        ARRAY(SELECT name FROM dl_observers WHERE node_id = $1 AND desired = 'stop') AS to_stop,
        CASE WHEN EXISTS (SELECT 1 FROM released) THEN 0::float8
-            ELSE extract(epoch FROM (SELECT min(restart_at) FROM dl_observers
-                                 WHERE state = 'created' AND kind = ANY($3::text[])) - now())::float8
+            -- clamped to a day either side (CASE keeps NULL: none waits): a hand-written
+            -- +-infinity restart_at cannot be subtracted, and one odd row must not fail every
+            -- node's heartbeat
+            ELSE (SELECT extract(epoch FROM CASE WHEN m < now() - interval '1 day' THEN now() - interval '1 day'
+                                                 WHEN m > now() + interval '1 day' THEN now() + interval '1 day'
+                                                 ELSE m END - now())::float8
+                  FROM (SELECT min(restart_at) AS m FROM dl_observers
+                        WHERE state = 'created' AND kind = ANY($3::text[])) soonest)
        END AS next_waiting_in_sec,
        NOT EXISTS (SELECT 1 FROM dl_observers WHERE node_id IS NOT NULL)
            AND NOT EXISTS (SELECT 1 FROM dl_observers WHERE state = 'created') AS no_observers;
