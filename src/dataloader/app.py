@@ -16,6 +16,7 @@ would otherwise enqueue into a database no worker reads. `App.embedded()` (and t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -25,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+from pydantic import ValidationError
 
+from dataloader.chain import MAX_STAGE_DELAY_SEC as MAX_DELAY_SEC
 from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
-from dataloader.exceptions import ConfigError, SchemaNotReady
+from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
 from dataloader.ids import new_id
 from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.processes.registry import processors
@@ -38,7 +41,7 @@ from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
 from dataloader.services.schedules import ScheduleService
 from dataloader.services.search import ExpensiveQueries
 from dataloader.storage import migrate
-from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, redact_dsn
+from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
 from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.repositories import JobRepository
@@ -102,7 +105,16 @@ class App:
             log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
             self._embedded = EmbeddedPostgres(settings.data_dir)
-            dsn = await asyncio.to_thread(self._embedded.start)
+            starting = asyncio.ensure_future(asyncio.to_thread(self._embedded.start))
+            try:
+                dsn = await asyncio.shield(starting)
+            except BaseException:
+                # Cancelled (a CLI command's SIGTERM) while the thread starts the server: let the
+                # start end, then stop what it started, so no server is left without its owner.
+                with contextlib.suppress(BaseException):
+                    await starting
+                await self._stop_embedded()
+                raise
             log.info("using embedded PostgreSQL (DL_DB_DSN unset)",
                      extra={"data_dir": str(self._embedded.data_dir), "dsn": dsn})
         else:
@@ -111,9 +123,12 @@ class App:
         try:
             load_pipeline_modules(settings.pipeline_module_names)
             self._register_process_step()
-            if migrate_schema:
-                await migrate.upgrade(dsn)
-            pool = await self._create_pool(dsn)
+            try:
+                if migrate_schema:
+                    await migrate.upgrade(dsn)
+                pool = await self._create_pool(dsn)
+            except Exception as exc:
+                raise _connect_error(exc, dsn) from exc
             try:
                 await self._check_schema(pool)
             except BaseException:
@@ -262,7 +277,7 @@ class App:
         of this task, queue and key (default: the args) per window; a repeat returns that job.
         """
         job_id = new_id()
-        request = self._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
+        request = self._request(task, args, queue=queue, lock_key=lock_key,
                                 idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
                                 available_at=available_at, delay=delay, max_attempts=max_attempts,
                                 lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
@@ -287,34 +302,42 @@ class App:
             return plain
         return [item if isinstance(item, JobRequest) else self._request(**dict(item)) for item in items]
 
-    def _request(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
+    @staticmethod
+    def _request(task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
                  lock_key: str | None = None, delay: float | timedelta | None = None,
                  available_at: datetime | None = None, default_lock_key: str | None = None,
                  then: Sequence[Stage] | None = None, restartable: bool = False,
                  unique_for: float | timedelta | None = None, **fields: Any) -> JobRequest:
-        """The JobRequest behind enqueue's keyword arguments (shared with SyncApp and enqueue_many)."""
-        if delay is not None:
-            if available_at is not None:
-                raise ValueError("give available_at or delay, not both")
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            available_at = datetime.now(UTC) + timedelta(seconds=seconds)
-        if restartable:
-            if lock_key is None:
-                raise ValueError("a restartable job needs a lock_key: it is the key that re-triggers it")
-            fields["restartable"] = True
-        if then:
-            fields["then"] = list(then)
-        if unique_for is not None:
-            seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
-            if seconds != int(seconds):
-                raise ValueError("unique_for must be a whole number of seconds")
-            fields["unique_for_sec"] = int(seconds)
-        # model_validate of a dict: a third cheaper than the keyword constructor (enqueue_many builds
-        # one per job).
-        return JobRequest.model_validate({
-            "task": task, "args": dict(args or {}), "queue": queue,
-            "lock_key": lock_key or default_lock_key or str(uuid.uuid4()), "available_at": available_at,
-            **{k: v for k, v in fields.items() if v is not None}})
+        """The JobRequest behind enqueue's keyword arguments, without enqueuing it (shared with
+        SyncApp, enqueue_many and the CLI): every problem is a ValidationFailed with the code HTTP
+        gives the same body."""
+        try:
+            if delay is not None:
+                if available_at is not None:
+                    raise ValidationFailed("give available_at or delay, not both",
+                                           [{"loc": ["delay"], "msg": "give available_at or delay, not both",
+                                             "type": "value_error"}])
+                available_at = datetime.now(UTC) + timedelta(seconds=_delay_seconds(delay))
+            if then:
+                fields["then"] = list(then)
+            if unique_for is not None:
+                seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
+                if isinstance(seconds, float) and seconds.is_integer():
+                    seconds = int(seconds)
+                fields["unique_for_sec"] = seconds
+            if args is not None and not isinstance(args, Mapping):
+                raise ValidationFailed(f"args: must be a mapping (a JSON object), got {type(args).__name__}",
+                                       [{"loc": ["args"], "msg": "must be a mapping (a JSON object)",
+                                         "type": "dict_type"}])
+            # model_validate of a dict: a third cheaper than the keyword constructor (enqueue_many
+            # builds one per job). A missing lock_key stays None: the job's own id (JobService).
+            return JobRequest.model_validate({
+                "task": task, "args": dict(args or {}), "queue": queue,
+                "lock_key": lock_key or default_lock_key, "available_at": available_at,
+                **({"restartable": restartable} if restartable else {}),
+                **{k: v for k, v in fields.items() if v is not None}})
+        except ValidationError as exc:
+            raise ValidationFailed.from_errors(exc.errors()) from None
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
@@ -360,9 +383,13 @@ class App:
         no signal handlers of its own. `queues` default to the settings' workers. Leaving the block
         stops them gracefully (running jobs stop at their next chunk; unfinished ones go back to
         the queue)."""
+        from dataloader.logger import ensure_visible
+        from dataloader.maintenance.duty_settings import check_duty_settings
         from dataloader.workers.manager import WorkerManager
 
         settings = self.settings
+        check_duty_settings(settings)  # a ConfigError naming the variable, as the CLI reports it
+        ensure_visible(settings.log_level, settings.log_format)
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
@@ -471,7 +498,8 @@ class App:
         `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
         service = self.__dict__.get("_schedule_service")
         if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool))
+            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool),
+                                                                           check_task=self.jobs.check_task)
         return service
 
     def _schedule_services(self, settings: Settings) -> list[Service]:
@@ -614,5 +642,42 @@ class App:
 
     # -- end of processes ---------------------------------------------------------------------------
 
+def _delay_seconds(delay: float | timedelta) -> float:
+    """A delay as seconds: a finite number, 0 or more (a negative delay is a mistake, as in Stage)."""
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise ValidationFailed(f"delay: must be seconds or a timedelta, got {type(delay).__name__}",
+                               [{"loc": ["delay"], "msg": "must be seconds or a timedelta", "type": "float_type"}])
+    if not 0 <= seconds <= MAX_DELAY_SEC:  # also NaN
+        raise ValidationFailed(f"delay: must be between 0 and {MAX_DELAY_SEC:.0f} seconds, got {delay}",
+                               [{"loc": ["delay"], "msg": "must be between 0 and a year", "type": "value_error"}])
+    return seconds
+
+
+def _connect_error(exc: Exception, dsn: str) -> Exception:
+    """What a failed first connection means, as a dataloader error: a server that refuses these
+    credentials or has no such database is a configuration error (DL_DB_DSN); one that cannot be
+    reached is DatabaseUnavailable. Anything else is returned as it is."""
+    if isinstance(exc, DataloaderError):
+        return exc
+    where = redact_dsn(dsn)
+    if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError
+                  | asyncpg.exceptions.InvalidCatalogNameError):
+        return ConfigError("DL_DB_DSN", f"{where}: {exc}")
+    if is_connection_error(exc):
+        return DatabaseUnavailable(f"cannot reach the database at {where}: {exc or type(exc).__name__}")
+    return exc
+
+
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    """A job id from a UUID or its text; anything else is the validation_error HTTP gives a bad path."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValidationFailed(f"job_id: {str(value)[:100]!r} is not a UUID",
+                               [{"loc": ["job_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None

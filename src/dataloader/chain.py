@@ -40,11 +40,12 @@ class Stage(StrictModel):
     queue: str | None = Field(default=None, min_length=1, max_length=200)
     lock_key: str | None = Field(default=None, min_length=1, max_length=512)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
-    priority: int = Field(default=100, ge=0, le=PG_INT_MAX)
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
-    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
-    timeout_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
-    delay_sec: float = Field(default=0.0, ge=0, le=MAX_STAGE_DELAY_SEC, allow_inf_nan=False)
+    # Numbers are strict, as in JobRequest: "5" is refused in every face (docs/errors.md).
+    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, strict=True)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, strict=True)
+    timeout_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, strict=True)
+    delay_sec: float = Field(default=0.0, ge=0, le=MAX_STAGE_DELAY_SEC, allow_inf_nan=False, strict=True)
     then: list[Stage] = Field(default_factory=list, max_length=MAX_STAGES)
 
     def __init__(self, task: str | None = None, args: Mapping[str, Any] | None = None, /, **fields: Any) -> None:

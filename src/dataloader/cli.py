@@ -10,46 +10,104 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from dataloader.config import Settings, load_settings
-from dataloader.exceptions import ConfigError, DataloaderError
+from dataloader.exceptions import DatabaseUnavailable, DataloaderError, ValidationFailed, exit_code
 from dataloader.heap import freeze_startup_objects
 
 if TYPE_CHECKING:
     from dataloader.app import App
 
+log = logging.getLogger("dataloader")
+
+# `--debug`: a dataloader error is raised with its traceback instead of printed as one line.
+_debug = False
+
+
+class _Commands(TyperGroup):
+    """Every command runs inside `invoke` of the top group, so this is the one place that turns a
+    dataloader error into the CLI's answer: one line `dataloader: <code>: <message>` on stderr
+    (`configuration error` for a setting) and the exit code of docs/errors.md (2 for bad input or
+    configuration, 1 for a failed operation), never a traceback unless --debug. A connection
+    error that escapes a command is DatabaseUnavailable here, as in the HTTP API."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        from dataloader.storage.db import is_connection_error
+
+        try:
+            return super().invoke(ctx)
+        except DataloaderError as exc:
+            if _debug:
+                raise
+            _report(exc)
+        except typer.BadParameter as exc:  # an option's value (or a missing one): HTTP's validation_error
+            if _debug:
+                raise
+            _report(ValidationFailed(exc.format_message()))
+        except BrokenPipeError:  # stdout closed by the reader (`dataloader --help | head`): not a database error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is quiet
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if _debug or not is_connection_error(exc):
+                raise
+            _report(DatabaseUnavailable(f"the database cannot be reached: {exc or type(exc).__name__}"))
+
+
+def _report(exc: DataloaderError) -> None:
+    label = "configuration error" if exc.code == "config_error" else exc.code
+    message = " ".join(str(exc).split("\n"))  # one line, whatever the message holds
+    typer.echo(f"dataloader: {label}: {message}", err=True)
+    raise typer.Exit(exit_code(exc)) from None
+
+
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    help="Durable background jobs on PostgreSQL.",
+    cls=_Commands, no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+    help="Durable background jobs on PostgreSQL. Errors: one line and exit code 2 (bad input or "
+         "configuration) or 1 (a failed operation); see docs/errors.md.",
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 
-log = logging.getLogger("dataloader")
+
+def _version(value: bool) -> None:
+    if value:
+        from dataloader import __version__
+
+        typer.echo(f"dataloader {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit")] = False,
+) -> None:
+    global _debug
+    _debug = debug
 
 
 def _settings() -> Settings:
-    """Settings, logging, and the user's pipelines, all checked before anything is started: any
-    problem is one line `dataloader: configuration error: ...` and exit code 2."""
+    """Settings, logging, the user's pipelines and every duty's settings, all checked before
+    anything is started: any problem is a ConfigError (one line, exit code 2; see _Commands)."""
     from dataloader.logger import setup_logging
+    from dataloader.maintenance.duty_settings import check_duty_settings
     from dataloader.workers.pipelines.registry import load_pipeline_modules
 
-    try:
-        settings = load_settings()
-        setup_logging(settings.log_level, settings.log_format)
-        _working_dir_on_sys_path()
-        load_pipeline_modules(settings.pipeline_module_names)
-    except ConfigError as exc:
-        typer.echo(f"dataloader: configuration error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = load_settings()
+    setup_logging(settings.log_level, settings.log_format)
+    check_duty_settings(settings)
+    _working_dir_on_sys_path()
+    load_pipeline_modules(settings.pipeline_module_names)
     return settings
 
 
@@ -68,7 +126,15 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _print(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    typer.echo(json.dumps(data, indent=2, default=_json_value))
+
+
+def _json_value(value: Any) -> Any:
+    """A value json cannot write: a time in the one form of every face (ISO 8601, UTC, Z: the
+    HTTP API's), anything else (ids, decimals) as its text."""
+    from dataloader.clock import iso
+
+    return iso(value) if isinstance(value, datetime) else str(value)
 
 
 def _signal_future() -> asyncio.Future[str]:
@@ -127,8 +193,30 @@ def run_until_stopped(main: Any) -> int:
 
 
 def _run(main: Any) -> Any:
+    """Run a command's coroutine. SIGTERM (`timeout`, a container stop) cancels it, so its
+    `finally` blocks run (the App closes, and stops the embedded server it started) and the command
+    exits 143, instead of dying at once with the server left behind."""
+
+    async def stoppable() -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        # Signals reach only the main thread (an in-process test runs commands in others).
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await main
+        finally:
+            if handled:
+                loop.remove_signal_handler(signal.SIGTERM)
+
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(main)
+        try:
+            return runner.run(stoppable())
+        except asyncio.CancelledError:
+            typer.echo("dataloader: stopped by SIGTERM", err=True)
+            raise typer.Exit(128 + signal.SIGTERM) from None
 
 
 def _exit(code: int) -> None:
@@ -149,12 +237,17 @@ def _cli_app(settings: Settings) -> App:
 
 async def _run_worker(settings: Settings, run_reaper: bool) -> int:
     app = _cli_app(settings)
+    # Before open: a SIGTERM while the (embedded) database starts is then a graceful stop right
+    # after the start, not the default action that leaves the server without its owner.
+    stop = _signal_future()
     try:
         await app.open(migrate_schema=True)
+    except DataloaderError as exc:  # one line, the exit code of docs/errors.md (as `serve`)
+        log.error("start-up failed: %s: %s", exc.code, exc, extra={"error": exc.code})
+        return exit_code(exc)
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         return 1
-    stop = _signal_future()
     try:
         async with app.running(reaper=run_reaper):
             freeze_startup_objects()
@@ -181,6 +274,8 @@ def db_upgrade() -> None:
 
     try:
         before, after = _run(run())
+    except (DataloaderError, typer.Exit):
+        raise  # its own code and exit code (_Commands), or a SIGTERM's
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     _print({"from_revision": before, "to_revision": after})
@@ -192,15 +287,16 @@ def _with_app(fn: Any) -> Any:
     async def run() -> Any:
         app = _cli_app(settings)
         await app.open(migrate_schema=True)
+        # The CLI answers for the queues of the service it is a tool of (WORKERS_JSON), so a task
+        # that service would fail is refused here as `serve` refuses it (JobService's rule).
+        configured = frozenset(w.queue for w in settings.workers)
+        app.jobs.served_queues = lambda: configured
         try:
             return await fn(app)
         finally:
             await app.close()
 
-    try:
-        return _run(run())
-    except DataloaderError as exc:
-        _fail(f"{exc.code}: {exc}")
+    return _run(run())
 
 
 def _job_id(value: str) -> uuid.UUID:
@@ -213,14 +309,18 @@ def _job_id(value: str) -> uuid.UUID:
 @jobs_app.command("trigger")
 def jobs_trigger(
     task: Annotated[str, typer.Option(help="Pipeline name, e.g. dl.sleep")],
-    lock_key: Annotated[str, typer.Option(help="Jobs with the same lock_key never run at once")],
+    lock_key: Annotated[str | None, typer.Option(
+        help="Jobs with the same lock_key never run at once (default: the job's own id)")] = None,
     queue: Annotated[str, typer.Option()] = "default",
     args: Annotated[str, typer.Option(help="JSON object")] = "{}",
     idempotency_key: Annotated[str | None, typer.Option()] = None,
     partition_key: Annotated[str, typer.Option()] = "",
     priority: Annotated[int, typer.Option(help="Lower runs first")] = 100,
     available_at: Annotated[str | None, typer.Option(help="RFC 3339 time with timezone")] = None,
+    delay: Annotated[float | None, typer.Option(help="Seconds from now (instead of --available-at)")] = None,
     max_attempts: Annotated[int | None, typer.Option()] = None,
+    lease_ttl_sec: Annotated[int | None, typer.Option(
+        help="Lease of each attempt, renewed by heartbeats (default: DL_DEFAULT_LEASE_TTL_SEC)")] = None,
     timeout_sec: Annotated[int | None, typer.Option(help="Run-time limit of each attempt, seconds")] = None,
     then: Annotated[list[str] | None, typer.Option(
         help="A stage to run after it succeeds: a task name, or a JSON Stage object; repeat for a chain")] = None,
@@ -231,24 +331,17 @@ def jobs_trigger(
     unique_key: Annotated[str | None, typer.Option(help="What makes jobs the same for --unique-for-sec")] = None,
 ) -> None:
     """Enqueue a job; prints its id and status."""
-    from dataloader.services.jobs import JobRequest, status_view
+    from dataloader.app import App
+    from dataloader.services.jobs import status_view
 
-    try:
-        parsed_args = json.loads(args)
-        req = JobRequest(
-            queue=queue, task=task, lock_key=lock_key, args=parsed_args, idempotency_key=idempotency_key,
-            partition_key=partition_key, priority=priority,
-            available_at=datetime.fromisoformat(available_at) if available_at else None,
-            max_attempts=max_attempts, timeout_sec=timeout_sec,
-            then=[_stage(item) for item in then or ()], restartable=restartable,
-            unique_for_sec=unique_for_sec, unique_key=unique_key,
-        )
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args or --then is not JSON: {exc.msg}") from None
-    except (ValidationError, ValueError) as exc:
-        raise typer.BadParameter(str(exc).splitlines()[0] if not isinstance(exc, ValidationError)
-                                 else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                                for e in exc.errors())) from None
+    # The Python API's own request builder, checked before anything opens: the same model,
+    # defaults and errors as App.enqueue (and the HTTP body).
+    req = App._request(task, _json_option("args", args), queue=queue, lock_key=lock_key,
+                       idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
+                       available_at=_time_option("available-at", available_at), delay=delay,
+                       max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec,
+                       then=[_stage(item) for item in then or ()], restartable=restartable,
+                       unique_for=unique_for_sec, unique_key=unique_key)
 
     async def run(app: App) -> dict[str, Any]:
         result = await app.jobs.trigger(req, producer="cli")
@@ -257,9 +350,30 @@ def jobs_trigger(
     _print(_with_app(run))
 
 
+def _json_option(name: str, text: str) -> Any:
+    """A JSON option's value; text that is not JSON is the invalid_json HTTP gives such a body."""
+    from dataloader.exceptions import InvalidJson
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidJson(f"--{name} is not JSON: {exc.msg} at char {exc.pos}") from None
+
+
+def _time_option(name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationFailed(f"--{name}: must be an RFC 3339 time with a timezone, e.g. 2030-01-01T12:00:00Z",
+                               [{"loc": [name.replace("-", "_")], "msg": "must be an RFC 3339 time",
+                                 "type": "datetime_parsing"}]) from None
+
+
 def _stage(text: str) -> Any:
     """--then: a task name, or a JSON object with Stage's fields."""
-    return json.loads(text) if text.lstrip().startswith("{") else {"task": text}
+    return _json_option("then", text) if text.lstrip().startswith("{") else {"task": text}
 
 
 @jobs_app.command("chain")
@@ -343,6 +457,10 @@ def jobs_events(job_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `dataloader` script (argv None: sys.argv)."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ and "TERMINAL_WIDTH" not in os.environ:
+        # Rich lays out --help for 80 columns when it cannot ask a terminal (a pipe, a pager, a CI
+        # log), cutting the options' help into slivers; a pipe has no width to respect.
+        os.environ["COLUMNS"] = "120"
     app(args=argv)
 
 
@@ -412,7 +530,7 @@ app.add_typer(schedules_app, name="schedules")
 def _schedule_view(app: App, schedule: Any) -> dict[str, Any]:
     body = schedule.to_dict()
     body.pop("revision", None)
-    body["upcoming"] = app.schedules.upcoming(schedule, 3)
+    body["upcoming"] = app.schedules.upcoming(schedule)  # the one default (docs: the next 5)
     return body
 
 
@@ -440,17 +558,12 @@ def schedules_create(
     lock_key: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Create a schedule (one declared in code with @schedule is created at start instead)."""
-    from dataloader.exceptions import InvalidScheduleRequest
     from dataloader.services.schedules import ScheduleService
 
-    try:
-        spec = ScheduleService.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
-                                    args=json.loads(args), missed=missed, catch_up_limit=catch_up_limit,
-                                    lock_key=lock_key)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
-    except InvalidScheduleRequest as exc:
-        raise typer.BadParameter(str(exc)) from None
+    # The service's own check: its error, with its code, is the CLI's line (_Commands).
+    spec = ScheduleService.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
+                                args=_json_option("args", args), missed=missed, catch_up_limit=catch_up_limit,
+                                lock_key=lock_key)
 
     async def run(app: App) -> dict[str, Any]:
         return _schedule_view(app, await app.schedules.create(spec))
@@ -638,15 +751,10 @@ def observers_create(
     max_restarts: Annotated[int | None, typer.Option(help="Crashes in a row before it is left failed")] = None,
 ) -> None:
     """Create an observer: it waits in `created` until a node with spare capacity takes it."""
-    from dataloader.exceptions import InvalidObserverRequest
     from dataloader.services.observers import ObserverService
 
-    try:
-        spec = ObserverService.spec(name=name, kind=kind, args=json.loads(args), max_restarts=max_restarts)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--args is not JSON: {exc.msg}") from None
-    except InvalidObserverRequest as exc:
-        raise typer.BadParameter(str(exc)) from None
+    # The service's own check: its error, with its code, is the CLI's line (_Commands).
+    spec = ObserverService.spec(name=name, kind=kind, args=_json_option("args", args), max_restarts=max_restarts)
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.observers.create(spec)).to_dict()
@@ -728,7 +836,7 @@ def processes_trace(ns: str, process_id: str) -> None:
     """Every task of a process with the events it produced."""
 
     async def run(app: App) -> list[dict[str, Any]]:
-        return await app.processes.trace(ns, process_id)
+        return [entry.to_dict() for entry in await app.processes.trace(ns, process_id)]
 
     _print(_with_app(run))
 
@@ -837,6 +945,14 @@ def _actor() -> str:
         return "cli"
 
 
+def _progress_line(op: Any) -> str:
+    """The progress bar's text (Rich markup): kind, id, state and changed count. Escaped, since
+    "[running]" or "[paused]" is otherwise read as a style tag and prints nothing."""
+    from rich.markup import escape
+
+    return escape(f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+
+
 async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> dict[str, Any]:
     """A progress bar (done / total) until the operation ends; returns it."""
     from rich.console import Console
@@ -846,11 +962,10 @@ async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> di
     op = await app.operations.get(operation_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
-        task = bar.add_task(f"{op.kind} {str(op.id)[:8]}", total=max(op.total, 1))
+        task = bar.add_task(f"{op.kind} {str(op.id)[:8]}", total=op.total)
         while True:
             op = await app.operations.get(operation_id)
-            bar.update(task, completed=op.done, total=max(op.total, op.done, 1),
-                       description=f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+            bar.update(task, completed=op.done, total=max(op.total, op.done), description=_progress_line(op))
             if op.ended:
                 break
             await asyncio.sleep(interval)
@@ -867,6 +982,9 @@ def _bulk(kind: str, f: dict[str, Any], params: dict[str, Any] | None, dry_run: 
         _print(preview)
         return
     typer.echo(f"{kind}: {preview['total']} {what} match {json.dumps(f)}", err=True)
+    if preview["total"] == 0:  # nothing to confirm nor to watch: the preview is the answer
+        _print(preview)
+        return
     if not yes and not typer.confirm("start it?", err=True):
         raise typer.Exit(1)
 

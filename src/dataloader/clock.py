@@ -16,6 +16,18 @@ from collections.abc import Callable
 from typing import Protocol
 
 
+def iso(value: dt.datetime) -> str:
+    """The one text form of a time in every face (CLI output, HTTP bodies, every `to_dict`): ISO
+    8601 in UTC with `Z`, as pydantic writes the HTTP API's times. A naive time is written as it is."""
+    if value.tzinfo is None:
+        return value.isoformat()
+    try:
+        value = value.astimezone(dt.UTC)
+    except OverflowError:  # a clamped extreme (storage/db.py) in another zone: leave it as it is
+        return value.isoformat()
+    return value.replace(tzinfo=None).isoformat() + "Z"
+
+
 class Clock(Protocol):
     """Monotonic time for deadlines, wall time for humans and rows, and the two ways to pass time."""
 

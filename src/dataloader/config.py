@@ -86,6 +86,19 @@ class Settings(BaseSettings):
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
     node_name: str = Field(default_factory=lambda: f"{os.uname().nodename}:{os.getpid()}")
 
+    @field_validator("db_dsn")
+    @classmethod
+    def _check_dsn(cls, value: str | None) -> str | None:
+        # The scheme is checked here, not at connect time, so `DL_DB_DSN=mysql://…` is a one-line
+        # configuration error before anything starts. The accepted forms are storage/db.py's
+        # asyncpg_dsn (postgresql://, postgres://, postgresql+asyncpg://).
+        if not value:
+            return None
+        scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
+        if scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"must be a postgresql:// URL, got scheme {scheme or 'none'!r}")
+        return value
+
     @field_validator("log_format")
     @classmethod
     def _check_log_format(cls, value: str) -> str:

@@ -4,7 +4,9 @@ without parsing messages."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 
 class DataloaderError(Exception):
@@ -24,8 +26,9 @@ class ConfigError(DataloaderError):
         super().__init__(f"{variable}: {problem}")
 
 
-class SchemaMismatch(DataloaderError):
-    """dl_jobs exists but is not the 003 table: refused untouched."""
+class SchemaMismatch(DataloaderError, RuntimeError):
+    """dl_jobs exists but is not the 003 table: refused untouched. (storage/migrate.py raises this
+    one class; RuntimeError is kept as a base for callers that caught it before it moved here.)"""
 
     code = "schema_mismatch"
 
@@ -37,6 +40,8 @@ class SchemaNotReady(DataloaderError):
 
 
 class DatabaseUnavailable(DataloaderError):
+    """The database cannot be reached (refused, unknown host, timed out, too many connections)."""
+
     code = "database_unavailable"
 
 
@@ -51,6 +56,39 @@ class TooManyQueries(DataloaderError):
 
 class InvalidJobRequest(DataloaderError):
     code = "invalid_request"
+
+
+# -- bad input, whatever the face -----------------------------------------------------------------
+
+class ValidationFailed(InvalidJobRequest, ValueError):
+    """A request that does not fit its model: a wrong type, a value out of range, a blank name, two
+    options that exclude each other. The Python API raises it where HTTP answers 422
+    `validation_error` and the CLI exits 2, from the same model (ValueError is a base so code that
+    caught the ValueError of a bad argument still does). `fields` lists each problem as
+    `{"loc": [...], "msg": ..., "type": ...}`, as the HTTP body's `fields`. An InvalidJobRequest
+    too: code that caught that for a bad listing status still does."""
+
+    code = "validation_error"
+
+    def __init__(self, message: str, fields: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        # Never empty, as HTTP's: a check over the whole request has one problem with no location.
+        self.fields = fields or [{"loc": [], "msg": message, "type": "value_error"}]
+
+    @classmethod
+    def from_errors(cls, errors: Sequence[Mapping[str, Any]], *, prefix: Sequence[str | int] = ()
+                    ) -> ValidationFailed:
+        """From pydantic's `ValidationError.errors()`: one line naming each field (at most five)."""
+        fields = [{"loc": [*prefix, *e.get("loc", ())], "msg": str(e.get("msg", "")).removeprefix("Value error, "),
+                   "type": str(e.get("type", ""))} for e in errors[:50]]
+        summary = "; ".join(f"{'.'.join(str(p) for p in f['loc']) or 'request'}: {f['msg']}" for f in fields[:5])
+        return cls(summary or "invalid request", fields)
+
+
+class InvalidJson(InvalidJobRequest):
+    """Text that should be JSON is not (an HTTP body, a CLI option such as --args)."""
+
+    code = "invalid_json"
 
 
 class ArgsTooLarge(InvalidJobRequest):
@@ -101,6 +139,11 @@ class InvalidScheduleRequest(DataloaderError):
     code = "invalid_request"
 
 
+class InvalidSchedule(ValidationFailed, InvalidScheduleRequest):
+    """A schedule that does not fit its model (a bad cron or zone, an interval out of range, a bad
+    name): HTTP's validation_error for the same body. An InvalidScheduleRequest as before."""
+
+
 class ScheduleNotFound(DataloaderError):
     code = "schedule_not_found"
 
@@ -115,6 +158,11 @@ class InvalidObserverRequest(DataloaderError):
     """An observer that cannot be created: a bad name, an unknown kind, args that cannot be stored."""
 
     code = "invalid_request"
+
+
+class InvalidObserver(ValidationFailed, InvalidObserverRequest):
+    """An observer that does not fit its model (a bad name, restarts out of range): HTTP's
+    validation_error for the same body. An InvalidObserverRequest as before."""
 
 
 class ObserverNotFound(DataloaderError):
@@ -132,6 +180,12 @@ class ObserverFenced(Exception):
 
 class InvalidProcessRequest(DataloaderError):
     code = "invalid_request"
+
+
+class InvalidProcess(ValidationFailed, InvalidProcessRequest):
+    """A process request whose shape is wrong (a namespace or id that cannot be, a key or timeout
+    out of range, a bad page): HTTP's validation_error for the same request. An
+    InvalidProcessRequest as before."""
 
 
 class UnknownNamespace(DataloaderError):
@@ -193,6 +247,22 @@ class RestartNotPossible(DataloaderError):
     ran before migration 0016) kept no state to go back to."""
 
     code = "restart_not_possible"
+
+
+# -- what each code means for the CLI's exit code (docs/errors.md) --------------------------------
+
+# The request or the configuration is wrong: the CLI exits 2 (as click does for a bad option), HTTP
+# answers 400/413/415/422. Every other code is a request that was fine but could not be done now or
+# here (not found, a conflict, the database unreachable, a processor that raised): exit 1.
+INPUT_ERROR_CODES = frozenset({
+    "config_error", "schema_mismatch", "invalid_json", "unsupported_media_type", "validation_error",
+    "invalid_request", "invalid_cursor", "unknown_task", "args_too_large", "request_too_large",
+})
+
+
+def exit_code(error: DataloaderError) -> int:
+    """The CLI's exit code for `error`: 2 for bad input or configuration, 1 for a failed operation."""
+    return 2 if error.code in INPUT_ERROR_CODES else 1
 
 
 # -- raised by pipelines to steer their job --------------------------------------------------------

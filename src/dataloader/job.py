@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from dataloader.clock import iso
+
 
 class JobStatus(StrEnum):
     """The 003 §4 `dl_status` values."""
@@ -111,7 +113,7 @@ class Job:
                 data[key] = str(data[key])
         for key, value in data.items():
             if isinstance(value, datetime):
-                data[key] = value.isoformat()
+                data[key] = iso(value)
         return data
 
 
@@ -133,7 +135,7 @@ class JobEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return {"event_id": self.event_id, "job_id": str(self.job_id), "queue": self.queue,
-                "ts": self.ts.isoformat(), "kind": self.kind, "payload": self.payload}
+                "ts": iso(self.ts), "kind": self.kind, "payload": self.payload}
 
 
 @dataclass(frozen=True, slots=True)

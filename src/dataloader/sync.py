@@ -198,7 +198,7 @@ class SyncApp:
                 restartable=restartable, unique_for=unique_for, unique_key=unique_key))
         runner = _CallerConnection(conn)  # refuse a foreign connection before anything else
         job_id = new_id()
-        request = self.app._request(task, args, queue=queue, lock_key=lock_key, default_lock_key=str(job_id),
+        request = self.app._request(task, args, queue=queue, lock_key=lock_key,
                                     idempotency_key=idempotency_key, partition_key=partition_key,
                                     priority=priority, available_at=available_at, delay=delay,
                                     max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec,

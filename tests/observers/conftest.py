@@ -10,6 +10,7 @@ import tests.support.observers  # noqa: F401  (registers test.* observer kinds)
 from dataloader import App, Queue, Settings
 from tests.support.observers import EVENTS_DDL
 
+TRUNCATE = "TRUNCATE dl_observers, dl_nodes, test_observer_events, test_feed, test_feed_seen, test_feed_reads"
 FAST = {"node_heartbeat_sec": 0.2, "node_dead_after_sec": 2.0, "observer_stop_grace_sec": 0.5,
         "observer_restart_backoff_sec": 0.2, "observer_restart_backoff_max_sec": 1.0}
 
@@ -19,9 +20,9 @@ async def odb(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     """The pool with no nodes, observers or probe events; emptied again afterwards, so no other
     test's App.running() finds an observer of ours to run."""
     await pool.execute(EVENTS_DDL)
-    await pool.execute("TRUNCATE dl_observers, dl_nodes, test_observer_events, test_feed, test_feed_seen")
+    await pool.execute(TRUNCATE)
     yield pool
-    await pool.execute("TRUNCATE dl_observers, dl_nodes, test_observer_events, test_feed, test_feed_seen")
+    await pool.execute(TRUNCATE)
 
 
 def node_settings(dsn: str, name: str, **overrides: Any) -> Settings:

@@ -3,7 +3,11 @@ are terminated — a partition as the database sees it, while the node process r
 observers before any other node may take them. The probe's lock connection belongs to another
 role and stays up through the partition, so a copy that kept running would make the survivor's
 copy record an overlap. When the node reaches the database again it finds itself dead and comes
-back as a new incarnation."""
+back as a new incarnation.
+
+The second test cuts the node off silently: its connections go through a proxy that stops
+forwarding (tests/support/wire.py), so its statements hang with no error at all, as when packets
+are dropped. Only the node's own clock (self-fencing by time) can stop its copy in time."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import pytest
 
 from dataloader.observers import ObserverState
 from tests.conftest import wait_until
+from tests.support.wire import CountingProxy
 
 
 def as_role(dsn: str, role: str) -> str:
@@ -68,6 +73,41 @@ async def test_a_cut_off_node_stops_its_observers_before_another_takes_them(odb,
                 assert (await api.get("watch")).node == "survivor"
                 await api.stop("watch", wait=10)
         await asyncio.sleep(0)
+
+
+async def test_a_silently_partitioned_node_stops_its_observers_before_another_takes_them(odb, make_app, dsn):
+    port = int(await odb.fetchval("SHOW port"))
+    async with CountingProxy(dsn, port) as link:
+        isolated = make_app("isolated", db_dsn=link.dsn, observer_capacity=1)
+        survivor = make_app("survivor", observer_capacity=1)
+        async with isolated, survivor:
+            async with isolated.running():
+                api = survivor.observers
+                await api.create(api.spec(name="watch", kind="test.probe", args={"dsn": dsn, "tick_sec": 0.05}))
+                await wait_until(lambda: _on(api, "watch", "isolated"), timeout=10, message="watch on isolated")
+                async with survivor.running():
+                    sent = len(link.statements)
+                    link.partition()  # every statement of isolated now hangs; nothing errs
+                    try:
+                        moved = await wait_until(lambda: _on(api, "watch", "survivor"), timeout=15,
+                                                 message="watch moved to the survivor")
+                        assert (moved.epoch, moved.failures, moved.moves) == (2, 0, 1)
+                        await wait_until(lambda: _started_on(odb, "watch", "survivor"), timeout=10)
+                        events = await odb.fetch("SELECT node, kind FROM test_observer_events WHERE name = 'watch' "
+                                                 "ORDER BY id")
+                        assert [(e["node"], e["kind"]) for e in events] == [
+                            ("isolated", "start"), ("isolated", "stop"), ("survivor", "start")]
+                        assert len(link.statements) == sent, "a statement of the partitioned node got through"
+                    finally:
+                        # healed (also when an assertion failed, so the node can shut down): the late
+                        # statements land, the node finds itself dead, comes back anew
+                        link.heal()
+                    rows = await wait_until(lambda: _incarnations(odb, "isolated", 2), timeout=20,
+                                            message="a new incarnation of isolated")
+                    assert sorted(r["state"] for r in rows) == ["dead", "live"]
+                    assert (await api.get("watch")).node == "survivor"
+                    assert await odb.fetchval("SELECT count(*) FROM test_observer_events WHERE kind = 'overlap'") == 0
+                    await api.stop("watch", wait=10)
 
 
 async def _on(api, name, node):

@@ -171,6 +171,17 @@ async def test_a_clean_node_stop_hands_its_observers_over_and_the_feed_resumes_w
                 assert [r["seq"] for r in seen] == list(range(1, 81))
                 assert (await api.get("feed")).epoch == 2
                 await api.stop("feed", wait=10)
+    # Every read, not just the de-duplicated rows: the first run read from 0 up to 50; the resumed
+    # run (epoch 2) started after the saved position 50 and never re-read anything; each seq was
+    # read exactly once in all.
+    reads = await odb.fetch("SELECT epoch, after_seq, seqs FROM test_feed_reads WHERE observer = 'feed' ORDER BY id")
+    first_run = [r for r in reads if r["epoch"] == 1]
+    resumed = [r for r in reads if r["epoch"] == 2]
+    assert first_run and resumed and len(first_run) + len(resumed) == len(reads)
+    assert first_run[0]["after_seq"] == 0 and max(s for r in first_run for s in r["seqs"]) == 50
+    assert resumed[0]["after_seq"] == 50, [(r["after_seq"], r["seqs"][:3]) for r in resumed]
+    assert min(s for r in resumed for s in r["seqs"]) == 51
+    assert sorted(s for r in reads for s in r["seqs"]) == list(range(1, 81))
 
 
 async def _state_is(api, name, state):

@@ -18,10 +18,19 @@ from tests.conftest import wait_until
 
 CAPACITY = 12
 OBSERVERS = 30
-NODE_SETTINGS = {"node_heartbeat_sec": 0.5, "node_dead_after_sec": 5, "observer_stop_grace_sec": 1,
-                 "observer_capacity": CAPACITY, "retention_enabled": "false", "stats_enabled": "false",
+# The bound docs/observers.md states: an observer of a node killed with -9 runs again on a live node
+# with spare capacity within DL_NODE_DEAD_AFTER_SEC + DL_NODE_HEARTBEAT_SEC plus a claim (one NOTIFY
+# round trip and a statement). It is measured from the database's own stamps, not from this test's
+# wall clock around subprocess calls (which a loaded 2-core machine stretches): from the dead node's
+# last heartbeat (dl_nodes.heartbeat_at) to the moment a survivor claimed each moved observer
+# (dl_observers.started_at); the part after the node was marked dead (dl_nodes.stopped_at) is the claim.
+DEAD_AFTER_SEC, HEARTBEAT_SEC = 5, 0.5
+CLAIM_SEC = 1.0  # a NOTIFY round trip and a statement, with room for a loaded CI machine
+BOUND_SEC = DEAD_AFTER_SEC + HEARTBEAT_SEC + CLAIM_SEC
+NODE_SETTINGS = {"node_heartbeat_sec": HEARTBEAT_SEC, "node_dead_after_sec": DEAD_AFTER_SEC,
+                 "observer_stop_grace_sec": 1, "observer_capacity": CAPACITY, "retention_enabled": "false",
+                 "stats_enabled": "false",
                  "pipeline_modules": "tests.support.pipelines,tests.support.observers"}
-BOUND_SEC = 5 + 0.5 + 2.0  # dead bound + one heartbeat + claim and probe start (a loaded CI machine)
 
 
 async def running_by_node(pool) -> dict[str, int]:
@@ -66,8 +75,6 @@ async def test_kill_9_moves_observers_within_the_bound_never_two_copies_capacity
         on_victim = [o.name for o in await api.list(node=victim)]
         nodes[victim].signal(signal.SIGKILL)
         await nodes[victim].wait_exit()
-        loop = asyncio.get_running_loop()
-        killed_at = loop.time()
         # stop one of the victim's observers while it has no live node: it must end deleted, never back
         doomed = on_victim[0]
         asked = await api.stop(doomed)
@@ -75,8 +82,7 @@ async def test_kill_9_moves_observers_within_the_bound_never_two_copies_capacity
 
         await wait_until(lambda: _processing_is(odb, 2 * CAPACITY), timeout=30, interval=0.05,
                          message="the survivors full")
-        moved_in = loop.time() - killed_at
-        assert moved_in <= BOUND_SEC, moved_in
+        await _assert_moved_within_the_bound(odb, victim, on_victim)
         await wait_until(lambda: _state_is(api, doomed, ObserverState.DELETED), timeout=10)
         waiting = await api.list(state="created")
         assert len(waiting) == OBSERVERS - 1 - 2 * CAPACITY
@@ -104,6 +110,22 @@ async def test_kill_9_moves_observers_within_the_bound_never_two_copies_capacity
         await sampler
         await app.close()
     assert peak and max(peak.values()) <= CAPACITY, peak
+
+
+async def _assert_moved_within_the_bound(pool, victim: str, on_victim: list[str]) -> None:
+    """Every observer of the killed node that a survivor took (all of them that found room) was
+    claimed within the documented bound of the node's last heartbeat, by the database's clock."""
+    node = await pool.fetchrow("SELECT heartbeat_at, stopped_at FROM dl_nodes WHERE name = $1 AND state = 'dead'",
+                               victim)
+    assert node is not None, f"{victim} was never marked dead"
+    claimed = await pool.fetch("SELECT name, started_at FROM dl_observers "
+                               "WHERE name = ANY($1) AND state = 'processing'", on_victim)
+    assert claimed, "no observer of the killed node runs again"
+    detected = (node["stopped_at"] - node["heartbeat_at"]).total_seconds()
+    moved = max((r["started_at"] - node["heartbeat_at"]).total_seconds() for r in claimed)
+    print(f"{len(claimed)} observers moved {moved:.3f}s after {victim}'s last heartbeat (marked dead after "
+          f"{detected:.3f}s; bound {BOUND_SEC:.2f}s)")
+    assert moved <= BOUND_SEC, f"moved {moved:.3f}s after the last heartbeat (bound {BOUND_SEC:.2f}s)"
 
 
 async def _all_started(pool, n):
@@ -135,13 +157,12 @@ async def test_with_room_on_the_survivors_all_30_run_again_on_them(odb, workers,
         await wait_until(lambda: _all_started(odb, OBSERVERS), timeout=60, interval=0.1, message="30 probes started")
         load = {n.name: n.running for n in await api.nodes()}
         victim = max(load, key=load.get)
+        on_victim = [o.name for o in await api.list(node=victim)]
         nodes[victim].signal(signal.SIGKILL)
         await nodes[victim].wait_exit()
-        loop = asyncio.get_running_loop()
-        killed_at = loop.time()
         await wait_until(lambda: _all_on(api, {n for n in nodes if n != victim}, OBSERVERS), timeout=30,
                          interval=0.05, message="all 30 on the survivors")
-        assert loop.time() - killed_at <= BOUND_SEC
+        await _assert_moved_within_the_bound(odb, victim, on_victim)
         await wait_until(lambda: _probes_total(odb, OBSERVERS), timeout=10, message="30 probe connections")
         running = await running_by_node(odb)
         assert victim not in running and max(running.values()) <= 15, running

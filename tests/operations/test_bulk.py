@@ -136,23 +136,33 @@ async def _done(ops, operation_id, at_least: int) -> bool:
 
 
 async def test_cancel_delete_and_set_priority(app_on_db, db):
+    """Each kind is checked on the jobs' rows in the database, the ones it must change and the ones
+    it must leave alone (finished jobs keep their status and priority; another queue is untouched)."""
     queued = [await enqueue(db, queue="kq", priority=100) for _ in range(3)]
     finished = [await add_job(db, queue="kq", status=s, finished_ago=10) for s in ("succeeded", "failed")]
+    bystander = await enqueue(db, queue="other-kq", priority=100)
+
+    async def rows() -> dict[uuid.UUID, tuple[str, int]]:
+        found = await db.fetch("SELECT job_id, status::text, priority FROM dl_jobs WHERE queue IN ('kq', 'other-kq')")
+        return {r["job_id"]: (r["status"], r["priority"]) for r in found}
+
+    before = await rows()
+    assert {before[j][0] for j in queued} == {"queued"}
     ops = app_on_db.operations
     prio = await ops.start("set_priority", {"queues": ["kq"]}, params={"priority": 7})
     await runner(db).tick()
     prio = await ops.get(prio.id)
     assert (prio.done, prio.changed) == (5, 3)  # finished jobs are examined, not changed
-    assert {(await job_row(db, j))["priority"] for j in queued} == {7}
+    assert await rows() == {**before, **{j: ("queued", 7) for j in queued}}
     cancel = await ops.start("cancel", {"queues": ["kq"], "statuses": ["queued"]})
     await runner(db).tick()
     assert (await ops.get(cancel.id)).changed == 3
-    assert {(await job_row(db, j))["status"] for j in queued} == {"canceled"}
+    assert await rows() == {**before, **{j: ("canceled", 7) for j in queued}}
     delete = await ops.start("delete", {"queues": ["kq"]})
     await runner(db).tick()
     assert (await ops.get(delete.id)).changed == 5
-    assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = 'kq'") == 0
-    assert len(finished) == 2
+    assert await rows() == {bystander: before[bystander]}  # every kq job is gone, finished ones too
+    assert set(before) == {*queued, *finished, bystander}
 
 
 @pytest.mark.parametrize("kind, filter, params, message", [

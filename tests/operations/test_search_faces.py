@@ -134,10 +134,11 @@ async def test_lease_expiry_counter_per_queue_and_task(db):
 
 async def test_http_operations_dry_run_start_pause_resume_cancel_events(client, db):
     await fill(db)
+    operations_before = await db.fetchval("SELECT count(*) FROM dl_operations")
     dry = await client.post("/api/v1/operations", json={"kind": "requeue", "filter": {"statuses": ["failed"]},
                                                          "dry_run": True})
     assert dry.status_code == 200 and dry.json()["total"] == 9, dry.text
-    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
     made = await client.post("/api/v1/operations", json={"kind": "requeue", "filter": {"queues": ["qb"]},
                                                           "started_by": "alice", "batch_size": 2})
     assert made.status_code == 201, made.text
@@ -170,9 +171,10 @@ async def test_http_operations_dry_run_start_pause_resume_cancel_events(client, 
     {"kind": "requeue", "surprise": True},
 ])
 async def test_bad_operation_requests_are_4xx_and_write_nothing(client, db, body):
+    operations_before = await db.fetchval("SELECT count(*) FROM dl_operations")
     r = await client.post("/api/v1/operations", json=body)
     assert 400 <= r.status_code < 500 and set(r.json()) >= {"error", "detail"}, r.text
-    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
 
 
 async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, subprocess_env):
@@ -180,13 +182,15 @@ async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, subprocess_env)
     from dataloader.storage.operation_repository import OperationRepository
 
     await fill(db)
+    # other tests of this worker's database may have left operations: count what this one adds
+    operations_before = await db.fetchval("SELECT count(*) FROM dl_operations")
     dry = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout[dry.stdout.index("{"):])["total"] == 6
-    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
     refused = ops_cli(subprocess_env, "requeue", "--queue", "qa")  # asks first; no answer: nothing starts
     assert refused.returncode == 1 and "7 jobs match" in refused.stderr  # no status: the succeeded one too
-    assert await db.fetchval("SELECT count(*) FROM dl_operations") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
     started = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--yes", "--no-watch",
                       "--batch-size", "2")
     assert started.returncode == 0, started.stderr

@@ -15,6 +15,22 @@ class Boom(Exception):
     pass
 
 
+# Steps as the processor ran them, per namespace: ("start" | "end", "<task type>:<n>"), appended in
+# the order they happened; a test reads them to prove order and non-overlap.
+STEPS: dict[str, list[tuple[str, str]]] = {}
+# A task with args {"gate": name} waits for GATES[name] before doing anything else: "this task is
+# running" is then a state the test waits for (its "start" step), not a guess made with a sleep.
+GATES: dict[str, asyncio.Event] = {}
+
+
+def gate(name: str) -> asyncio.Event:
+    return GATES.setdefault(name, asyncio.Event())
+
+
+def started(ns: str, label: str) -> bool:
+    return ("start", label) in STEPS.get(ns, [])
+
+
 def action_of(args: dict[str, Any]) -> Any:
     if "timer" in args:
         return SetTimer(after=args["timer"])
@@ -31,6 +47,16 @@ def register(ns: str, **options: Any) -> None:
     @processor(ns, **options)
     async def handle(task: ProcessTask, process: Process, ctx: Any) -> Intent:
         args = task.args if isinstance(task.args, dict) else {}
+        label = f"{task.type.value}:{args.get('n')}"
+        STEPS.setdefault(ns, []).append(("start", label))
+        try:
+            if args.get("gate"):
+                await gate(args["gate"]).wait()
+            return await step(task, process, args)
+        finally:
+            STEPS[ns].append(("end", label))
+
+    async def step(task: ProcessTask, process: Process, args: dict[str, Any]) -> Intent:
         kind = task.type.value
         if kind == "timeout":
             fails = (process.aux_state or {}).get("timeout_fails", 0) if isinstance(process.aux_state, dict) else 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 
 import pytest
 
@@ -23,9 +22,9 @@ from dataloader.exceptions import (
     ProcessWrongStatus,
     UnknownNamespace,
 )
-from dataloader.processes import HistoryRange, ProcessStatus, RetryPolicy
+from dataloader.processes import Event, HistoryRange, ProcessStatus, RetryPolicy, TraceEntry
 from tests.conftest import wait_until
-from tests.processes.processors import Boom, register
+from tests.processes.processors import STEPS, Boom, gate, register, started
 
 
 async def kinds(app: App, ns: str, pid: str) -> list[str]:
@@ -167,7 +166,18 @@ async def test_call_error_puts_process_in_error_then_repair(app, ns):
         assert wrong.value.status == "error"
         with pytest.raises(ProcessTaskFailed):
             await app.processes.repair(ns, "p1", {"fail": "still broken"})
-        assert await status(app, ns, "p1") == "error"  # a failed repair leaves it in error
+        # a failed repair leaves it in error with its first cause: detail agrees with corrupted_by
+        after = await app.processes.get(ns, "p1")
+        assert after.status is ProcessStatus.error and after.detail == process.detail
+        assert after.corrupted_by == process.corrupted_by
+        # the trace is objects, as get() is: the failing call is the task corrupted_by names
+        trace = await app.processes.trace(ns, "p1")
+        assert all(isinstance(entry, TraceEntry) for entry in trace)
+        assert [(entry.type, entry.status) for entry in trace] == [
+            ("init", "finished"), ("call", "error"), ("repair", "error")]
+        assert trace[1].task_id == after.corrupted_by and "still broken" in trace[2].error
+        assert all(isinstance(event, Event) for entry in trace for event in entry.events) and trace[0].events
+        assert trace[1]["status"] == "error" and trace[0].to_dict()["events"][0]["event_id"] == 1
         assert (await app.processes.repair(ns, "p1", {"n": 7}))["kind"] == "repair"
         process = await app.processes.get(ns, "p1")
         assert process.status is ProcessStatus.running and process.corrupted_by is None and process.detail is None
@@ -175,17 +185,31 @@ async def test_call_error_puts_process_in_error_then_repair(app, ns):
             await app.processes.repair(ns, "p1", {})
 
 
-async def test_a_call_queued_behind_a_failing_call_gets_the_wrong_status_409(app, ns):
+async def test_a_call_queued_behind_a_failing_call_gets_the_wrong_status_409(app, ns, pdb):
+    """The second call is accepted while the first runs (its task row is written), waits behind it,
+    and when the first fails the process is in error: the second is refused 409, never run."""
     register(ns)
+    hold = gate(f"{ns}:failing")
     async with app.running():
         await app.processes.init(ns, "p1", {})
-        failing = asyncio.create_task(app.processes.call(ns, "p1", {"sleep": 0.5, "fail": "boom"}))
-        await asyncio.sleep(0.2)  # the failing call runs; the next one is accepted (running) and waits
+        failing = asyncio.create_task(app.processes.call(ns, "p1", {"n": 1, "gate": f"{ns}:failing",
+                                                                    "fail": "boom"}))
+        await wait_until(lambda: started(ns, "call:1"), timeout=10, message="the failing call runs")
+        second = asyncio.create_task(app.processes.call(ns, "p1", {"n": 2}))
+        await wait_until(lambda: _calls_accepted(pdb, ns, 2), timeout=10, message="the second call is queued")
+        assert not second.done()
+        hold.set()
         with pytest.raises(ProcessWrongStatus, match="is error") as wrong:
-            await app.processes.call(ns, "p1", {"n": 2})
+            await second
         assert wrong.value.status == "error"
         with pytest.raises(ProcessTaskFailed, match="boom"):
             await failing
+    assert STEPS[ns][-2:] == [("start", "call:1"), ("end", "call:1")]  # the second never ran
+
+
+async def _calls_accepted(pdb, ns: str, count: int) -> bool:
+    return await pdb.fetchval("SELECT count(*) FROM dl_process_tasks WHERE ns = $1 AND task_type = 'call'",
+                              ns) >= count
 
 
 async def test_init_error_leaves_process_in_error(app, ns):
@@ -303,36 +327,54 @@ async def _tasks_at_least(pdb, count: int) -> bool:
     return await pdb.fetchval("SELECT count(*) FROM dl_process_tasks") >= count
 
 
-async def test_postponed_call_waits_behind_a_running_task(app, ns):
+async def test_postponed_call_waits_behind_a_running_task(app, ns, pdb):
+    """A call made while another runs is accepted at once, waits, and starts only after the first
+    ended: the processor's own steps show start 1, end 1, start 2, end 2 (order, no overlap)."""
     register(ns)
+    hold = gate(f"{ns}:slow")
     async with app.running():
         await app.processes.init(ns, "p1", {})
-        slow = asyncio.create_task(app.processes.call(ns, "p1", {"n": 1, "sleep": 0.6}))
-        await asyncio.sleep(0.2)
-        started = time.monotonic()
-        fast = await app.processes.call(ns, "p1", {"n": 2})
-        assert fast["n"] == 2 and (await slow)["n"] == 1
-        assert time.monotonic() - started < 2.0, "the waiting call was not started as soon as the first ended"
+        slow = asyncio.create_task(app.processes.call(ns, "p1", {"n": 1, "gate": f"{ns}:slow"}))
+        await wait_until(lambda: started(ns, "call:1"), timeout=10, message="the first call runs")
+        fast = asyncio.create_task(app.processes.call(ns, "p1", {"n": 2}))
+        await wait_until(lambda: _calls_accepted(pdb, ns, 2), timeout=10, message="the second call is queued")
+        assert not fast.done() and not started(ns, "call:2")
+        hold.set()
+        assert (await fast)["n"] == 2 and (await slow)["n"] == 1
+    assert STEPS[ns] == [("start", "init:None"), ("end", "init:None"), ("start", "call:1"), ("end", "call:1"),
+                         ("start", "call:2"), ("end", "call:2")]
     assert await kinds(app, ns, "p1") == ["init", "call", "call"]
+
+
+async def _timer_due(pdb, ns: str) -> bool:
+    return await pdb.fetchval("SELECT available_at <= now() FROM dl_jobs WHERE job_id = (SELECT timer_task_id "
+                              "FROM dl_processes WHERE ns = $1)", ns)
 
 
 async def test_call_racing_a_timer_runs_first(app, ns, pdb):
     """A call queued while a due timer also waits runs first; the timer runs after (blocked, not
     lost) unless the call moved it."""
     register(ns)
+    hold = gate(f"{ns}:slow")
     async with app.running():
         await app.processes.init(ns, "p1", {"timer": 60})
-        slow = asyncio.create_task(app.processes.call(ns, "p1", {"n": 1, "sleep": 0.5}))
-        await asyncio.sleep(0.15)
+        slow = asyncio.create_task(app.processes.call(ns, "p1", {"n": 1, "gate": f"{ns}:slow"}))
+        await wait_until(lambda: started(ns, "call:1"), timeout=10, message="the first call runs")
         # the timer becomes due while the first call runs, and a second call arrives after it
         await pdb.execute("UPDATE dl_jobs SET available_at = now() WHERE job_id = (SELECT timer_task_id "
                           "FROM dl_processes WHERE ns = $1)", ns)
-        await asyncio.sleep(0.05)
-        second = await app.processes.call(ns, "p1", {"n": 2})
+        await wait_until(lambda: _timer_due(pdb, ns), timeout=5, message="the timer is due")
+        second = asyncio.create_task(app.processes.call(ns, "p1", {"n": 2}))
+        await wait_until(lambda: _calls_accepted(pdb, ns, 2), timeout=10, message="the second call is queued")
+        assert not started(ns, "call:2") and not started(ns, "timeout:None")
+        hold.set()
         await slow
-        assert second["n"] == 2
+        assert (await second)["n"] == 2
         await wait_until(lambda: _count_kind(app, ns, "p1", "timeout", 1), timeout=15)
     assert await kinds(app, ns, "p1") == ["init", "call", "call", "timeout"]
+    assert [label for edge, label in STEPS[ns] if edge == "start"] == ["init:None", "call:1", "call:2", "timeout:None"]
+    assert STEPS[ns] == [(edge, label) for label in ("init:None", "call:1", "call:2", "timeout:None")
+                         for edge in ("start", "end")]  # one step at a time
 
 
 async def test_idempotent_init_and_call(app, ns, pdb):

@@ -95,6 +95,24 @@ async def test_error_groups_first_line_trimmed_and_truncated(dsn, db):
     assert error_group(texts[0]) == "timeout after 30s" and error_group(long) == "x" * 200
 
 
+async def test_error_groups_include_failures_the_rollup_has_not_reached(dsn, db):
+    # Rolled up with the default lag (60 s): the failure of 5 s ago is past the watermark.
+    await add_job(db, queue="t", status="failed", finished_ago=600, picked_ago=601, error="boom\nold")
+    await add_job(db, queue="t", status="failed", finished_ago=5, picked_ago=6, error="boom\nnew")
+    recent = await add_job(db, queue="t", status="lost", finished_ago=2, picked_ago=3, error="lease expired")
+    assert await rollup(db, lag_sec=60, keep_sec=86400) == 1
+    async with App(settings(dsn)) as app:
+        since = datetime.now(UTC) - timedelta(hours=1)
+        rows = (await app.stats_errors(queue="t", since=since))["errors"]
+        assert {r["error"]: r["jobs"] for r in rows} == {"boom": 2, "lease expired": 1}
+        assert next(r for r in rows if r["error"] == "lease expired")["last_job_id"] == str(recent)
+        # rolled up later, each failure still counts once
+        assert await rollup(db, lag_sec=0, keep_sec=86400) == 2
+        again = (await app.stats_errors(queue="t", since=since))["errors"]
+        assert {r["error"]: r["jobs"] for r in again} == {"boom": 2, "lease expired": 1}
+        assert (await app.stats_errors(queue="other", since=since))["errors"] == []
+
+
 def test_histogram_quantile_is_within_one_bucket():
     values = [0.5 + i * 0.01 for i in range(1000)]
     buckets: dict[int, int] = {}

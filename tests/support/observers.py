@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS test_observer_events (
 CREATE TABLE IF NOT EXISTS test_feed (seq bigint PRIMARY KEY, payload text NOT NULL);
 CREATE TABLE IF NOT EXISTS test_feed_seen (observer text NOT NULL, seq bigint NOT NULL, node text NOT NULL,
   PRIMARY KEY (observer, seq));
+CREATE TABLE IF NOT EXISTS test_feed_reads (id bigserial PRIMARY KEY, observer text NOT NULL, node text NOT NULL,
+  epoch bigint NOT NULL, after_seq bigint NOT NULL, seqs bigint[] NOT NULL);
 """
 
 
@@ -80,13 +82,18 @@ async def stubborn(ctx: ObserverContext) -> None:
 @observer("test.feed")
 async def follow_feed(ctx: ObserverContext) -> None:
     """The worked example of docs/observers.md: follow a feed (rows of test_feed in seq order),
-    store what it sees, and resume from its own saved position after a move."""
+    store what it sees, and resume from its own saved position after a move. Every read is also
+    written down whole in test_feed_reads (the position it read after and the seqs it got, even none),
+    which test_feed_seen's ON CONFLICT DO NOTHING would hide: a copy that re-read from 0 shows there."""
     conn = await asyncpg.connect(ctx.args["dsn"])
     try:
         position = (ctx.checkpoint or {}).get("seq", 0)
         while not ctx.stop_requested:
             rows = await conn.fetch("SELECT seq, payload FROM test_feed WHERE seq > $1 ORDER BY seq LIMIT 100",
                                     position)
+            await conn.execute("INSERT INTO test_feed_reads (observer, node, epoch, after_seq, seqs) "
+                               "VALUES ($1, $2, $3, $4, $5)", ctx.name, ctx.node_name, ctx.epoch, position,
+                               [r["seq"] for r in rows])
             for row in rows:
                 await conn.execute("INSERT INTO test_feed_seen (observer, seq, node) VALUES ($1, $2, $3) "
                                    "ON CONFLICT DO NOTHING", ctx.name, row["seq"], ctx.node_name)

@@ -384,3 +384,49 @@ async def fail_until(ctx: JobContext) -> None:
     operator holds, fixes (time passes) and releases."""
     if time.time() < float(ctx.args["until"]):
         raise RuntimeError(str(ctx.args.get("message", "not yet")))
+
+
+# -- a worker paused past its lease (tests/engine/test_paused_worker.py) ---------------------------
+
+PROBE_DDL = """
+CREATE TABLE IF NOT EXISTS test_probe (
+    id bigserial PRIMARY KEY,
+    job_id uuid NOT NULL,
+    attempt int NOT NULL,
+    pid int NOT NULL,
+    chunk int,               -- NULL on the row that says how the run ended
+    note text,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+@pipeline("test.probed_chunks", max_attempts=3)
+async def probed_chunks(ctx: JobContext):
+    """An independent probe of what really ran: on a connection of its own, every chunk writes a
+    test_probe row (job, attempt, pid, chunk) before it works, and the run's last row says how it
+    ended ("completed" or "stopped: <exception>"). Attempt 1 runs `chunks` chunks of `chunk_sec`
+    (with a progress write each), later attempts 3."""
+    import os
+
+    conn = await asyncpg.connect(ctx.args["dsn"])
+    note = "completed"
+
+    async def probe(chunk: int | None, text: str | None = None) -> None:
+        await conn.execute("INSERT INTO test_probe (job_id, attempt, pid, chunk, note) VALUES ($1, $2, $3, $4, $5)",
+                           ctx.job_id, ctx.attempt, os.getpid(), chunk, text)
+
+    try:
+        for i in range(int(ctx.args.get("chunks", 1)) if ctx.attempt == 1 else 3):
+            await probe(i)
+            await ctx.progress({"attempt": ctx.attempt, "chunk": i})
+            await asyncio.sleep(float(ctx.args.get("chunk_sec", 0.05)))
+            yield
+    except BaseException as exc:
+        note = f"stopped: {type(exc).__name__}"
+        raise
+    finally:
+        try:
+            await asyncio.shield(probe(None, note))
+        finally:
+            await asyncio.shield(conn.close())

@@ -8,11 +8,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pydantic import ValidationError
 
 import dataloader
 from dataloader import ids
-from dataloader.exceptions import ArgsTooLarge, InvalidJobRequest, UnknownTask
+from dataloader.exceptions import ArgsTooLarge, InvalidJobRequest, UnknownTask, ValidationFailed
 from dataloader.services.jobs import JobService, plain_jobs
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -27,7 +26,7 @@ def service(served: frozenset[str] = frozenset()) -> JobService:
 PLAIN = [
     {"task": "t"},
     {"task": "t", "args": {"a": [1, "x"]}, "queue": "q", "lock_key": "k", "idempotency_key": "i",
-     "partition_key": "p", "priority": "7", "available_at": datetime(2030, 1, 1, tzinfo=UTC),
+     "partition_key": "p", "priority": 7, "available_at": datetime(2030, 1, 1, tzinfo=UTC),
      "max_attempts": 3, "lease_ttl_sec": 9, "timeout_sec": 11},
     {"task": "t", "lock_key": "", "args": {}, "priority": 0, "idempotency_key": None, "max_attempts": None},
 ]
@@ -62,6 +61,7 @@ def test_plain_items_get_the_columns_one_jobrequest_each_would():
     {"task": "t", "available_at": datetime(1960, 1, 1, tzinfo=UTC)},
     {"task": "t", "delay": 1}, {"task": "t", "then": []}, {"task": "t", "unique_for": 60},
     {"task": "t", "restartable": False}, {"task": "t", "oops": 1}, {"task": "t", "max_attempts": 0},
+    {"task": "t", "priority": "7"}, {"task": "t", "lease_ttl_sec": 9.0},
 ])
 def test_anything_but_a_plain_valid_item_takes_the_jobrequest_path(item):
     assert plain_jobs([{"task": "ok"}, item]) is None
@@ -69,8 +69,9 @@ def test_anything_but_a_plain_valid_item_takes_the_jobrequest_path(item):
 
 
 @pytest.mark.parametrize(("items", "error"), [
-    ([{"task": "t"}, {"task": ""}], ValidationError),
-    ([{"task": "t"}, {"task": "t", "oops": 1}], ValidationError),
+    ([{"task": "t"}, {"task": ""}], ValidationFailed),
+    ([{"task": "t"}, {"task": "t", "oops": 1}], ValidationFailed),
+    ([{"task": "t"}, {"task": "t", "priority": "7"}], ValidationFailed),  # numbers are strict in every face
     ([{"task": "t", "args": {"a": "x" * 300}}, {"task": "unknown", "queue": "served"}], ArgsTooLarge),
     ([{"task": "unknown", "queue": "served"}, {"task": "t", "args": {"a": "x" * 300}}], UnknownTask),
     ([{"task": "t", "args": {"a": "\x00"}}], InvalidJobRequest),

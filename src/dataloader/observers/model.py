@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from dataloader.base import StrictModel
+from dataloader.clock import iso
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"
 
@@ -94,7 +95,7 @@ class Observer:
         body["node_id"] = str(self.node_id) if self.node_id else None
         for key, value in body.items():
             if isinstance(value, datetime):
-                body[key] = value.isoformat()
+                body[key] = iso(value)
         return body
 
 
@@ -130,5 +131,5 @@ class Node:
         body["superseded_by"] = str(self.superseded_by) if self.superseded_by else None
         for key, value in body.items():
             if isinstance(value, datetime):
-                body[key] = value.isoformat()
+                body[key] = iso(value)
         return body

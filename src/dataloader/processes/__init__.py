@@ -14,6 +14,7 @@ from dataloader.processes.model import (
     SetTimer,
     TaskType,
     Timer,
+    TraceEntry,
     UnsetTimer,
 )
 from dataloader.processes.registry import Processor, ProcessorRegistry, processor, processors, queue_of
@@ -32,6 +33,7 @@ __all__ = [
     "SetTimer",
     "TaskType",
     "Timer",
+    "TraceEntry",
     "UnsetTimer",
     "processor",
     "processors",

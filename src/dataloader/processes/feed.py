@@ -31,6 +31,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.clock import iso
 from dataloader.exceptions import InvalidCursor
 from dataloader.storage.db import connect
 from dataloader.storage.process_repository import ProcessRepository
@@ -65,7 +66,7 @@ class FeedItem:
     def to_dict(self) -> dict[str, Any]:
         return {"cursor": self.cursor, "ns": self.ns, "process_id": self.process_id, "kind": self.kind,
                 "event_id": self.event_id, "task_id": str(self.task_id) if self.task_id else None,
-                "timestamp": self.timestamp.isoformat(), "payload": self.payload, "metadata": self.metadata}
+                "timestamp": iso(self.timestamp), "payload": self.payload, "metadata": self.metadata}
 
 
 @dataclass(frozen=True, slots=True)

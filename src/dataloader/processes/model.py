@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from dataloader.clock import iso
+
 
 class ProcessStatus(StrEnum):
     init = "init"
@@ -56,7 +58,7 @@ class Event:
     task_id: uuid.UUID | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "timestamp": self.timestamp.isoformat(), "payload": self.payload,
+        return {"event_id": self.event_id, "timestamp": iso(self.timestamp), "payload": self.payload,
                 "metadata": self.metadata, "task_id": str(self.task_id) if self.task_id else None}
 
 
@@ -113,7 +115,7 @@ class Timer:
     task_id: uuid.UUID | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "at": self.at.isoformat(),
+        return {"type": self.type, "at": iso(self.at),
                 "task_id": str(self.task_id) if self.task_id else None}
 
 
@@ -143,10 +145,40 @@ class Process:
             "ns": self.ns, "id": self.id, "status": self.status.value, "detail": self.detail, "aux_state": aux,
             "metadata": self.metadata, "corrupted_by": str(self.corrupted_by) if self.corrupted_by else None,
             "previous_status": self.previous_status.value if self.previous_status else None,
-            "status_changed_at": self.status_changed_at.isoformat(), "created_at": self.created_at.isoformat(),
+            "status_changed_at": iso(self.status_changed_at), "created_at": iso(self.created_at),
             "last_event_id": self.last_event_id, "history": [e.to_dict() for e in self.history],
             "timer": self.timer.to_dict() if self.timer else None,
         }
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One task of a process with the events it wrote, oldest first (`processes.trace`). `task` is
+    the task's row (storage's TaskRecord: task_id, type, args, status, response, error, times,
+    attempts, restart_of), None for the events an import (`put`) wrote, which belong to no task.
+    Its fields read through the entry (`entry.status`, `entry.task_id`); `entry["status"]` reads
+    the JSON form, as the dicts this returned before did."""
+
+    task: Any
+    events: list[Event] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "task" or name.startswith("__"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        task = self.task
+        if task is None:
+            imported = {"task_id": None, "type": "import"}
+            if name in imported:
+                return imported[name]
+            raise AttributeError(name)
+        return getattr(task, name)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        head = self.task.to_dict() if self.task is not None else {"task_id": None, "type": "import"}
+        return {**head, "events": [e.to_dict() for e in self.events]}
 
 
 @dataclass(frozen=True, slots=True)

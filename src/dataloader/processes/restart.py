@@ -31,6 +31,7 @@ from typing import Any, Literal
 import asyncpg
 
 from dataloader import metrics
+from dataloader.clock import iso
 from dataloader.exceptions import InvalidProcessRequest, ProcessBusy, ProcessNotFound, RestartNotPossible
 from dataloader.processes.model import CALLER_PRIORITY, TaskType, Timer
 from dataloader.processes.registry import Processor, processors
@@ -98,7 +99,7 @@ class RestartResult:
                 "status": self.status, "removed_events": self.removed_events,
                 "queued_tasks": [str(t) for t in self.queued],
                 "timer": None if self.timer is None else {
-                    "type": self.timer.type, "at": self.timer.at.isoformat(), "armed": self.timer.task_id is not None}}
+                    "type": self.timer.type, "at": iso(self.timer.at), "armed": self.timer.task_id is not None}}
 
 
 def processor_of(ns: str, default_lease_ttl_sec: int) -> tuple[Processor, int]:

@@ -296,8 +296,10 @@ class _Step:
                     timer = Timer(armed.type, armed.at, None)
                 else:
                     timer = Timer(armed.type, datetime.now(UTC), None)
+            # A failed repair keeps the first cause, as corrupted_by does; its own error is on its task.
+            first_cause = process.detail if repairing and process.detail else detail
             write = StepWrite(
-                status=ProcessStatus.error.value, detail=detail[:4000],
+                status=ProcessStatus.error.value, detail=first_cause[:4000],
                 corrupted_by=process.corrupted_by if repairing else self.task_id, timer=timer,
                 task_status="error", task_error=task_error[:4000],
                 lifecycle=() if repairing else ("error",),

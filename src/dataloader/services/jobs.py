@@ -29,6 +29,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from dataloader import metrics
 from dataloader.base import StrictModel
 from dataloader.chain import MAX_STAGES, Stage
+from dataloader.clock import iso
 from dataloader.exceptions import (
     ArgsTooLarge,
     ChainNotFound,
@@ -40,8 +41,9 @@ from dataloader.exceptions import (
     JobNotRetryable,
     RestartConflict,
     UnknownTask,
+    ValidationFailed,
 )
-from dataloader.ids import new_ids
+from dataloader.ids import new_id, new_ids
 from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
@@ -64,14 +66,17 @@ class JobRequest(StrictModel):
     args: dict[str, Any] = Field(default_factory=dict,
                                  description="Arguments for the pipeline (a JSON object)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=512)
-    lock_key: str = Field(min_length=1, max_length=512, description="Jobs with one lock_key never overlap")
+    lock_key: str | None = Field(default=None, min_length=1, max_length=512,
+                                 description="Jobs with one lock_key never overlap (default: the job's own id)")
     partition_key: str = Field(default="", max_length=512)
-    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, description="Lower runs first")
+    # Numbers are strict (no "5" for 5) in every face: `set_priority` and the CLI never took text
+    # for a number, so neither does a trigger (docs/errors.md).
+    priority: int = Field(default=100, ge=0, le=PG_INT_MAX, strict=True, description="Lower runs first")
     available_at: AwareDatetime | None = Field(default=None, description="RFC 3339 with a timezone")
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
-    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, strict=True)
     timeout_sec: int | None = Field(
-        default=None, ge=1, le=7 * 24 * 3600,
+        default=None, ge=1, le=7 * 24 * 3600, strict=True,
         description="Run-time limit of each attempt in seconds (default: the pipeline's, or none); past it "
                     "the attempt is stopped and the job retries or fails per its policy")
     then: list[Stage] = Field(
@@ -79,11 +84,11 @@ class JobRequest(StrictModel):
         description="Stages to run after this job succeeds, in order (a chain); each receives the previous "
                     "stage's result as args.input")
     restartable: bool = Field(
-        default=False,
+        default=False, strict=True,
         description="Its lock_key is a restart key: while a job of that key is queued, a trigger updates its "
                     "args and time; while one runs, a trigger queues exactly one more run after it")
     unique_for_sec: int | None = Field(
-        default=None, ge=1, le=366 * 24 * 3600,
+        default=None, ge=1, le=366 * 24 * 3600, strict=True,
         description="At most one job with this task, queue and unique_key (default: the args) per window of "
                     "this many seconds; a repeat in the window returns the existing job")
     unique_key: str | None = Field(default=None, min_length=1, max_length=512,
@@ -91,7 +96,9 @@ class JobRequest(StrictModel):
 
     @field_validator("queue", "task", "lock_key")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not value.strip():
             raise ValueError("must not be blank")
         if "\x00" in value:
@@ -114,6 +121,8 @@ class JobRequest(StrictModel):
 
     @model_validator(mode="after")
     def _one_meaning_per_key(self) -> JobRequest:
+        if self.restartable and self.lock_key is None:
+            raise ValueError("a restartable job needs a lock_key: it is the key that re-triggers it")
         if self.restartable and self.idempotency_key is not None:
             raise ValueError("restartable and idempotency_key exclude each other: an idempotency_key returns the "
                              "same job forever, a restartable trigger updates or re-runs it")
@@ -142,11 +151,11 @@ class _PlainJob(TypedDict, total=False):
     lock_key: Annotated[str, Field(max_length=512)] | None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=512)] | None
     partition_key: Annotated[str, Field(max_length=512)]
-    priority: Annotated[int, Field(ge=0, le=PG_INT_MAX)]
+    priority: Annotated[int, Field(ge=0, le=PG_INT_MAX, strict=True)]
     available_at: AwareDatetime | None
-    max_attempts: Annotated[int, Field(ge=1, le=1000)] | None
-    lease_ttl_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
-    timeout_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] | None
+    max_attempts: Annotated[int, Field(ge=1, le=1000, strict=True)] | None
+    lease_ttl_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600, strict=True)] | None
+    timeout_sec: Annotated[int, Field(ge=1, le=7 * 24 * 3600, strict=True)] | None
 
 
 _PLAIN_JOBS = TypeAdapter(list[_PlainJob])
@@ -214,9 +223,12 @@ class TriggerResult:
 
 
 class JobService:
-    """`served_queues()` names the queues whose workers run in this process right now: a task with
-    no pipeline here is refused for those (this process would fail it) and accepted for any other
-    queue (a process with that pipeline will run it), the same rule for every producer face."""
+    """`served_queues()` names the queues this process answers for: those whose workers run in it
+    right now (the CLI, a tool of the service, answers for its WORKERS_JSON). The one rule for an
+    unknown task (docs/errors.md `unknown_task`), in every face and for everything that names a
+    task (a trigger, a batch, each stage of a chain, a schedule): a task with no pipeline here is
+    refused for those queues (this process would fail it) and accepted for any other queue (a
+    worker elsewhere with that pipeline will run it)."""
 
     def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
                  max_args_bytes: int, served_queues: Callable[[], frozenset[str]] = frozenset) -> None:
@@ -226,14 +238,25 @@ class JobService:
         self.max_args_bytes = max_args_bytes
         self.served_queues = served_queues
 
-    def _pipeline_max(self, task: str, queue: str, served: frozenset[str]) -> int | None:
-        """The task's pipeline's max_attempts (None: none here, or none of its own); UnknownTask for
-        a task without a pipeline on a queue this process serves."""
-        pipeline = self.registry.get(task)
-        if pipeline is None and queue in served:
+    def check_task(self, task: str, queue: str, served: frozenset[str] | None = None) -> None:
+        """UnknownTask for a task without a pipeline here on a queue this process serves."""
+        if self.registry.get(task) is None and queue in (self.served_queues() if served is None else served):
             raise UnknownTask(
                 f"unknown task {task!r}: this process serves queue {queue!r} and has no pipeline "
                 f"for it (registered: {', '.join(self.registry.names())})")
+
+    def _check_stages(self, stages: Sequence[Stage], queue: str, served: frozenset[str]) -> None:
+        """The rule for each stage of a chain, on the queue it will run on (its own, else its parent's)."""
+        for stage in stages:
+            stage_queue = stage.queue or queue
+            self.check_task(stage.task, stage_queue, served)
+            self._check_stages(stage.then, stage_queue, served)
+
+    def _pipeline_max(self, task: str, queue: str, served: frozenset[str]) -> int | None:
+        """The task's pipeline's max_attempts (None: none here, or none of its own); UnknownTask for
+        a task without a pipeline on a queue this process serves."""
+        self.check_task(task, queue, served)
+        pipeline = self.registry.get(task)
         # A pipeline's own max_attempts overrides the job's when the attempt ends; store the value
         # that will decide, so status and listings show it (a producer without the pipeline
         # stores the job's, and the worker's finish corrects it).
@@ -249,17 +272,21 @@ class JobService:
         return encoded
 
     def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
-        pipeline_max = self._pipeline_max(req.task, req.queue, self.served_queues())
+        served = self.served_queues()
+        pipeline_max = self._pipeline_max(req.task, req.queue, served)
+        self._check_stages(req.then, req.queue, served)
         encoded = self._encode_args(req.args)
         try:
             chain_next_json = stages_json(req.then, self.max_args_bytes)
         except ValueError as exc:
             raise InvalidJobRequest(str(exc)) from None
         idempotency_key = req.idempotency_key
+        if req.lock_key is None:  # the documented default in every face: the job's own id
+            job_id = job_id or new_id()
         if req.unique_for_sec is not None:
             idempotency_key = unique_window_key(req, datetime.now(UTC))
         return NewJob(
-            queue=req.queue, task=req.task, lock_key=req.lock_key, args_json=encoded,
+            queue=req.queue, task=req.task, lock_key=req.lock_key or str(job_id), args_json=encoded,
             idempotency_key=idempotency_key, partition_key=req.partition_key, priority=req.priority,
             available_at=req.available_at, max_attempts=pipeline_max or req.max_attempts or 5,
             lease_ttl_sec=req.lease_ttl_sec or self.default_lease_ttl_sec, producer=producer, job_id=job_id,
@@ -329,6 +356,7 @@ class JobService:
         """Enqueue one job. With `conn` (the caller's connection), the job commits or rolls back
         with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
         made for this call (the job's own id), so a replay is not compared on it."""
+        lock_key_given = lock_key_given and req.lock_key is not None
         new_job = self.to_new_job(req, producer, job_id)
         inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
         job = inserted.job
@@ -374,6 +402,7 @@ class JobService:
         # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
         # faithful replay of the original request would look different after the job ran.
         # args are compared by the database (jsonb equality), as it stores them.
+        lock_key_given = lock_key_given and req.lock_key is not None
         compared = ("queue", "task", "lock_key", "partition_key", "priority") if lock_key_given else (
             "queue", "task", "partition_key", "priority")
         differs = [name for name in compared if getattr(req, name) != getattr(job, name)]
@@ -448,8 +477,9 @@ class JobService:
             raise InvalidJobRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         known = {status.value for status in JobStatus}
         unknown = sorted({str(s) for s in statuses or ()} - known)
-        if unknown:
-            raise InvalidJobRequest(f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if unknown:  # the validation_error HTTP's enum query parameter gives
+            message = f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
         # One row more than asked tells whether another page exists without a count(*).
         jobs = await self.repo.list_jobs(
             queue=queue, task=task, statuses=[str(s) for s in statuses] if statuses else None,
@@ -503,9 +533,9 @@ def status_view(job: Job) -> dict[str, Any]:
         "job_id": str(job.id),
         "status": job.status.value,
         "attempt": job.attempt,
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
+        "started_at": iso(job.started_at) if job.started_at else None,
+        "finished_at": iso(job.finished_at) if job.finished_at else None,
+        "heartbeat_at": iso(job.heartbeat_at) if job.heartbeat_at else None,
         "error": job.error,
         "progress": job.progress,
         "result": job.result,

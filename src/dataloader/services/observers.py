@@ -15,7 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from dataloader.clock import SYSTEM_CLOCK, Clock
-from dataloader.exceptions import InvalidObserverRequest, ObserverExists, ObserverNotFound
+from dataloader.exceptions import (
+    InvalidObserver,
+    InvalidObserverRequest,
+    ObserverExists,
+    ObserverNotFound,
+    ValidationFailed,
+)
 from dataloader.observers.model import Node, Observer, ObserverSpec, ObserverState
 from dataloader.observers.registry import ObserverRegistry
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
@@ -37,10 +43,9 @@ class ObserverService:
         """An ObserverSpec from keyword fields, or InvalidObserverRequest."""
         try:
             spec = ObserverSpec(**fields)
-        except ValidationError as exc:
-            raise InvalidObserverRequest("; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'observer'}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors())) from None
+        except ValidationError as exc:  # the model's check: HTTP's validation_error for the same body
+            failed = ValidationFailed.from_errors(exc.errors())
+            raise InvalidObserver(str(failed), failed.fields) from None
         try:
             text = spec.args_json()
         except ValueError as exc:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from dataloader.clock import iso
 from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest, OperationNotFound, OperationStateConflict
 from dataloader.job_filter import JobFilter
 from dataloader.services.jobs import PG_INT_MAX, decode_cursor, encode_cursor
@@ -91,7 +92,7 @@ class Operation:
                 "created_at": self.created_at, "updated_at": self.updated_at, "snapshot_at": self.snapshot_at,
                 "finished_at": self.finished_at, "runner": self.lease_owner,
                 "lease_expires_at": self.lease_expires_at, "error": self.error}
-        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
+        return {k: iso(v) if isinstance(v, datetime) else v for k, v in data.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class OperationEvent:
     payload: Any
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "ts": self.ts.isoformat(), "kind": self.kind, "actor": self.actor,
+        return {"event_id": self.event_id, "ts": iso(self.ts), "kind": self.kind, "actor": self.actor,
                 "payload": self.payload}
 
 

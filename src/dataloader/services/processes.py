@@ -27,6 +27,7 @@ from dataloader.exceptions import (
     ArgsTooLarge,
     IdempotencyConflict,
     InvalidCursor,
+    InvalidProcess,
     InvalidProcessRequest,
     ProcessExists,
     ProcessNotFound,
@@ -39,16 +40,18 @@ from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_p
 from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
 from dataloader.processes.model import (
     CALLER_PRIORITY,
+    Event,
     HistoryRange,
     Process,
     ProcessStatus,
     SetTimer,
     TaskType,
     Timer,
+    TraceEntry,
     UnsetTimer,
 )
 from dataloader.processes.registry import NS_PATTERN, ProcessorRegistry
-from dataloader.processes.restart import RestartPoint, RestartResult, restart_in
+from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
 from dataloader.processes.selection import ProcessFilter
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
@@ -100,13 +103,13 @@ class ProcessService:
     @staticmethod
     def _check_ns(ns: Any) -> str:
         if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
-            raise InvalidProcessRequest(f"namespace must match {NS_PATTERN}")
+            raise InvalidProcess(f"ns: must match {NS_PATTERN}")
         return ns
 
     @staticmethod
     def _check_id(process_id: Any) -> str:
         if not isinstance(process_id, str) or not _ID.fullmatch(process_id) or not process_id.strip():
-            raise InvalidProcessRequest("process id must be 1-200 characters, not blank, without NUL")
+            raise InvalidProcess("id: must be 1-200 characters, not blank, without NUL")
         return process_id
 
     def _args_json(self, args: Any) -> str:
@@ -130,7 +133,7 @@ class ProcessService:
         if key is None:
             return None
         if not isinstance(key, str) or not 1 <= len(key) <= 512 or "\x00" in key:
-            raise InvalidProcessRequest("idempotency_key must be 1-512 characters without NUL")
+            raise InvalidProcess("idempotency_key: must be 1-512 characters without NUL")
         return key
 
     @staticmethod
@@ -139,7 +142,7 @@ class ProcessService:
             return DEFAULT_TIMEOUT_SEC
         if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
                 or not MIN_TIMEOUT_SEC <= timeout <= MAX_TIMEOUT_SEC):
-            raise InvalidProcessRequest(f"timeout must be between {MIN_TIMEOUT_SEC:g} and {MAX_TIMEOUT_SEC:g} seconds")
+            raise InvalidProcess(f"timeout: must be between {MIN_TIMEOUT_SEC:g} and {MAX_TIMEOUT_SEC:g} seconds")
         return float(timeout)
 
     def _caller_task(self, ns: str, process_id: str, kind: TaskType, args_json: str, key: str | None,
@@ -274,8 +277,11 @@ class ProcessService:
 
     async def simple_repair(self, ns: str, process_id: str) -> Process:
         """Clear the error without calling the processor: `running` again, and the timer the failure
-        suspended (the failed timer task itself, or the timer armed when a call failed) re-armed."""
-        processor = self._processor(ns)
+        suspended (the failed timer task itself, or the timer armed when a call failed) re-armed. The
+        processor need not be registered here (it is never called; the timer's job takes the
+        namespace's registration defaults, as a restart's do)."""
+        self._check_ns(ns)
+        processor, lease_ttl_sec = processor_of(ns, self.default_lease_ttl_sec)
         process_id = self._check_id(process_id)
         async with self.repo.pool.acquire() as conn, conn.transaction():
             stored = await self.repo.lock_process(conn, ns, process_id)
@@ -290,7 +296,7 @@ class ProcessService:
             suspended = process.suspended_timer
             if suspended is not None:
                 due = max(suspended.at, datetime.now(UTC))
-                task = timer_job(ns, process_id, suspended.type, due, processor, self.default_lease_ttl_sec)
+                task = timer_job(ns, process_id, suspended.type, due, processor, lease_ttl_sec)
                 await self.repo.insert_task(conn, task)
                 timer = Timer(suspended.type, due, task.task_id)
             await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
@@ -332,7 +338,7 @@ class ProcessService:
         page. The processor need not be registered here."""
         self._check_ns(ns)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
-            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_CHECK_LIMIT}")
+            raise InvalidProcess(f"limit: must be between 1 and {MAX_CHECK_LIMIT}")
         after = _decode_cursor(cursor) if cursor else None
         page = await check_page(self.repo.pool, ns, after=after, limit=limit, repair=bool(repair),
                                 idle_sec=self.idle_sec, default_lease_ttl_sec=self.default_lease_ttl_sec)
@@ -342,11 +348,12 @@ class ProcessService:
     async def get(self, ns: str, process_id: str, range: HistoryRange | Mapping[str, Any] | None = None
                   ) -> Process:
         """The process with a page of its history (default: all of it, oldest first)."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         try:
             hrange = HistoryRange.of(range)
         except (TypeError, ValueError) as exc:
-            raise InvalidProcessRequest(str(exc)) from None
+            raise InvalidProcess(f"range: {exc}") from None
         stored = await self.repo.get_process(ns, process_id)
         if stored is None:
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
@@ -358,6 +365,7 @@ class ProcessService:
     async def remove(self, ns: str, process_id: str) -> None:
         """Delete the process and all its rows; its queued tasks are canceled (their callers get
         ProcessNotFound). A step running right now writes nothing (it finds the process gone)."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         started = time.perf_counter()
         if not await self.repo.delete_process(ns, process_id):
@@ -368,34 +376,36 @@ class ProcessService:
                    limit: int = 100) -> ProcessPage:
         """Processes of a namespace by id (without history), `limit` at a time; pass the page's
         `next_cursor` for the next one."""
+        self._check_ns(ns)
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidProcessRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+            raise InvalidProcess(f"limit: must be between 1 and {MAX_LIST_LIMIT}")
         if status is not None:
             try:
                 status = ProcessStatus(status).value
             except ValueError:
-                raise InvalidProcessRequest(
-                    f"unknown status {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
+                raise InvalidProcess(
+                    f"status: unknown {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
         after = _decode_cursor(cursor) if cursor else None
         rows = await self.repo.list_processes(ns, status, after, limit + 1)
         if len(rows) <= limit:
             return ProcessPage(rows, None)
         return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))
 
-    async def trace(self, ns: str, process_id: str) -> list[dict[str, Any]]:
+    async def trace(self, ns: str, process_id: str) -> list[TraceEntry]:
         """Every task of the process, oldest first (args, status, times, attempts, response,
-        error), each with the events it produced."""
+        error), each with the events it produced; `to_dict()` is the JSON of HTTP and the CLI."""
+        self._check_ns(ns)
         process_id = self._check_id(process_id)
         if await self.repo.get_process(ns, process_id) is None:
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
         tasks = await self.repo.list_tasks(ns, process_id)
         events = await self.repo.events(ns, process_id, HistoryRange())
-        by_task: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+        by_task: dict[uuid.UUID | None, list[Event]] = {}
         for event in events:
-            by_task.setdefault(event.task_id, []).append(event.to_dict())
-        trace = [{**t.to_dict(), "events": by_task.pop(t.task_id, [])} for t in tasks]
+            by_task.setdefault(event.task_id, []).append(event)
+        trace = [TraceEntry(t, by_task.pop(t.task_id, [])) for t in tasks]
         if by_task:  # events written without a task of this process (an import by put)
-            trace.insert(0, {"task_id": None, "type": "import", "events": [e for es in by_task.values() for e in es]})
+            trace.insert(0, TraceEntry(None, [e for es in by_task.values() for e in es]))
         return trace
 
     # -- import, feed, metrics -----------------------------------------------------------------------

@@ -8,13 +8,20 @@ a pause are skipped on purpose, not "missed")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from dataloader.clock import SYSTEM_CLOCK, Clock
-from dataloader.exceptions import InvalidScheduleRequest, ScheduleExists, ScheduleNotFound
+from dataloader.exceptions import (
+    InvalidSchedule,
+    InvalidScheduleRequest,
+    ScheduleExists,
+    ScheduleNotFound,
+    ValidationFailed,
+)
 from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
 from dataloader.schedules.ticks import next_tick, next_ticks
 from dataloader.storage.schedule_repository import ScheduleRepository
@@ -23,9 +30,14 @@ MAX_HISTORY_LIMIT = 1000
 
 
 class ScheduleService:
-    def __init__(self, repo: ScheduleRepository, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, repo: ScheduleRepository, *, clock: Clock = SYSTEM_CLOCK,
+                 check_task: Callable[[str, str], None] | None = None) -> None:
+        """`check_task(task, queue)`: the jobs' unknown-task rule (JobService.check_task), applied
+        when a schedule is created so a schedule of a task this process would fail is refused at
+        once, as a trigger of it is, not at its first tick."""
         self.repo = repo
         self.clock = clock
+        self.check_task = check_task
 
     @staticmethod
     def spec(**fields: Any) -> ScheduleSpec:
@@ -37,12 +49,13 @@ class ScheduleService:
             fields["every_sec"] = every.total_seconds() if isinstance(every, timedelta) else every
         try:
             return ScheduleSpec(**fields)
-        except ValidationError as exc:
-            raise InvalidScheduleRequest("; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'schedule'}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors())) from None
+        except ValidationError as exc:  # the model's check: HTTP's validation_error for the same body
+            failed = ValidationFailed.from_errors(exc.errors())
+            raise InvalidSchedule(str(failed), failed.fields) from None
 
     async def create(self, spec: ScheduleSpec) -> Schedule:
+        if self.check_task is not None:
+            self.check_task(spec.task, spec.queue)
         first = next_tick(spec.timing(), self.clock.wall())
         if first is None:
             raise InvalidScheduleRequest(f"schedule {spec.name!r} has no tick before the year 9999")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dataloader.exceptions import InvalidJobRequest, TooManyQueries
+from dataloader.exceptions import InvalidJobRequest, TooManyQueries, ValidationFailed
 from dataloader.job import Job
 from dataloader.job_filter import JobFilter
 from dataloader.services.jobs import MAX_LIST_LIMIT, decode_cursor, encode_cursor
@@ -74,10 +74,13 @@ def parse_filter(value: JobFilter | Mapping[str, Any] | None) -> JobFilter:
 
 
 def filter_error(exc: ValidationError) -> InvalidJobRequest:
-    """A filter's first validation problem as one InvalidJobRequest (a 4xx) naming the field."""
+    """A filter's first validation problem as one ValidationFailed (an InvalidJobRequest) naming the
+    field: HTTP's validation_error for the same filter in a body."""
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "filter"
-    return InvalidJobRequest(f"filter {where}: {err['msg'].removeprefix('Value error, ')}")
+    where = ".".join(str(p) for p in err["loc"])  # empty for a rule over several fields
+    message = err["msg"].removeprefix("Value error, ")
+    return ValidationFailed(f"filter {where}: {message}" if where else f"filter: {message}",
+                            ValidationFailed.from_errors(exc.errors(), prefix=("filter",)).fields)
 
 
 class SearchService:

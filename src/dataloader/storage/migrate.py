@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from dataloader.exceptions import SchemaMismatch
 from dataloader.storage.db import asyncpg_dsn, create_engine
 from dataloader.storage.queries import sql
 
@@ -43,10 +44,6 @@ SPEC_JOB_COLUMNS = {
     "consumer_group": "text", "created_at": "timestamp with time zone",
     "started_at": "timestamp with time zone", "finished_at": "timestamp with time zone",
 }
-
-
-class SchemaMismatch(RuntimeError):
-    pass
 
 
 VERSIONS_DIR = Path(__file__).parent / "migrations" / "versions"

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.clock import iso
 from dataloader.processes.model import Event, HistoryRange, Process, ProcessStatus, Timer
 from dataloader.storage.queries import sql
 
@@ -60,9 +61,9 @@ class TaskRecord:
         return {
             "task_id": str(self.task_id), "type": self.type, "args": self.args, "status": self.status,
             "idempotency_key": self.idempotency_key, "response": self.response, "error": self.error,
-            "scheduled_at": self.scheduled_at.isoformat(), "created_at": self.created_at.isoformat(),
-            "started_at": self.started_at.isoformat() if self.started_at else None,
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "scheduled_at": iso(self.scheduled_at), "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at) if self.started_at else None,
+            "finished_at": iso(self.finished_at) if self.finished_at else None,
             "attempts": self.attempt, "job_status": self.job_status,
             "restart_of": str(self.restart_of) if self.restart_of else None,
         }

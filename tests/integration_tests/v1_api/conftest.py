@@ -73,6 +73,25 @@ async def table_counts(pool: asyncpg.Pool) -> tuple[int, int]:
             await pool.fetchval("SELECT count(*) FROM dl_job_events"))
 
 
+_CONTENT_QUERY: list[str] = []  # the one statement that reads every dl_* table (one test database per run)
+
+
+async def tables_content(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
+    """Every dl_* table's rows, as (count, md5 of the rows as text in a fixed order): equal before and
+    after means no row was added, removed or changed in any of them (jobs, journal, processes,
+    schedules, observers, nodes, operations... and any table a later migration adds)."""
+    if not _CONTENT_QUERY:
+        names = [r["tablename"] for r in await pool.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE 'dl\\_%' "
+            "ORDER BY tablename")]
+        assert "dl_jobs" in names and "dl_schedules" in names and "dl_observers" in names
+        _CONTENT_QUERY.append(" UNION ALL ".join(
+            f"SELECT '{name}' AS name, count(*) AS n, "
+            f"md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) AS digest FROM {name} t"
+            for name in names))
+    return {r["name"]: (r["n"], r["digest"]) for r in await pool.fetch(_CONTENT_QUERY[0])}
+
+
 @pytest.fixture(autouse=True)
 def log_at_info() -> Iterator[None]:
     """Run with INFO enabled, as the service does, so every log call on the request path executes

@@ -22,7 +22,7 @@ from starlette.routing import Match
 from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
 from dataloader.api.v1.schemas import ErrorResponse
 from dataloader.api.v1.utils import flat_routes, safe_text
-from dataloader.exceptions import DataloaderError
+from dataloader.exceptions import DataloaderError, ValidationFailed
 from dataloader.storage.db import CONNECTION_ERRORS
 
 log = logging.getLogger("dataloader.api")
@@ -94,7 +94,9 @@ async def _dataloader_error(request: Request, exc: Exception) -> JSONResponse:
     headers = exc.headers if isinstance(exc, ApiError) else None
     if code == ErrorCode.too_many_queries:
         headers = {"Retry-After": "1"}
-    return error_response(code, str(exc), headers=headers)
+    # A validation_error the service found carries `fields` as one the request model found does.
+    fields = exc.fields[:50] if isinstance(exc, ValidationFailed) else None
+    return error_response(code, str(exc), headers=headers, fields=fields)
 
 
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:

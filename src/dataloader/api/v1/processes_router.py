@@ -458,4 +458,4 @@ async def remove_process(ns: Ns, id: Id, api: Api) -> Response:
 async def trace_process(ns: Ns, id: Id, api: Api) -> dict[str, Any]:
     """Tasks oldest first: type, args, status (waiting, finished, error, cancelled), times,
     attempts, idempotency key, response, error, and `events`."""
-    return {"ns": ns, "id": id, "tasks": await api.trace(ns, id)}
+    return {"ns": ns, "id": id, "tasks": [entry.to_dict() for entry in await api.trace(ns, id)]}

@@ -1,10 +1,54 @@
 -- Failures (failed and lost jobs) grouped by error text, of queue $1 (NULL: every queue) in the
 -- hours from $2 on, most frequent first, at most $3 groups.
+-- Two parts, summed per group: the rolled-up hours (dl_stats_errors: jobs finished before the
+-- watermark), and the failures the rollup has not reached yet, read from dl_jobs, so a failure
+-- shows at once instead of DL_STATS_LAG_SEC + a period later (issue 24: `ops errors` right after
+-- a failure). The tail starts at the watermark (the rollup counts [old, new) ranges, so no job is
+-- in both parts); it is found per (queue, status) as one range of ix_dl_jobs_finished, the queues
+-- by the loose scan of rollup.sql, and grouped as rollup.sql groups (first line, trimmed, 200
+-- characters).
+WITH RECURSIVE tail_start AS (
+    SELECT GREATEST(COALESCE((SELECT watermark FROM dl_stats_state WHERE id = 1), $2::timestamptz),
+                    $2::timestamptz) AS since
+), queues AS (
+    (SELECT queue FROM dl_jobs
+     WHERE status IN ('succeeded', 'failed', 'canceled', 'lost')
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM dl_jobs j
+            WHERE j.status IN ('succeeded', 'failed', 'canceled', 'lost') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+), tail AS (
+    SELECT j.queue, j.finished_at, j.job_id,
+           COALESCE(NULLIF(left(btrim(split_part(j.error, E'\n', 1), E' \t\r'), 200), ''),
+                    '(no error text)') AS error_group
+    FROM queues q
+    CROSS JOIN tail_start t
+    CROSS JOIN unnest(ARRAY['failed', 'lost']::dl_status[]) AS s(status)
+    JOIN LATERAL (
+        SELECT f.queue, f.finished_at, f.job_id, f.error
+        FROM dl_jobs f
+        WHERE f.queue = q.queue AND f.status = s.status
+          AND f.status IN ('succeeded', 'failed', 'canceled', 'lost')
+          AND f.finished_at >= t.since
+    ) j ON true
+    WHERE q.queue IS NOT NULL AND ($1::text IS NULL OR q.queue = $1::text)
+), groups AS (
+    SELECT queue, error, jobs, last_at, last_job_id
+    FROM dl_stats_errors
+    WHERE hour >= $2::timestamptz
+      AND ($1::text IS NULL OR queue = $1::text)
+    UNION ALL
+    SELECT queue, error_group, count(*), max(finished_at),
+           (array_agg(job_id ORDER BY finished_at DESC, job_id))[1]
+    FROM tail
+    GROUP BY queue, error_group
+)
 SELECT queue, error, sum(jobs)::bigint AS jobs, max(last_at) AS last_at,
        (array_agg(last_job_id ORDER BY last_at DESC))[1] AS last_job_id
-FROM dl_stats_errors
-WHERE hour >= $2::timestamptz
-  AND ($1::text IS NULL OR queue = $1::text)
+FROM groups
 GROUP BY queue, error
 ORDER BY jobs DESC, last_at DESC, queue, error
 LIMIT $3;

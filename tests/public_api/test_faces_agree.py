@@ -1,0 +1,324 @@
+"""Promise 11, "every face agrees" (issue 24): the same bad input gets the same error code from the
+Python API (the exception's `code`), the HTTP API (the body's `error`) and the CLI (its one line
+`dataloader: <code>: ...`, exit code 2 for bad input, 1 for a failed operation), and writes
+nothing; the same minimal job enqueued through each face is stored with the same defaults.
+
+A row's face is None where that face cannot say it (the CLI reads every number from text, HTTP has
+no `delay`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from dataloader import App, Settings
+from dataloader.api import create_app
+from dataloader.exceptions import INPUT_ERROR_CODES, DataloaderError
+from tests.support.cli import error_line, invoke
+
+MAX_ARGS_BYTES = 1000
+QUEUE = "faces"
+
+
+def settings(dsn: str) -> Settings:
+    return Settings(db_dsn=dsn, workers=[], max_args_bytes=MAX_ARGS_BYTES, pipeline_modules="tests.support.pipelines",
+                    log_format="json")
+
+
+def cli_env(dsn: str) -> dict[str, str]:
+    return {"DL_DB_DSN": dsn, "DL_MAX_ARGS_BYTES": str(MAX_ARGS_BYTES),
+            "DL_PIPELINE_MODULES": "tests.support.pipelines", "WORKERS_JSON": json.dumps([{"queue": QUEUE}])}
+
+
+@pytest.fixture(scope="module")
+async def py_app(dsn: str) -> AsyncIterator[App]:
+    app = await App(settings(dsn)).open()
+    yield app
+    await app.close()
+
+
+@pytest.fixture
+async def http(db, py_app: App) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(py_app.settings, context=py_app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://faces") as client:
+        yield client
+
+
+TRIGGER = "/api/v1/jobs/trigger"
+BIG = {"a": "x" * 2 * MAX_ARGS_BYTES}
+
+# (id, Python enqueue kwargs, HTTP trigger body (or raw bytes), CLI `jobs trigger` args, code)
+TRIGGERS: list[tuple[str, dict[str, Any] | None, Any, list[str] | None, str]] = [
+    ("priority a word", {"priority": "high"}, {"priority": "high"}, ["--priority", "high"], "validation_error"),
+    ("priority as text", {"priority": "5"}, {"priority": "5"}, None, "validation_error"),
+    ("priority negative", {"priority": -1}, {"priority": -1}, ["--priority", "-1"], "validation_error"),
+    ("empty task", {"task": ""}, {"task": ""}, ["--task", ""], "validation_error"),
+    ("blank lock_key", {"lock_key": "  "}, {"lock_key": "  "}, ["--lock-key", "  "], "validation_error"),
+    ("max_attempts 0", {"max_attempts": 0}, {"max_attempts": 0}, ["--max-attempts", "0"], "validation_error"),
+    ("unique window with an idempotency key", {"unique_for": 60, "idempotency_key": "k"},
+     {"unique_for_sec": 60, "idempotency_key": "k"}, ["--unique-for-sec", "60", "--idempotency-key", "k"],
+     "validation_error"),
+    ("restartable without a lock_key", {"restartable": True}, {"restartable": True}, ["--restartable"],
+     "validation_error"),
+    ("args a list", {"args": [1, 2]}, {"args": [1, 2]}, ["--args", "[1, 2]"], "validation_error"),
+    ("args not JSON", None, b'{"queue": "faces", "task": "dl.noop", "args": {oops}', ["--args", "{oops"],
+     "invalid_json"),
+    ("negative delay", {"delay": -5}, None, ["--delay", "-5"], "validation_error"),
+    ("available_at without a zone", {"available_at": "2030-01-01T00:00:00"},
+     {"available_at": "2030-01-01T00:00:00"}, ["--available-at", "2030-01-01T00:00:00"], "validation_error"),
+    ("a stage with a bad priority", {"then": [{"task": "dl.noop", "priority": -1}]},
+     {"then": [{"task": "dl.noop", "priority": -1}]}, ["--then", '{"task": "dl.noop", "priority": -1}'],
+     "validation_error"),
+    ("a stage with a priority as text", {"then": [{"task": "dl.noop", "priority": "5"}]},
+     {"then": [{"task": "dl.noop", "priority": "5"}]}, ["--then", '{"task": "dl.noop", "priority": "5"}'],
+     "validation_error"),
+    ("args too large", {"args": BIG}, {"args": BIG}, ["--args", json.dumps(BIG)], "args_too_large"),
+]
+
+
+async def python_code(app: App, kwargs: dict[str, Any]) -> str:
+    fields = {"queue": QUEUE, **kwargs}
+    task = fields.pop("task", "dl.noop")
+    args = fields.pop("args", None)
+    with pytest.raises(DataloaderError) as caught:
+        await app.enqueue(task, args, **fields)
+    return caught.value.code
+
+
+async def http_code(client: httpx.AsyncClient, method: str, url: str, body: Any = None) -> str:
+    if isinstance(body, bytes):
+        response = await client.request(method, url, content=body, headers={"content-type": "application/json"})
+    else:
+        response = await client.request(method, url, json=body)
+    assert 400 <= response.status_code < 500, response.text
+    body = response.json()
+    if body["error"] == "validation_error":  # wherever it was found, with the problems listed
+        assert body.get("fields"), body
+    return body["error"]
+
+
+async def cli_code(dsn: str, args: list[str]) -> str:
+    result = await asyncio.to_thread(invoke, args, cli_env(dsn))
+    line = error_line(result)
+    code = line.removeprefix("dataloader: ").split(":", 1)[0]
+    assert result.exit_code == (2 if code in INPUT_ERROR_CODES else 1), (result.exit_code, line)
+    return code
+
+
+@pytest.mark.parametrize(("py", "body", "cli", "code"), [row[1:] for row in TRIGGERS], ids=[row[0] for row in TRIGGERS])
+async def test_a_bad_trigger_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, db, dsn, py, body,
+                                                                                  cli, code):
+    codes: dict[str, str] = {}
+    if py is not None:
+        codes["python"] = await python_code(py_app, py)
+    if body is not None:
+        json_body = body if isinstance(body, bytes) else {"queue": QUEUE, "task": "dl.noop", **body}
+        codes["http"] = await http_code(http, "POST", TRIGGER, json_body)
+    if cli is not None:
+        given = [cli[i] for i in range(0, len(cli), 2) if cli[i].startswith("--")]
+        base = [] if "--task" in given else ["--task", "dl.noop"]
+        codes["cli"] = await cli_code(dsn, ["jobs", "trigger", "--queue", QUEUE, *base, *cli])
+    assert codes == dict.fromkeys(codes, code)
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_job_events") == 0
+
+
+# A task no pipeline here has, on a queue this process serves (its workers run here; the CLI answers
+# for its WORKERS_JSON): refused by one rule, for a trigger, a chain's stage and a schedule alike.
+UNKNOWN: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str]]] = [
+    ("trigger", lambda app: app.enqueue("no.such", queue=QUEUE),
+     ("POST", TRIGGER, {"queue": QUEUE, "task": "no.such"}),
+     ["jobs", "trigger", "--queue", QUEUE, "--task", "no.such"]),
+    ("a chain's stage", lambda app: app.enqueue("dl.noop", queue=QUEUE, then=[{"task": "no.such"}]),
+     ("POST", TRIGGER, {"queue": QUEUE, "task": "dl.noop", "then": [{"task": "no.such"}]}),
+     ["jobs", "trigger", "--queue", QUEUE, "--task", "dl.noop", "--then", "no.such"]),
+    ("schedule", lambda app: app.schedules.create(app.schedules.spec(name="s1", task="no.such", every_sec=60,
+                                                                      queue=QUEUE)),
+     ("POST", "/api/v1/schedules", {"name": "s1", "task": "no.such", "every_sec": 60, "queue": QUEUE}),
+     ["schedules", "create", "--name", "s1", "--task", "no.such", "--every", "60", "--queue", QUEUE]),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli"), [row[1:] for row in UNKNOWN], ids=[row[0] for row in UNKNOWN])
+async def test_an_unknown_task_on_a_served_queue_is_refused_by_every_face(py_app, db, dsn, call, request_, cli):
+    from dataloader import Queue
+
+    await db.execute("DELETE FROM dl_schedules WHERE name = 's1'")
+    async with py_app.running(queues=[Queue(QUEUE, 1)], reaper=False) as manager:
+        with pytest.raises(DataloaderError) as caught:
+            await call(py_app)
+        transport = httpx.ASGITransport(app=create_app(py_app.settings, context=py_app, manager=manager))
+        async with httpx.AsyncClient(transport=transport, base_url="http://faces") as client:
+            codes = {"python": caught.value.code, "http": await http_code(client, *request_)}
+    codes["cli"] = await cli_code(dsn, cli)
+    assert codes == dict.fromkeys(codes, "unknown_task")
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_schedules WHERE name = 's1'") == 0
+
+
+# Schedules and observers: the bad spec a model refuses is a validation_error in every face.
+# (id, Python call, HTTP method, url and body, CLI args, code)
+SPECS: list[tuple[str, Any, tuple[str, str, dict[str, Any]], list[str], str]] = [
+    ("schedule with a bad cron",
+     lambda app: app.schedules.spec(name="bad-cron", task="dl.noop", cron="61 * * * *"),
+     ("POST", "/api/v1/schedules", {"name": "bad-cron", "task": "dl.noop", "cron": "61 * * * *"}),
+     ["schedules", "create", "--name", "bad-cron", "--task", "dl.noop", "--cron", "61 * * * *"], "validation_error"),
+    ("schedule with a bad name",
+     lambda app: app.schedules.spec(name="a b", task="dl.noop", every_sec=60),
+     ("POST", "/api/v1/schedules", {"name": "a b", "task": "dl.noop", "every_sec": 60}),
+     ["schedules", "create", "--name", "a b", "--task", "dl.noop", "--every", "60"], "validation_error"),
+    ("schedule args not JSON", None, ("POST", "/api/v1/schedules", b'{"name": "s", "args": {x}'),
+     ["schedules", "create", "--name", "s", "--task", "dl.noop", "--every", "60", "--args", "{x"], "invalid_json"),
+    ("observer with a bad name",
+     lambda app: app.observers.spec(name="a b", kind="k"),
+     ("POST", "/api/v1/observers", {"name": "a b", "kind": "k"}),
+     ["observers", "create", "--name", "a b", "--kind", "k"], "validation_error"),
+]
+
+# Search filters (docs/operations.md): the same filter refused the same way.
+FILTERS: list[tuple[str, dict[str, Any], list[str], str]] = [
+    ("unknown status", {"statuses": ["nope"]}, ["ops", "search", "--status", "nope"], "validation_error"),
+    ("created range backwards", {"created_from": "2030-01-02T00:00:00Z", "created_to": "2030-01-01T00:00:00Z"},
+     ["ops", "search", "--created-from", "2030-01-02T00:00:00Z", "--created-to", "2030-01-01T00:00:00Z"],
+     "validation_error"),
+]
+
+
+@pytest.mark.parametrize(("body", "cli", "code"), [row[1:] for row in FILTERS], ids=[row[0] for row in FILTERS])
+async def test_a_bad_search_filter_gets_the_same_code_from_every_face(py_app, http, dsn, body, cli, code):
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.search(body)
+    codes = {"python": caught.value.code, "http": await http_code(http, "POST", "/api/v1/search", body),
+             "cli": await cli_code(dsn, cli)}
+    assert codes == dict.fromkeys(codes, code)
+
+
+# Processes: a namespace or id that cannot be, a bad page; a process that does not exist.
+PROCESSES: list[tuple[str, Any, tuple[str, str], list[str], str]] = [
+    ("namespace that cannot be", lambda app: app.processes.get("bad ns", "p"),
+     ("GET", "/api/v1/processes/bad%20ns/p"), ["processes", "get", "bad ns", "p"], "validation_error"),
+    ("blank process id", lambda app: app.processes.get("nobody", "  "),
+     ("GET", "/api/v1/processes/nobody/%20%20"), ["processes", "get", "nobody", "  "], "validation_error"),
+    ("list limit 0", lambda app: app.processes.list("nobody", limit=0),
+     ("GET", "/api/v1/processes/nobody?limit=0"), ["processes", "list", "nobody", "--limit", "0"],
+     "validation_error"),
+    ("list by an unknown status", lambda app: app.processes.list("nobody", status="bogus"),
+     ("GET", "/api/v1/processes/nobody?status=bogus"), ["processes", "list", "nobody", "--status", "bogus"],
+     "validation_error"),
+    ("no such process", lambda app: app.processes.get("nobody", "p"),
+     ("GET", "/api/v1/processes/nobody/p"), ["processes", "get", "nobody", "p"], "process_not_found"),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in PROCESSES],
+                         ids=[row[0] for row in PROCESSES])
+async def test_a_bad_process_request_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli,
+                                                                       code):
+    with pytest.raises(DataloaderError) as caught:
+        await call(py_app)
+    codes = {"python": caught.value.code, "http": await http_code(http, *request_), "cli": await cli_code(dsn, cli)}
+    assert codes == dict.fromkeys(codes, code)
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in SPECS], ids=[row[0] for row in SPECS])
+async def test_a_bad_schedule_or_observer_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli,
+                                                                            code):
+    codes: dict[str, str] = {}
+    if call is not None:
+        with pytest.raises(DataloaderError) as caught:
+            call(py_app)
+        codes["python"] = caught.value.code
+    codes["http"] = await http_code(http, *request_)
+    codes["cli"] = await cli_code(dsn, cli)
+    assert codes == dict.fromkeys(codes, code)
+
+
+MISSING = str(uuid.UUID(int=0))
+
+# (id, Python call, HTTP method and url, CLI args, code)
+READS: list[tuple[str, Any, tuple[str, str], list[str], str]] = [
+    ("job id not a UUID", lambda app: app.get("not-a-uuid"), ("GET", "/api/v1/jobs/not-a-uuid/status"),
+     ["jobs", "status", "not-a-uuid"], "validation_error"),
+    ("no such job", lambda app: app.get(MISSING), ("GET", f"/api/v1/jobs/{MISSING}/status"),
+     ["jobs", "status", MISSING], "job_not_found"),
+    ("cancel no such job", lambda app: app.cancel(MISSING), ("POST", f"/api/v1/jobs/{MISSING}/cancel"),
+     ["jobs", "cancel", MISSING], "job_not_found"),
+    ("list by an unknown status", lambda app: app.list(status="bogus"), ("GET", "/api/v1/jobs?status=bogus"),
+     ["jobs", "list", "--status", "bogus"], "validation_error"),
+    ("list with a bad cursor", lambda app: app.list(cursor="nope"), ("GET", "/api/v1/jobs?cursor=nope"),
+     ["jobs", "list", "--cursor", "nope"], "invalid_cursor"),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in READS], ids=[row[0] for row in READS])
+async def test_a_bad_read_gets_the_same_code_from_every_face(py_app, http, dsn, call, request_, cli, code):
+    with pytest.raises(DataloaderError) as caught:
+        await call(py_app)
+    codes = {"python": caught.value.code, "http": await http_code(http, *request_), "cli": await cli_code(dsn, cli)}
+    assert codes == dict.fromkeys(codes, code)
+
+
+# Every column a producer does not choose: what each face stores when it is left out.
+DEFAULTED = ("queue", "status", "attempt", "max_attempts", "priority", "partition_key", "lease_ttl_sec",
+             "timeout_sec", "idempotency_key", "cancel_requested", "chain_id", "chain_next", "restartable")
+
+
+async def test_a_minimal_job_gets_the_same_defaults_from_every_face(py_app, http, db, dsn):
+    made = {"python": (await py_app.enqueue("dl.noop")).id}
+    response = await http.post(TRIGGER, json={"queue": "default", "task": "dl.noop"})
+    assert response.status_code == 201, response.text
+    made["http"] = uuid.UUID(response.json()["job_id"])
+    result = await asyncio.to_thread(invoke, ["jobs", "trigger", "--task", "dl.noop"], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    made["cli"] = uuid.UUID(json.loads(result.stdout)["job_id"])
+
+    rows = {face: dict(await db.fetchrow("SELECT * FROM dl_jobs WHERE job_id = $1", job_id))
+            for face, job_id in made.items()}
+    for face, row in rows.items():
+        # lock_key defaults to the job's own id, and the job is due now, in every face.
+        assert row["lock_key"] == str(made[face]), face
+        assert abs((row["available_at"] - row["created_at"]).total_seconds()) < 1, face
+    defaults = {face: {c: row[c] for c in DEFAULTED if c in row} for face, row in rows.items()}
+    assert defaults["python"] == defaults["http"] == defaults["cli"], defaults
+    assert defaults["python"]["priority"] == 100 and defaults["python"]["queue"] == "default"
+    assert {row["producer"] for row in rows.values()} == {"python", "http", "cli"}
+
+
+async def test_times_read_the_same_in_every_face(py_app, http, db, dsn):
+    """One form for a time (ISO 8601, UTC, Z), whichever face prints it: the job's created_at from
+    Python's to_dict, the HTTP listing and the CLI's listing, and a schedule's times in the CLI."""
+    job = await py_app.enqueue("dl.noop", queue=QUEUE)
+    python = job.to_dict()["created_at"]
+    listed = (await http.get("/api/v1/jobs", params={"queue": QUEUE})).json()["jobs"]
+    result = await asyncio.to_thread(invoke, ["jobs", "list", "--queue", QUEUE], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.stdout)["jobs"][0]["created_at"]
+    assert python == listed[0]["created_at"] == cli and python.endswith("Z"), (python, listed[0], cli)
+
+    await db.execute("DELETE FROM dl_schedules WHERE name = 'times'")
+    await py_app.schedules.create(py_app.schedules.spec(name="times", task="dl.noop", every_sec=60, queue="x"))
+    try:
+        result = await asyncio.to_thread(invoke, ["schedules", "list"], cli_env(dsn))
+        shown = next(s for s in json.loads(result.stdout) if s["name"] == "times")
+        assert shown["next_run_at"].endswith("Z") and all(t.endswith("Z") for t in shown["upcoming"]), shown
+    finally:
+        await db.execute("DELETE FROM dl_schedules WHERE name = 'times'")
+
+
+async def test_bad_configuration_is_the_same_config_error_in_python_and_the_cli(dsn):
+    from dataloader.exceptions import ConfigError
+
+    async with App(Settings(db_dsn=dsn, workers=[], node_dead_after_sec=1)) as app:
+        with pytest.raises(ConfigError) as caught:
+            async with app.running():
+                pass
+    assert caught.value.variable == "DL_NODE_DEAD_AFTER_SEC" and caught.value.code == "config_error"
+    result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_NODE_DEAD_AFTER_SEC": "1"})
+    assert result.exit_code == 2
+    assert error_line(result) == f"dataloader: configuration error: {caught.value}"
