@@ -27,6 +27,7 @@ import time
 
 import asyncpg
 import httpx
+import pytest
 
 import tests.support.observers  # noqa: F401  (registers the test.* observer kinds)
 from dataloader.api import create_app
@@ -63,6 +64,7 @@ HOSTILE = [
 TABLES = "dl_jobs, dl_job_events, dl_observers, dl_nodes"
 
 
+@pytest.mark.slow  # seeds 60,000 rows and runs 30 worst-case scans: a load test
 async def test_worst_case_searches_cannot_stall_the_node(pool: asyncpg.Pool, dsn: str) -> None:
     await pool.execute(f"TRUNCATE {TABLES} CASCADE")
     await pool.execute(SEED, ROWS)

@@ -61,6 +61,7 @@ def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     ({"DL_DATA_DIR": "/proc/nope/pgdata"}, 2, "start-up failed: configuration error: DL_DATA_DIR: "),
     ({"DL_DB_DSN": UNREACHABLE}, 1, "start-up failed: database_unavailable: cannot reach the database at "),
 ])
+@pytest.mark.process  # runs `dataloader serve`
 async def test_serve_that_cannot_start_logs_one_line_and_exits_with_the_clis_code(env, code, start):
     import json
 
@@ -72,6 +73,7 @@ async def test_serve_that_cannot_start_logs_one_line_and_exits_with_the_clis_cod
     assert errors[0].startswith(start), errors
 
 
+@pytest.mark.process  # runs the CLI through a pipe
 def test_help_through_a_pipe_is_not_cut_at_80_columns():
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
     proc = subprocess.run([sys.executable, "-m", "dataloader", "jobs", "trigger", "--help"], env=env,

@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.conftest import ROOT, wait_until
 from tests.support.cli import invoke
+
+pytestmark = pytest.mark.process  # embedded servers, their owners and watchdogs as real processes
 
 
 def running_server(data_dir: Path) -> bool:

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 SCRIPT = '''
@@ -36,6 +38,7 @@ asyncio.run(main())
 '''
 
 
+@pytest.mark.process  # a fresh interpreter with no logging set up
 async def test_pipeline_logs_and_failures_show_with_the_job_id_without_any_logging_setup(dsn, db):
     proc = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-c", SCRIPT, dsn], capture_output=True, text=True, timeout=60,
