@@ -1,15 +1,6 @@
 -- The queues that have finished jobs, by a loose scan of ix_dl_jobs_finished (migration 0009): one
 -- index probe per queue instead of reading every finished row, so the pruner and the stats rollup
 -- find their queues in O(queues × log n) on any table size. No parameters.
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM dl_jobs
-     WHERE status IN ('succeeded', 'failed', 'canceled', 'lost')
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status IN ('succeeded', 'failed', 'canceled', 'lost') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-)
+WITH RECURSIVE
+-- @include finished_queues_walk
 SELECT queue FROM queues WHERE queue IS NOT NULL;

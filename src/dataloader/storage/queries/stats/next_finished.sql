@@ -1,17 +1,8 @@
 -- The earliest finished_at in [$1, $2) over every queue and finished status (NULL: none), so the
 -- rollup jumps over empty stretches (a first start with a 90-day window, a quiet weekend) in one
 -- step instead of an hour at a time. One probe of ix_dl_jobs_finished per (queue, status).
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM dl_jobs
-     WHERE status IN ('succeeded', 'failed', 'canceled', 'lost')
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status IN ('succeeded', 'failed', 'canceled', 'lost') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-)
+WITH RECURSIVE
+-- @include finished_queues_walk
 SELECT min(f.finished_at) AS next_finished
 FROM queues q
 CROSS JOIN unnest(ARRAY['succeeded', 'failed', 'canceled', 'lost']::dl_status[]) AS s(status)

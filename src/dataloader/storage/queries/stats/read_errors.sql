@@ -10,17 +10,9 @@
 WITH RECURSIVE tail_start AS (
     SELECT GREATEST(COALESCE((SELECT watermark FROM dl_stats_state WHERE id = 1), $2::timestamptz),
                     $2::timestamptz) AS since
-), queues AS (
-    (SELECT queue FROM dl_jobs
-     WHERE status IN ('succeeded', 'failed', 'canceled', 'lost')
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status IN ('succeeded', 'failed', 'canceled', 'lost') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-), tail AS (
+),
+-- @include finished_queues_walk
+, tail AS (
     SELECT j.queue, j.finished_at, j.job_id,
            COALESCE(NULLIF(left(btrim(split_part(j.error, E'\n', 1), E' \t\r'), 200), ''),
                     '(no error text)') AS error_group

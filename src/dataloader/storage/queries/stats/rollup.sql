@@ -13,17 +13,9 @@
 -- that ended without running (canceled while queued) counts in `jobs` only. Times are clamped
 -- so no stored value (±infinity, a created_at in the future) can overflow or go negative.
 -- Error groups (failed and lost jobs): the first line of `error`, trimmed, at most 200 characters.
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM dl_jobs
-     WHERE status IN ('succeeded', 'failed', 'canceled', 'lost')
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status IN ('succeeded', 'failed', 'canceled', 'lost') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-), src AS MATERIALIZED (
+WITH RECURSIVE
+-- @include finished_queues_walk
+, src AS MATERIALIZED (
     SELECT j.job_id, j.queue, j.status::text AS status, j.finished_at, j.error,
            date_trunc('hour', j.finished_at, 'UTC') AS hour,
            CASE WHEN p.kind = 'picked' THEN
