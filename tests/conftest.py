@@ -5,6 +5,8 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,10 +14,18 @@ from typing import Any
 import asyncpg
 import pytest
 
+from dataloader.processes import processors
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
 from tests.support import tiers
-from tests.support.database import TestServer, create_database, drop_database, reset_tables, start_server
+from tests.support.database import (
+    TestServer,
+    create_database,
+    drop_database,
+    reset_tables,
+    restart_server,
+    start_server,
+)
 from tests.support.engine import WorkerProcess
 from tests.support.pipelines import RUNS_DDL
 
@@ -144,6 +154,30 @@ def workers(subprocess_env: dict[str, str]) -> Iterator[Callable[..., WorkerProc
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def restart(pg_server: TestServer, dsn: str, record_property: Callable[[str, object], None]):
+    """Restart PostgreSQL (see restart_server) and make visible which kind of restart this was: a
+    real one, or, with an external server and no DL_TEST_RESTART_CMD, only terminated sessions."""
+
+    async def do() -> str:
+        how = await restart_server(pg_server, dsn)
+        record_property("pg_restart", how)
+        if how != "restarted":
+            warnings.warn(f"PostgreSQL was not restarted, its sessions were {how} (external DL_TEST_DSN "
+                          "server without DL_TEST_RESTART_CMD)", stacklevel=2)
+        return how
+
+    return do
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    """A fresh process namespace for the test; its processor is unregistered afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    processors.unregister(name)
 
 
 @pytest.fixture

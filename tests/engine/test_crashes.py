@@ -4,12 +4,10 @@ import asyncio
 import itertools
 import signal
 import time
-import warnings
 
 import pytest
 
 from tests.conftest import wait_until
-from tests.support.database import restart_server
 from tests.support.engine import enqueue, event_kinds, job_row
 from tests.support.wire import CountingProxy
 
@@ -96,22 +94,6 @@ async def test_sigterm_with_a_stuck_sync_pipeline_still_exits_and_hands_the_job_
     assert await w.wait_exit(timeout=60) == 0
     row = await job_row(db, job_id)
     assert row["status"] == "queued" and row["attempt"] == 0
-
-
-@pytest.fixture
-def restart(pg_server, dsn, record_property):
-    """Restart PostgreSQL (see restart_server) and make visible which kind of restart this was: a
-    real one, or, with an external server and no DL_TEST_RESTART_CMD, only terminated sessions."""
-
-    async def do() -> str:
-        how = await restart_server(pg_server, dsn)
-        record_property("pg_restart", how)
-        if how != "restarted":
-            warnings.warn(f"PostgreSQL was not restarted, its sessions were {how} (external DL_TEST_DSN "
-                          "server without DL_TEST_RESTART_CMD)", stacklevel=2)
-        return how
-
-    return do
 
 
 async def _journal_of_burned_attempts(db, ids) -> list:

@@ -20,7 +20,6 @@ import tests.support.observers  # noqa: F401  (registers test.* observer kinds)
 from dataloader import App, Queue, Settings
 from dataloader.api import create_app
 from dataloader.exceptions import ProcessTaskFailed
-from dataloader.processes import processors
 from dataloader.schedules.ticks import Timing, next_tick, next_ticks, plan
 from dataloader.storage.db import parse_timestamptz_text
 from tests.conftest import wait_until
@@ -52,13 +51,6 @@ async def clean(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     await pool.execute(f"TRUNCATE {TABLES}, test_observer_events")
     yield pool
     await pool.execute(f"TRUNCATE {TABLES}, test_observer_events")
-
-
-@pytest.fixture
-def ns() -> AsyncIterator[str]:
-    name = f"odd{uuid.uuid4().hex[:8]}"
-    yield name
-    processors.unregister(name)
 
 
 async def _get_ok(http: httpx.AsyncClient, path: str, **params: object) -> httpx.Response:

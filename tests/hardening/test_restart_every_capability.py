@@ -12,8 +12,6 @@ property), as tests/engine/test_crashes.py does."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -24,10 +22,8 @@ import pytest
 from dataloader import App, Queue, Settings
 from dataloader.api import create_app
 from dataloader.observers import ObserverContext, observer
-from dataloader.processes import processors
 from tests.conftest import wait_until
 from tests.integration_tests.v1_api.conftest import client_for
-from tests.support.database import restart_server
 from tests.support.engine import enqueue
 
 TABLES = ("dl_schedules, dl_schedule_runs, dl_observers, dl_nodes, dl_operations, dl_operation_events, "
@@ -63,26 +59,6 @@ async def clean(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     await pool.execute(f"TRUNCATE {TABLES}")
     yield pool
     await pool.execute(f"TRUNCATE {TABLES}")
-
-
-@pytest.fixture
-def ns() -> AsyncIterator[str]:
-    name = f"rs{uuid.uuid4().hex[:8]}"
-    yield name
-    processors.unregister(name)
-
-
-@pytest.fixture
-def restart(pg_server, dsn, record_property):
-    async def do() -> str:
-        how = await restart_server(pg_server, dsn)
-        record_property("pg_restart", how)
-        if how != "restarted":
-            warnings.warn(f"PostgreSQL was not restarted, its sessions were {how} (external DL_TEST_DSN "
-                          "server without DL_TEST_RESTART_CMD)", stacklevel=2)
-        return how
-
-    return do
 
 
 ROUTES = ["/status", "/metrics", "/api/v1/jobs?limit=5", "/api/v1/schedules", "/api/v1/schedules/every-second",

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -9,7 +8,6 @@ import pytest
 
 from dataloader import App, Queue, Settings
 from dataloader.api import create_app
-from dataloader.processes import processors
 
 PROCESS_TABLES = "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes"
 
@@ -26,14 +24,6 @@ async def pdb(db: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     """The pool, with processes and the queue emptied before the test."""
     await db.execute(f"TRUNCATE {PROCESS_TABLES}")
     yield db
-
-
-@pytest.fixture
-def ns() -> AsyncIterator[str]:
-    """A fresh namespace for the test; its processor is unregistered afterwards."""
-    name = f"t{uuid.uuid4().hex[:10]}"
-    yield name
-    processors.unregister(name)
 
 
 @pytest.fixture
