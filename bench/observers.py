@@ -89,7 +89,7 @@ async def redistribution(dsn: str, kills: int, fast: bool) -> dict[str, Any]:
     try:
         await until(lambda: _live(nodes_repo, 3), 60, "3 nodes live")
         from bench.observer_kinds import DDL
-        from dataloader.observers.model import ObserverSpec
+        from dataloader.model.observer import ObserverSpec
 
         await pool.execute(DDL)
         for i in range(24):
@@ -139,7 +139,7 @@ async def idle_cost(dsn: str, window: float, fleet: int = 1000, node_count: int 
         await asyncio.sleep(5)
         empty = await _rate(pool, window)
         observers = ObserverRepository(pool)
-        from dataloader.observers.model import ObserverSpec
+        from dataloader.model.observer import ObserverSpec
 
         for i in range(fleet):
             await observers.insert(ObserverSpec(name=f"idle-{i:04d}", kind="bench.idle"), None)

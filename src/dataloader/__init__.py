@@ -4,7 +4,6 @@ Everything a user needs is importable from here; anything else may change betwee
 """
 
 from dataloader.app import App
-from dataloader.chain import Stage, Then
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
     ArgsTooLarge,
@@ -54,8 +53,12 @@ from dataloader.exceptions import (
     UnknownTask,
     ValidationFailed,
 )
-from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
-from dataloader.job_filter import JobFilter
+from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.search import SearchPage
+from dataloader.model.chain import Stage, Then
+from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.job_filter import JobFilter
+from dataloader.model.operation import Operation
 from dataloader.observers import Node, Observer, ObserverContext, ObserverSpec, ObserverState, observer
 from dataloader.processes import (
     HistoryRange,
@@ -71,10 +74,8 @@ from dataloader.processes import (
     processor,
 )
 from dataloader.schedules import MissedPolicy, Schedule, ScheduleRun, ScheduleSpec, schedule
-from dataloader.services.jobs import JobRequest
-from dataloader.services.operations import Operation
-from dataloader.services.search import SearchPage
 from dataloader.sync import SyncApp
+from dataloader.version import __version__ as __version__
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 
@@ -166,4 +167,3 @@ __all__ = [
     "processor",
     "schedule",
 ]
-__version__ = "0.1.0"

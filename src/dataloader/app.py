@@ -28,18 +28,18 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from pydantic import ValidationError
 
-from dataloader.chain import MAX_STAGE_DELAY_SEC as MAX_DELAY_SEC
-from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
-from dataloader.ids import new_id
-from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.jobs.manager import JobManager, JobRequest, plain_jobs
+from dataloader.jobs.search import ExpensiveQueries
+from dataloader.model.chain import MAX_STAGE_DELAY_SEC as MAX_DELAY_SEC
+from dataloader.model.chain import Stage
+from dataloader.model.ids import new_id
+from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
-from dataloader.services.jobs import JobRequest, JobService, plain_jobs
-from dataloader.services.processes import ProcessService
-from dataloader.services.retention import FINISHED_STATUSES, RetentionPolicy
-from dataloader.services.schedules import ScheduleService
-from dataloader.services.search import ExpensiveQueries
+from dataloader.retention.policy import FINISHED_STATUSES, RetentionPolicy
+from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
@@ -51,12 +51,12 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipelin
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-    from dataloader.job_filter import JobFilter
-    from dataloader.maintenance.pruner import PruneReport
+    from dataloader.jobs.search import JobSearch, SearchPage
     from dataloader.maintenance.service import Service
-    from dataloader.services.observers import ObserverService
-    from dataloader.services.operations import OperationService
-    from dataloader.services.search import SearchPage, SearchService
+    from dataloader.model.job_filter import JobFilter
+    from dataloader.observers.manager import ObserverManager
+    from dataloader.operations.manager import OperationManager
+    from dataloader.retention.pruner import PruneReport
     from dataloader.workers.manager import WorkerManager
 
 log = logging.getLogger("dataloader")
@@ -82,7 +82,7 @@ class App:
         self._engine_app: App | None = None
         self._expensive: ExpensiveQueries | None = None
         self.repo: JobRepository
-        self.jobs: JobService
+        self.jobs: JobManager
 
     @classmethod
     def embedded(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
@@ -140,7 +140,7 @@ class App:
         self._dsn, self._pool = dsn, pool
         self._insert_group = InsertGroup(dsn)
         self.repo = JobRepository(pool, self._insert_group)
-        self.jobs = JobService(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
+        self.jobs = JobManager(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
         return self
 
@@ -294,7 +294,7 @@ class App:
         return await self.jobs.trigger_many(self._batch_items(jobs), producer="python", conn=conn)
 
     def _batch_items(self, jobs: Iterable[JobRequest | Mapping[str, Any]]) -> list[Any]:
-        """enqueue_many's items as `JobService.batch_columns` takes them: validated in one call when
+        """enqueue_many's items as `JobManager.batch_columns` takes them: validated in one call when
         they are all plain (`plain_jobs`), else a JobRequest each (shared with SyncApp)."""
         items = list(jobs)
         plain = plain_jobs(items)
@@ -330,7 +330,7 @@ class App:
                                        [{"loc": ["args"], "msg": "must be a mapping (a JSON object)",
                                          "type": "dict_type"}])
             # model_validate of a dict: a third cheaper than the keyword constructor (enqueue_many
-            # builds one per job). A missing lock_key stays None: the job's own id (JobService).
+            # builds one per job). A missing lock_key stays None: the job's own id (JobManager).
             return JobRequest.model_validate({
                 "task": task, "args": dict(args or {}), "queue": queue,
                 "lock_key": lock_key or default_lock_key, "available_at": available_at,
@@ -415,8 +415,8 @@ class App:
 
     def _maintenance_services(self, settings: Settings) -> list[Service]:
         """The leader-only duties of `running()`: the pruner and the stats rollup, unless disabled."""
-        from dataloader.maintenance.pruner import Pruner
-        from dataloader.maintenance.stats import StatsRollup
+        from dataloader.retention.pruner import Pruner
+        from dataloader.retention.rollup import StatsRollup
 
         services: list[Service] = self._schedule_services(settings)
         services.append(self._node_service(settings))
@@ -437,7 +437,7 @@ class App:
         """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
         Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
         age for `statuses` (default: every finished status). `dry_run` only counts."""
-        from dataloader.maintenance.pruner import prune
+        from dataloader.retention.pruner import prune
 
         if older_than is not None:
             seconds = (older_than.total_seconds() if isinstance(older_than, timedelta)
@@ -462,7 +462,7 @@ class App:
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
         DL_STATS_PERIOD_SEC); returns how many jobs were counted."""
-        from dataloader.maintenance.stats import rollup
+        from dataloader.retention.rollup import rollup
 
         return await rollup(self.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
 
@@ -471,7 +471,7 @@ class App:
         """Per queue and hour: finished counts by status, run and wait time (count, mean, p95,
         max), and the oldest waiting job. Hours from `start` (default: `end - hours`) to `end`
         (default: now), read from the rollup."""
-        from dataloader.maintenance.stats import read_stats
+        from dataloader.retention.rollup import read_stats
 
         end = end or datetime.now(UTC)
         start = start or end - timedelta(hours=hours)
@@ -483,7 +483,7 @@ class App:
                            limit: int = 20) -> dict[str, Any]:
         """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
         hours from `since` (default: the last hour) on."""
-        from dataloader.maintenance.stats import read_errors
+        from dataloader.retention.rollup import read_errors
 
         since = since or datetime.now(UTC) - timedelta(hours=1)
         return await read_errors(self.pool, queue=queue, since=since, limit=limit)
@@ -493,12 +493,12 @@ class App:
     # -- periodic schedules (issue 10; docs/patterns.md "Periodic schedules") ----------------------
 
     @property
-    def schedules(self) -> ScheduleService:
+    def schedules(self) -> ScheduleManager:
         """Create, read, list, pause, resume, delete schedules and read their history:
         `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
         service = self.__dict__.get("_schedule_service")
         if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_schedule_service"] = ScheduleService(ScheduleRepository(self.pool),
+            service = self.__dict__["_schedule_service"] = ScheduleManager(ScheduleRepository(self.pool),
                                                                            check_task=self.jobs.check_task)
         return service
 
@@ -536,8 +536,8 @@ class App:
     def _operations_services(self, settings: Settings) -> list[Service]:
         """The queue-time checker (when a limit is set) and the bulk operation runner of `running()`,
         on every node."""
-        from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
-        from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
+        from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
+        from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
         from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
 
         services: list[Service] = []
@@ -551,47 +551,47 @@ class App:
         return services
 
     @property
-    def operations(self) -> OperationService:
+    def operations(self) -> OperationManager:
         """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"],
         "queues": ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events
         / wait. The runner of every node's `running()` works them (docs/operations.md)."""
-        from dataloader.services.operations import OperationService
+        from dataloader.operations.manager import OperationManager
         from dataloader.storage.operation_repository import OperationRepository
 
         count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
-        return OperationService(OperationRepository(self.pool, count_timeout_sec=count_timeout), self._search_service(),
+        return OperationManager(OperationRepository(self.pool, count_timeout_sec=count_timeout), self._search_service(),
                                 default_batch_size=self.settings.operations_batch_size)
 
-    def _search_service(self) -> SearchService:
-        from dataloader.services.search import SearchService
+    def _search_service(self) -> JobSearch:
+        from dataloader.jobs.search import JobSearch
         from dataloader.storage.search_repository import SearchRepository
 
         count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
-        return SearchService(SearchRepository(self.pool, count_timeout_sec=count_timeout), self._expensive)
+        return JobSearch(SearchRepository(self.pool, count_timeout_sec=count_timeout), self._expensive)
 
     # -- end of recovery and operations ------------------------------------------------------------
 
     # -- node registry and observers (issue 12; docs/observers.md) ---------------------------------
 
     @property
-    def observers(self) -> ObserverService:
+    def observers(self) -> ObserverManager:
         """Create, read, list and stop observers (never-ending work, spread over the nodes), and read
         the node registry: `await app.observers.create(app.observers.spec(name=..., kind=..., args=...))`,
         `await app.observers.stop(name, wait=10)`, `await app.observers.nodes()`."""
+        from dataloader.observers.manager import ObserverManager
         from dataloader.observers.registry import observers as kinds
-        from dataloader.services.observers import ObserverService
         from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 
         service = self.__dict__.get("_observer_service")
         if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_observer_service"] = ObserverService(
+            service = self.__dict__["_observer_service"] = ObserverManager(
                 ObserverRepository(self.pool), NodeRepository(self.pool), kinds)
         return service
 
     def _node_service(self, settings: Settings) -> Service:
         """The node heartbeat of `running()` (every node): registers this process in dl_nodes and
         runs up to DL_OBSERVER_CAPACITY observers."""
-        from dataloader.maintenance.node_registry import NodeHeartbeat
+        from dataloader.observers.node_registry import NodeHeartbeat
 
         return NodeHeartbeat.from_settings(self.pool, self.dsn, settings, queues=[w.queue for w in settings.workers])
 
@@ -600,7 +600,7 @@ class App:
     # -- processes (issue 9; docs/processes.md) -----------------------------------------------------
 
     @property
-    def processes(self) -> ProcessService:
+    def processes(self) -> ProcessManager:
         """Event-sourced processes: `await app.processes.init("payments", "p-1", {...})`, `call`,
         `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
         `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
@@ -610,7 +610,7 @@ class App:
             from dataloader.storage.process_repository import ProcessRepository
 
             waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
-            service = self.__dict__["_process_service"] = ProcessService(
+            service = self.__dict__["_process_service"] = ProcessManager(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
                 idle_sec=self.settings.process_idle_sec)

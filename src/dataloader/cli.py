@@ -80,7 +80,7 @@ app.add_typer(jobs_app, name="jobs")
 
 def _version(value: bool) -> None:
     if value:
-        from dataloader import __version__
+        from dataloader.version import __version__
 
         typer.echo(f"dataloader {__version__}")
         raise typer.Exit()
@@ -132,7 +132,7 @@ def _print(data: Any) -> None:
 def _json_value(value: Any) -> Any:
     """A value json cannot write: a time in the one form of every face (ISO 8601, UTC, Z: the
     HTTP API's), anything else (ids, decimals) as its text."""
-    from dataloader.clock import iso
+    from dataloader.model.clock import iso
 
     return iso(value) if isinstance(value, datetime) else str(value)
 
@@ -288,7 +288,7 @@ def _with_app(fn: Any) -> Any:
         app = _cli_app(settings)
         await app.open(migrate_schema=True)
         # The CLI answers for the queues of the service it is a tool of (WORKERS_JSON), so a task
-        # that service would fail is refused here as `serve` refuses it (JobService's rule).
+        # that service would fail is refused here as `serve` refuses it (JobManager's rule).
         configured = frozenset(w.queue for w in settings.workers)
         app.jobs.served_queues = lambda: configured
         try:
@@ -332,7 +332,7 @@ def jobs_trigger(
 ) -> None:
     """Enqueue a job; prints its id and status."""
     from dataloader.app import App
-    from dataloader.services.jobs import status_view
+    from dataloader.jobs.manager import status_view
 
     # The Python API's own request builder, checked before anything opens: the same model,
     # defaults and errors as App.enqueue (and the HTTP body).
@@ -390,7 +390,7 @@ def jobs_chain(chain_or_job_id: str) -> None:
 @jobs_app.command("status")
 def jobs_status(job_id: str) -> None:
     """Show a job's status."""
-    from dataloader.services.jobs import status_view
+    from dataloader.jobs.manager import status_view
 
     jid = _job_id(job_id)
 
@@ -403,7 +403,7 @@ def jobs_status(job_id: str) -> None:
 @jobs_app.command("cancel")
 def jobs_cancel(job_id: str) -> None:
     """Cancel a job: at once if queued, at its next chunk if running."""
-    from dataloader.services.jobs import status_view
+    from dataloader.jobs.manager import status_view
 
     jid = _job_id(job_id)
 
@@ -416,7 +416,7 @@ def jobs_cancel(job_id: str) -> None:
 @jobs_app.command("retry")
 def jobs_retry(job_id: str) -> None:
     """Put a failed, canceled or lost job back to the queue, with a fresh attempt budget."""
-    from dataloader.services.jobs import status_view
+    from dataloader.jobs.manager import status_view
 
     jid = _job_id(job_id)
 
@@ -477,7 +477,7 @@ def jobs_prune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count what would be deleted")] = False,
 ) -> None:
     """Delete finished jobs (with their journal rows) in small batches; prints the counts."""
-    from dataloader.services.retention import FINISHED_STATUSES
+    from dataloader.retention.policy import FINISHED_STATUSES
 
     bad = sorted(set(status or ()) - set(FINISHED_STATUSES))
     if bad:
@@ -558,10 +558,10 @@ def schedules_create(
     lock_key: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Create a schedule (one declared in code with @schedule is created at start instead)."""
-    from dataloader.services.schedules import ScheduleService
+    from dataloader.schedules.manager import ScheduleManager
 
     # The service's own check: its error, with its code, is the CLI's line (_Commands).
-    spec = ScheduleService.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
+    spec = ScheduleManager.spec(name=name, task=task, cron=cron, every_sec=every, tz=tz, queue=queue,
                                 args=_json_option("args", args), missed=missed, catch_up_limit=catch_up_limit,
                                 lock_key=lock_key)
 
@@ -664,7 +664,7 @@ def _filter(queue: list[str] | None, task: list[str] | None, status: list[str] |
               "finished_to": _when("finished-to", finished_to), "args_contains": contains,
               "args_path": args_path, "lock_key_prefix": lock_key_prefix, "held": held}
     from dataloader.exceptions import InvalidJobRequest
-    from dataloader.services.search import parse_filter
+    from dataloader.jobs.search import parse_filter
 
     try:
         return parse_filter({k: v for k, v in values.items() if v is not None}).describe()
@@ -751,10 +751,10 @@ def observers_create(
     max_restarts: Annotated[int | None, typer.Option(help="Crashes in a row before it is left failed")] = None,
 ) -> None:
     """Create an observer: it waits in `created` until a node with spare capacity takes it."""
-    from dataloader.services.observers import ObserverService
+    from dataloader.observers.manager import ObserverManager
 
     # The service's own check: its error, with its code, is the CLI's line (_Commands).
-    spec = ObserverService.spec(name=name, kind=kind, args=_json_option("args", args), max_restarts=max_restarts)
+    spec = ObserverManager.spec(name=name, kind=kind, args=_json_option("args", args), max_restarts=max_restarts)
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.observers.create(spec)).to_dict()

@@ -97,7 +97,7 @@ LEADER = Gauge(
     "dl_leader", "1 while this node holds the maintenance leader lock, else 0 (absent: no election runs)", ["node"]
 )
 
-# Retention and stats (issue 10: maintenance/pruner.py, maintenance/stats.py; docs/patterns.md).
+# Retention and stats (issue 10: retention/pruner.py, retention/rollup.py; docs/patterns.md).
 JOBS_PRUNED = Counter(
     "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
 )

@@ -24,8 +24,8 @@ driver with a `pyformat`, `format` or `named` paramstyle) — and insert the job
 transaction, so it exists if and only if that transaction commits. That path runs on the caller's
 thread and connection, not on the private loop: it is the same SQL text as the async path
 (`storage/queries/insert_job.sql`, `insert_jobs_batch.sql` / `insert_jobs_batch_unkeyed.sql`,
-`get_job_by_idempotency_key.sql`) and the same request validation (`JobService.to_new_job`,
-`JobService.batch_columns`) and idempotency rule.
+`get_job_by_idempotency_key.sql`) and the same request validation (`JobManager.to_new_job`,
+`JobManager.batch_columns`) and idempotency rule.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dataloader import metrics
 from dataloader.app import App
-from dataloader.chain import Stage
 from dataloader.config import Queue, Settings, load_settings
-from dataloader.ids import new_id
-from dataloader.job import Chain, Job, JobEvent, JobPage, JobStatus
-from dataloader.services.jobs import JobRequest, JobService
+from dataloader.jobs.manager import JobManager, JobRequest
+from dataloader.model.chain import Stage
+from dataloader.model.ids import new_id
+from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import inserted_job
@@ -234,7 +234,7 @@ class SyncApp:
         batch.count_enqueued(ids)
         return ids
 
-    def _service(self) -> JobService:
+    def _service(self) -> JobManager:
         if self._loop is None:
             raise RuntimeError("the SyncApp is not open: call app.open() or use `with SyncApp(...)`")
         return self.app.jobs
@@ -311,7 +311,7 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob) -> Job:
-    """repositories.insert_job + JobService.trigger, on the caller's connection."""
+    """repositories.insert_job + JobManager.trigger, on the caller's connection."""
     params = [new_job.job_id, new_job.queue, new_job.task, new_job.args_json, new_job.idempotency_key,
               new_job.lock_key, new_job.partition_key, new_job.priority, new_job.available_at,
               new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None, new_job.timeout_sec,
@@ -322,7 +322,7 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
             rows = runner.fetch(sql("get_queued_restartable_job"), [new_job.lock_key])
         if rows:  # else it was claimed between the two statements: trigger again
             job = _job(rows[0])
-            JobService.check_restart_target(request, job, created=bool(rows[0].get("created")))
+            JobManager.check_restart_target(request, job, created=bool(rows[0].get("created")))
             return job
     while True:
         rows = runner.fetch(sql("insert_job"), params)
@@ -333,7 +333,7 @@ def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob)
         if existing:  # else the conflicting row was deleted between the two statements: insert again
             job = _job(existing[0])
             if request.unique_for_sec is None:
-                JobService._check_same_request(request, new_job, job, bool(existing[0]["same_args"]))
+                JobManager._check_same_request(request, new_job, job, bool(existing[0]["same_args"]))
             return job
 
 

@@ -40,11 +40,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from dataloader.app import App
-from dataloader.chain import Stage
 from dataloader.config import Queue
 from dataloader.exceptions import Cancel, UnknownTask
-from dataloader.job import ACTIVE_STATUSES, FINISHED_STATUSES, Job, JobStatus
 from dataloader.logger.context_vars import bind_job
+from dataloader.model.chain import Stage
+from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, Job, JobStatus
 from dataloader.workers.chaining import plan_next_jobs
 from dataloader.workers.outcome import decide, retry_delay
 from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from prometheus_client import REGISTRY
 
 from dataloader import JobContext, pipeline
-from dataloader.maintenance.reaper import Reaper
+from dataloader.jobs.reaper import Reaper
 from dataloader.storage.queue_connection import FinishRequest, QueueConnection
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until

@@ -14,8 +14,8 @@ from contextlib import asynccontextmanager
 import asyncpg
 import pytest
 
-from dataloader.maintenance.reaper import Reaper
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.reaper import Reaper
 from dataloader.storage.queue_connection import QueueConnection
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until

@@ -15,12 +15,12 @@ import asyncpg
 import pytest
 
 from dataloader import Stage
-from dataloader.clock import ManualClock
-from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
-from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
+from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
+from dataloader.model.clock import ManualClock
+from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
+from dataloader.schedules.manager import ScheduleManager
 from dataloader.schedules.scheduler import Scheduler
-from dataloader.services.jobs import JobRequest
-from dataloader.services.schedules import ScheduleService
 from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from tests.conftest import wait_until
@@ -145,7 +145,7 @@ async def test_a_schedule_tick_whose_queued_row_is_refused_enqueues_nothing_and_
     start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     clock = ManualClock(wall_start=start)
     repo = ScheduleRepository(db)
-    service = ScheduleService(repo, clock=clock)
+    service = ScheduleManager(repo, clock=clock)
     created = await service.create(service.spec(name="atomic-tick", task="dl.noop", every=dt.timedelta(minutes=1),
                                                 queue="atomic"))
     scheduler = Scheduler(repo, clock=clock)

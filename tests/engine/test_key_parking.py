@@ -9,8 +9,8 @@ import signal
 
 import asyncpg
 
-from dataloader.maintenance.reaper import Reaper
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.reaper import Reaper
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, claim_sql
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until

@@ -1,7 +1,7 @@
 import asyncio
 import uuid
 
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, event_kinds, job_row, job_service, running_engine
 

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from dataloader.maintenance.reaper import Reaper
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.reaper import Reaper
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until
 from tests.support.engine import enqueue, job_row, job_service, running_engine

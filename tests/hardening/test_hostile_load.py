@@ -32,7 +32,7 @@ import pytest
 import tests.support.observers  # noqa: F401  (registers the test.* observer kinds)
 from dataloader.api import create_app
 from dataloader.app import App
-from dataloader.observers.model import ObserverState
+from dataloader.model.observer import ObserverState
 from tests.conftest import wait_until
 from tests.integration_tests.v1_api.conftest import api_settings, client_for
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from dataloader.maintenance.reaper import Reaper
+from dataloader.jobs.reaper import Reaper
 from dataloader.storage.queue_connection import QueueConnection
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until

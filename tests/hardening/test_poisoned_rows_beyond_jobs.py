@@ -20,7 +20,7 @@ import tests.support.observers  # noqa: F401  (registers test.* observer kinds)
 from dataloader import App, Queue, Settings
 from dataloader.api import create_app
 from dataloader.exceptions import ProcessTaskFailed
-from dataloader.schedules.ticks import Timing, next_tick, next_ticks, plan
+from dataloader.model.schedule_timing import Timing, next_tick, next_ticks, plan
 from dataloader.storage.db import parse_timestamptz_text
 from tests.conftest import wait_until
 from tests.integration_tests.v1_api.conftest import client_for

@@ -3,7 +3,7 @@ max_attempts is the value that decides (a pipeline's override), in status, listi
 
 from __future__ import annotations
 
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
 from tests.conftest import wait_until
 from tests.support.engine import job_row, job_service, running_engine
 

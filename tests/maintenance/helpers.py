@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from dataloader.clock import Clock
 from dataloader.maintenance import LeaderElector, Scope, Service, ServiceSettings
+from dataloader.model.clock import Clock
 
 
 class Recorder:

@@ -12,8 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from dataloader import metrics
-from dataloader.clock import ManualClock
-from dataloader.maintenance import PeriodicService, PeriodicSettings, Reaper, ReaperSettings
+from dataloader.jobs.reaper import Reaper, ReaperSettings
+from dataloader.maintenance import PeriodicService, PeriodicSettings
+from dataloader.model.clock import ManualClock
 from tests.support.engine import make_settings
 
 

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from dataloader import metrics
-from dataloader.clock import ManualClock
 from dataloader.maintenance import BackoffPolicy, Scope, ServiceSettings, ServiceState, Supervisor
+from dataloader.model.clock import ManualClock
 from tests.maintenance.helpers import Crashing, ManualElector, Recorder, Returning, Steady
 
 

@@ -85,7 +85,7 @@ async def _running_on(app, name, node):
 
 
 def test_the_quiet_pace_is_half_the_fence_when_that_at_least_halves_the_cost():
-    from dataloader.maintenance.node_registry import NodeSettings
+    from dataloader.observers.node_registry import NodeSettings
 
     defaults = NodeSettings(capacity=1)
     assert (defaults.heartbeat_sec, defaults.fence_after, defaults.quiet_sec) == (2, 10, 5)

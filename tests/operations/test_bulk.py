@@ -12,8 +12,8 @@ import pytest
 
 from dataloader import JobContext, pipeline
 from dataloader.exceptions import InvalidJobRequest, OperationNotFound, OperationStateConflict
-from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
-from dataloader.maintenance.reaper import Reaper
+from dataloader.jobs.reaper import Reaper
+from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
 from dataloader.storage.operation_repository import OperationRepository
 from dataloader.storage.repositories import JobRepository
 from tests.conftest import wait_until
@@ -77,7 +77,7 @@ async def test_a_job_that_matches_again_is_not_handled_twice(app_on_db, db):
 
 
 def r_parse(value):
-    from dataloader.services.search import parse_filter
+    from dataloader.jobs.search import parse_filter
 
     return parse_filter(value)
 

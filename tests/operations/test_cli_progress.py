@@ -10,7 +10,7 @@ import uuid
 from rich.text import Text
 
 from dataloader.cli import _progress_line
-from dataloader.services.operations import Operation
+from dataloader.model.operation import Operation
 from tests.support.cli import invoke
 
 

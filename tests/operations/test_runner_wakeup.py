@@ -5,7 +5,7 @@ the runner would wait out the hour."""
 
 from __future__ import annotations
 
-from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
+from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
 from dataloader.storage.operation_repository import OperationRepository
 from tests.conftest import wait_until
 from tests.retention.rows import add_job

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dataloader.job_filter import JobFilter
+from dataloader.model.job_filter import JobFilter
 from dataloader.storage.queries import sql
 from dataloader.storage.search_repository import filter_params
 

@@ -13,7 +13,7 @@ import pytest
 
 from dataloader import metrics
 from dataloader.api import create_app
-from dataloader.maintenance.queue_time import QueueTimeChecker, QueueTimeSettings
+from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
 from dataloader.storage.operation_repository import QueueTimeRepository
 from tests.operations.conftest import ops_settings
 from tests.retention.rows import add_job
@@ -122,7 +122,7 @@ async def test_queue_time_checker_flags_once_and_fails_where_asked(db, dsn):
 
 
 async def test_lease_expiry_counter_per_queue_and_task(db):
-    from dataloader.maintenance.reaper import Reaper
+    from dataloader.jobs.reaper import Reaper
     from dataloader.storage.repositories import JobRepository
 
     job = await add_job(db, queue="lq", status="running", finished_ago=None, picked_ago=120)
@@ -178,7 +178,7 @@ async def test_bad_operation_requests_are_4xx_and_write_nothing(client, db, body
 
 
 async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, subprocess_env):
-    from dataloader.maintenance.operations import OperationRunner, OperationRunnerSettings
+    from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
     from dataloader.storage.operation_repository import OperationRepository
 
     await fill(db)

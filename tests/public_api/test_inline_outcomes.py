@@ -8,7 +8,7 @@ import pytest
 
 import tests.support.pipelines  # noqa: F401  (registers test.* pipelines)
 from dataloader import Cancel, Retry, Snooze
-from dataloader.job import JobStatus
+from dataloader.model.job import JobStatus
 from dataloader.testing import run_inline
 
 

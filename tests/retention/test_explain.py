@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dataloader.services.stats import BOUNDS
+from dataloader.retention.stats import BOUNDS
 from dataloader.storage.queries import sql
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import ConfigError
-from dataloader.services.retention import RetentionPolicy
+from dataloader.retention.policy import RetentionPolicy
 
 DAY = 86400.0
 

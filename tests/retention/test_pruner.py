@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 
 from dataloader import App, Queue, Settings
-from dataloader.maintenance.pruner import Pruner, PrunerSettings, prune
 from dataloader.maintenance.service import Scope
-from dataloader.services.retention import RetentionPolicy
+from dataloader.retention.policy import RetentionPolicy
+from dataloader.retention.pruner import Pruner, PrunerSettings, prune
 from dataloader.storage.queries import sql
 from tests.conftest import wait_until
 from tests.retention.rows import add_job, exists
@@ -169,7 +169,7 @@ async def _gone(db, job_id) -> bool:
 async def test_the_process_feed_is_pruned_from_its_head_and_only_the_old_rows(db):
     """DL_RETENTION_PROCESS_FEED: feed rows older than the age go, batch by batch; younger ones and
     the processes' own history stay."""
-    from dataloader.maintenance.pruner import prune_process_feed
+    from dataloader.retention.pruner import prune_process_feed
 
     await db.execute("TRUNCATE dl_process_feed")
     await db.execute("INSERT INTO dl_process_feed (ns, process_id, kind, ts) "

@@ -15,11 +15,11 @@ import pytest
 from dataloader.api import create_app
 from dataloader.app import App
 from dataloader.config import Settings
-from dataloader.services.schedules import ScheduleService
+from dataloader.schedules.manager import ScheduleManager
 
 # The one default for how many upcoming run times a schedule shows (docs/patterns.md: "the next 5");
 # both faces' tests compare with it, so a face that picks its own count fails its test.
-UPCOMING_DEFAULT = inspect.signature(ScheduleService.upcoming).parameters["count"].default
+UPCOMING_DEFAULT = inspect.signature(ScheduleManager.upcoming).parameters["count"].default
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import itertools
 import signal
 from datetime import timedelta
 
-from dataloader.schedules.model import ScheduleSpec
-from dataloader.services.schedules import ScheduleService
+from dataloader.model.schedule import ScheduleSpec
+from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage.schedule_repository import ScheduleRepository
 from tests.conftest import wait_until
 
@@ -29,7 +29,7 @@ def fired_by(worker) -> int:
 
 
 async def test_replicas_enqueue_exactly_one_job_per_tick_and_follow_run_once_after_an_outage(sdb, workers):
-    service = ScheduleService(ScheduleRepository(sdb))
+    service = ScheduleManager(ScheduleRepository(sdb))
     await service.create(ScheduleSpec(name=NAME, task="dl.noop", queue="sched-unserved", every_sec=1,
                                       missed="run_once", grace_sec=2))
     nodes = [workers(queues={"other": 1}), workers(queues={"other": 1})]

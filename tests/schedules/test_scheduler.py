@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dataloader.clock import ManualClock
+from dataloader.model.clock import ManualClock
+from dataloader.schedules.manager import ScheduleManager
 from dataloader.schedules.scheduler import TICKS, Scheduler, SchedulerSettings
-from dataloader.services.schedules import ScheduleService
 from dataloader.storage.schedule_repository import ScheduleRepository
 from tests.conftest import wait_until
 
@@ -21,7 +21,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 def parts(pool, clock=None):
     clock = clock or ManualClock(wall_start=START)
     repo = ScheduleRepository(pool)
-    return clock, repo, ScheduleService(repo, clock=clock)
+    return clock, repo, ScheduleManager(repo, clock=clock)
 
 
 async def jobs_of(pool, name):

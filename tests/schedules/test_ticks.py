@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from dataloader.clock import ManualClock
+from dataloader.model.clock import ManualClock
+from dataloader.model.schedule_timing import InvalidTiming, idempotency_key, next_tick
 from dataloader.schedules import ScheduleSpec, Timing, next_ticks, plan
-from dataloader.schedules.ticks import InvalidTiming, idempotency_key, next_tick
 
 
 def utc(*args: int) -> datetime:

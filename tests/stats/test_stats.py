@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from dataloader import App, Settings
 from dataloader.api import create_app
 from dataloader.cli import app as cli_app
-from dataloader.maintenance.stats import StatsRollup, StatsSettings, rollup
-from dataloader.services.stats import BOUNDS, error_group, histogram_quantile
+from dataloader.retention.rollup import StatsRollup, StatsSettings, rollup
+from dataloader.retention.stats import BOUNDS, error_group, histogram_quantile
 from tests.retention.rows import add_job
 
 HOUR = 3600.0

@@ -17,7 +17,7 @@ import asyncpg
 
 import tests.support.pipelines  # noqa: F401  (registers test.* pipelines)
 from dataloader.config import Settings
-from dataloader.services.jobs import JobRequest, JobService
+from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import load_pipeline_modules, registry
@@ -34,8 +34,8 @@ def make_settings(dsn: str, queues: dict[str, int] | None = None, **overrides: A
     return Settings(**values)
 
 
-def job_service(pool: asyncpg.Pool) -> JobService:
-    return JobService(JobRepository(pool), registry, default_lease_ttl_sec=60, max_args_bytes=256 * 1024)
+def job_service(pool: asyncpg.Pool) -> JobManager:
+    return JobManager(JobRepository(pool), registry, default_lease_ttl_sec=60, max_args_bytes=256 * 1024)
 
 
 async def enqueue(pool: asyncpg.Pool, task: str = "dl.noop", *, lock_key: str | None = None,

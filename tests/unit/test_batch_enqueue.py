@@ -1,5 +1,5 @@
-"""The batch enqueue's fast path (services/jobs.py `plain_jobs` + `batch_columns`) and the
-time-ordered job ids (dataloader/ids.py). No database: the statement is the same as before."""
+"""The batch enqueue's fast path (jobs/manager.py `plain_jobs` + `batch_columns`) and the
+time-ordered job ids (dataloader/model/ids.py). No database: the statement is the same as before."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import dataloader
-from dataloader import ids
 from dataloader.exceptions import ArgsTooLarge, InvalidJobRequest, UnknownTask, ValidationFailed
-from dataloader.services.jobs import JobService, plain_jobs
+from dataloader.jobs.manager import JobManager, plain_jobs
+from dataloader.model import ids
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 APP = dataloader.App(dataloader.Settings(db_dsn="postgresql://unused@127.0.0.1/unused", workers=[]))
 
 
-def service(served: frozenset[str] = frozenset()) -> JobService:
-    return JobService(None, PipelineRegistry(), default_lease_ttl_sec=77, max_args_bytes=200,  # type: ignore[arg-type]
+def service(served: frozenset[str] = frozenset()) -> JobManager:
+    return JobManager(None, PipelineRegistry(), default_lease_ttl_sec=77, max_args_bytes=200,  # type: ignore[arg-type]
                       served_queues=lambda: served)
 
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from dataloader import Stage, Then
-from dataloader.job import Chain, Job, JobStatus
-from dataloader.services.jobs import JobRequest, unique_window_key
+from dataloader.jobs.manager import JobRequest, unique_window_key
+from dataloader.model.job import Chain, Job, JobStatus
 from dataloader.workers.chaining import plan_next_jobs, stages_json
 from dataloader.workers.outcome import decide
 

@@ -64,7 +64,7 @@ def test_a_filter_rule_over_several_fields_names_the_filter_once():
 
     import pytest
 
-    from dataloader.services.search import parse_filter
+    from dataloader.jobs.search import parse_filter
 
     with pytest.raises(exceptions.InvalidJobRequest) as caught:
         parse_filter({"created_from": datetime(2030, 1, 1, tzinfo=UTC), "created_to": datetime(2020, 1, 1, tzinfo=UTC)})

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from pydantic import ValidationError
 
-from dataloader.services.jobs import AVAILABLE_AT_RANGE, JobRequest
+from dataloader.jobs.manager import AVAILABLE_AT_RANGE, JobRequest
 from dataloader.storage.db import decode_timestamptz, encode_timestamptz, is_connection_error
 from dataloader.workers.attempt import MAX_RETRY_DELAY_SEC, retry_delay
 from dataloader.workers.pipelines.context import JobContext

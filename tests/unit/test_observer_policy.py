@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from dataloader.maintenance.node_registry import NodeSettings
 from dataloader.observers import policy
+from dataloader.observers.node_registry import NodeSettings
 
 GiB = 1024**3
 

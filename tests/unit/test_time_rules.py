@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from dataloader.clock import ManualClock
-from dataloader.waiting import Backoff, wait_event
+from dataloader.maintenance.waiting import Backoff, wait_event
+from dataloader.model.clock import ManualClock
 from dataloader.workers.heartbeat import HeartbeatSchedule, heartbeat_period
 from dataloader.workers.wakeup import DueTimer
 
@@ -198,7 +198,7 @@ async def test_a_cancel_that_arrives_as_the_event_is_set_is_not_lost():
     shutdown timeout."""
     import asyncio
 
-    from dataloader.clock import SYSTEM_CLOCK
+    from dataloader.model.clock import SYSTEM_CLOCK
 
     for _ in range(20):
         event = asyncio.Event()

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-import dataloader
 from dataloader.api import metric_router, os_router
 from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
 from dataloader.api.runtime import Runtime
@@ -27,6 +26,7 @@ from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.config import Settings
 from dataloader.heap import freeze_startup_objects
+from dataloader.version import __version__
 
 if TYPE_CHECKING:
     from dataloader.app import App
@@ -125,7 +125,7 @@ def create_app(settings: Settings, *, context: App | None = None,
     # in its wheel (mounted at /static-offline-docs) instead of a CDN, so they work offline.
     app = FastAPIOffline(
         title="dataloader",
-        version=dataloader.__version__,
+        version=__version__,
         description="Durable background jobs on PostgreSQL. See docs/http-api.md.",
         lifespan=lifespan,
     )

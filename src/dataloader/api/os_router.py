@@ -17,11 +17,11 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-import dataloader
 from dataloader.api.runtime import Runtime, get_runtime
 from dataloader.api.v1.schemas import ErrorResponse
 from dataloader.api.v1.utils import safe_text
 from dataloader.storage import migrate
+from dataloader.version import __version__
 
 log = logging.getLogger("dataloader.api")
 
@@ -91,7 +91,7 @@ class StatusResponse(BaseModel):
 
 @router.get("/health", response_model=HealthResponse, summary="Liveness: the process answers")
 async def health(runtime: Runtime = Depends(get_runtime)) -> HealthResponse:
-    return HealthResponse(status="ok", version=dataloader.__version__, node=runtime.settings.node_name)
+    return HealthResponse(status="ok", version=__version__, node=runtime.settings.node_name)
 
 
 # Probes and load balancers often send HEAD. Same handlers, left out of the schema (one operation
@@ -170,7 +170,7 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
             queues = list(by_queue.values())
     leader, services = _services(runtime)
     body = StatusResponse(
-        status="ok" if database.reachable else "unavailable", version=dataloader.__version__,
+        status="ok" if database.reachable else "unavailable", version=__version__,
         node=runtime.settings.node_name, database=database, queues=queues, workers=_workers(runtime),
         leader=leader, services=services,
     )

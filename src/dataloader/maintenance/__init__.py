@@ -1,12 +1,12 @@
-"""Background duties of a node (reaper; next: pruner, cron scheduler, stats rollup, node
-heartbeat), each a `Service` run by the `Supervisor`, some only on the elected leader.
+"""The duty framework: a background duty is a `Service` run by the `Supervisor`, on every node or
+only on the elected leader; the duties themselves live with their capability (jobs/, retention/,
+operations/, schedules/, observers/).
 
 See docs/maintenance.md.
 """
 
 from dataloader.maintenance.leader import LEADER_LOCK_CLASS, LEADER_LOCK_ID, LeaderElector, LeaderSettings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
-from dataloader.maintenance.reaper import Reaper, ReaperSettings
 from dataloader.maintenance.registry import ServiceDeps, ServiceFactory, register_service, registered_services
 from dataloader.maintenance.service import Scope, Service, ServiceSettings, ServiceState
 from dataloader.maintenance.supervisor import BackoffPolicy, ServiceStatus, Supervisor
@@ -19,8 +19,6 @@ __all__ = [
     "LeaderSettings",
     "PeriodicService",
     "PeriodicSettings",
-    "Reaper",
-    "ReaperSettings",
     "Scope",
     "Service",
     "ServiceDeps",

@@ -21,13 +21,13 @@ _VARIABLE = re.compile(r"\bDL_[A-Z0-9_]+\b")
 
 def check_duty_settings(settings: Settings) -> None:
     """ConfigError naming the variable when a duty could not be built from `settings`."""
+    from dataloader.jobs.queue_time import QueueTimeSettings
+    from dataloader.jobs.reaper import ReaperSettings
     from dataloader.maintenance.leader import LeaderSettings
-    from dataloader.maintenance.node_registry import NodeSettings
-    from dataloader.maintenance.operations import OperationRunnerSettings
-    from dataloader.maintenance.pruner import PrunerSettings
-    from dataloader.maintenance.queue_time import QueueTimeSettings
-    from dataloader.maintenance.reaper import ReaperSettings
-    from dataloader.maintenance.stats import StatsSettings
+    from dataloader.observers.node_registry import NodeSettings
+    from dataloader.operations.runner import OperationRunnerSettings
+    from dataloader.retention.pruner import PrunerSettings
+    from dataloader.retention.rollup import StatsSettings
 
     # The duties a node builds (App.running): the switched-off ones are never built, so not checked.
     duties: list[type] = [ReaperSettings, LeaderSettings, NodeSettings, QueueTimeSettings]

@@ -27,9 +27,9 @@ import asyncpg
 from pydantic import Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.storage.db import connect, is_connection_error
 from dataloader.storage.queries import sql
 

@@ -16,8 +16,8 @@ from abc import abstractmethod
 from pydantic import Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.maintenance.service import Service, ServiceSettings
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.storage.db import is_connection_error
 
 log = logging.getLogger("dataloader.maintenance")

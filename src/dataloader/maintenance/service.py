@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 
 
 class Scope(enum.StrEnum):

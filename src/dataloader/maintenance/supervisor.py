@@ -17,9 +17,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.maintenance.leader import LeaderElector
 from dataloader.maintenance.service import Scope, Service, ServiceState
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("dataloader.maintenance")
 

@@ -6,8 +6,8 @@ See docs/observers.md. The engine parts: `runner` (one node's observers) driven 
 `maintenance.node_registry.NodeHeartbeat`; the rules behind the API: `services.observers`.
 """
 
+from dataloader.model.observer import Node, Observer, ObserverSpec, ObserverState
 from dataloader.observers.context import ObserverContext
-from dataloader.observers.model import Node, Observer, ObserverSpec, ObserverState
 from dataloader.observers.registry import ObserverKind, ObserverRegistry, observer, observers
 
 __all__ = [

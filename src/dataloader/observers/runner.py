@@ -2,7 +2,7 @@
 in isolation (an async task, or a thread of its own for a sync observer), stop them by name or all
 at once, and write how each one ended (fenced on name, epoch and node).
 
-It is driven by the node's heartbeat service (maintenance/node_registry.py), which owns the
+It is driven by the node's heartbeat service (observers/node_registry.py), which owns the
 incarnation: the runner never runs an observer past `fence_deadline` (the start of the last
 successful heartbeat + policy.fence_after), so another node that takes the observer over after the
 dead bound never runs it at the same moment.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.exceptions import ObserverFenced
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.observers import policy
 from dataloader.observers.context import ObserverContext
 from dataloader.observers.registry import ObserverKind, ObserverRegistry

@@ -2,7 +2,7 @@
 (issue 9; docs/processes.md). Built on the job engine: each task is a job of queue `process:<ns>`
 with lock_key `process:<ns>:<id>`."""
 
-from dataloader.processes.model import (
+from dataloader.model.process import (
     Event,
     HistoryRange,
     Intent,

@@ -31,8 +31,8 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.clock import iso
 from dataloader.exceptions import InvalidCursor
+from dataloader.model.clock import iso
 from dataloader.storage.db import connect
 from dataloader.storage.process_repository import ProcessRepository
 

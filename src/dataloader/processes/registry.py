@@ -19,10 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dataloader.processes.model import RetryPolicy
+from dataloader.model.process import NS_PATTERN, RetryPolicy
 
 OnLost = Literal["rerun", "error"]
-NS_PATTERN = r"^[A-Za-z0-9_.\-]{1,100}$"
 _NS = re.compile(NS_PATTERN)
 QUEUE_PREFIX = "process:"
 

@@ -31,9 +31,9 @@ from typing import Any, Literal
 import asyncpg
 
 from dataloader import metrics
-from dataloader.clock import iso
 from dataloader.exceptions import InvalidProcessRequest, ProcessBusy, ProcessNotFound, RestartNotPossible
-from dataloader.processes.model import CALLER_PRIORITY, TaskType, Timer
+from dataloader.model.clock import iso
+from dataloader.model.process import CALLER_PRIORITY, TaskType, Timer
 from dataloader.processes.registry import Processor, processors
 from dataloader.processes.step import timer_job
 from dataloader.storage.db import parse_timestamptz_text

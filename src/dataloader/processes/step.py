@@ -31,7 +31,7 @@ from typing import Any
 
 from dataloader import metrics
 from dataloader.exceptions import FatalError, Retry, Snooze
-from dataloader.processes.model import (
+from dataloader.model.process import (
     CALLER_PRIORITY,
     TIMER_PRIORITY,
     UNSET,

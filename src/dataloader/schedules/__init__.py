@@ -9,9 +9,9 @@ database. See docs/patterns.md, "Periodic schedules".
 - scheduler.py: the Scheduler service (imported by the App, not here: it needs storage)
 """
 
+from dataloader.model.schedule import Schedule, ScheduleRun, ScheduleSpec
+from dataloader.model.schedule_timing import MissedPolicy, Timing, next_tick, next_ticks, plan
 from dataloader.schedules.declare import schedule
-from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
-from dataloader.schedules.ticks import MissedPolicy, Timing, next_tick, next_ticks, plan
 
 __all__ = ["MissedPolicy", "Schedule", "ScheduleRun", "ScheduleSpec", "Timing", "next_tick", "next_ticks", "plan",
            "schedule"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from dataloader.schedules.model import ScheduleSpec
-from dataloader.schedules.ticks import MissedPolicy
+from dataloader.model.schedule import ScheduleSpec
+from dataloader.model.schedule_timing import MissedPolicy
 
 _PLACEHOLDER = "unresolved"
 

@@ -31,13 +31,13 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from pydantic import Field
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
-from dataloader.ids import new_id
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
 from dataloader.maintenance.wake_listener import WakeListener
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.model.ids import new_id
+from dataloader.model.schedule import Schedule, ScheduleSpec
+from dataloader.model.schedule_timing import InvalidTiming, idempotency_key, next_tick, plan
 from dataloader.schedules.declare import declared_schedules
-from dataloader.schedules.model import Schedule, ScheduleSpec
-from dataloader.schedules.ticks import InvalidTiming, idempotency_key, next_tick, plan
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.schedule_repository import FiredTick, ScheduleRepository

@@ -114,7 +114,7 @@ def redact_dsn(dsn: str) -> str:
 # holds values Python's datetime cannot (+-infinity, 294276 AD, 4713 BC): asyncpg's own codec
 # raises on those, so one odd row would break every read that touches it (status, list, metrics,
 # the claim). Decoding clamps them to datetime.min/max instead; nothing we write is ever clamped,
-# because the edges refuse times outside dataloader.services.jobs.AVAILABLE_AT_RANGE.
+# because the edges refuse times outside dataloader.jobs.manager.AVAILABLE_AT_RANGE.
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _MIN_TIME = datetime.min.replace(tzinfo=UTC)

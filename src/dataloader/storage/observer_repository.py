@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.observers.model import Node, Observer, ObserverSpec
+from dataloader.model.observer import Node, Observer, ObserverSpec
 from dataloader.storage.queries import sql
 
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dataloader.exceptions import DataloaderError
-from dataloader.job_filter import JobFilter
+from dataloader.model.job_filter import JobFilter
 from dataloader.storage.queries import sql
 from dataloader.storage.search_repository import begin_count, filter_params
 
 if TYPE_CHECKING:
-    from dataloader.processes.selection import ProcessFilter
+    from dataloader.model.process_selection import ProcessFilter
 
 # Changes one process of a process operation in the batch's transaction: (conn, ns, id, params) ->
 # changed; raises a DataloaderError when the process is not eligible.
@@ -117,7 +117,7 @@ class OperationRepository:
         """A batch of a process operation, like run_batch: its ids after the cursor, `apply` to each
         (True: changed) in its own savepoint, so a process that cannot be changed (busy, no state to
         go back to, an odd row) is counted as skipped and never undoes its neighbours."""
-        from dataloader.processes.selection import ProcessFilter
+        from dataloader.model.process_selection import ProcessFilter
 
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(sql("operations/batch_settings"))

@@ -12,8 +12,8 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.clock import iso
-from dataloader.processes.model import Event, HistoryRange, Process, ProcessStatus, Timer
+from dataloader.model.clock import iso
+from dataloader.model.process import Event, HistoryRange, Process, ProcessStatus, Timer
 from dataloader.storage.db import parse_timestamptz_text
 from dataloader.storage.queries import sql
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from dataloader.hold import HoldRule
+from dataloader.model.hold import HoldRule
 from dataloader.storage.plan_epoch import in_epoch, observe_table_pages
 from dataloader.storage.queries import sql
 
@@ -198,7 +198,7 @@ class QueueConnection:
 
     async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
                      ) -> dict[uuid.UUID, FinishResult]:
-        """`hold`: the queue's held-jobs rule (dataloader/hold.py; None: nothing is held)."""
+        """`hold`: the queue's held-jobs rule (dataloader/model/hold.py; None: nothing is held)."""
         if all(r.outcome == "succeeded" and r.next_json is None for r in requests):
             rows = await self.conn.fetch(
                 in_epoch(sql("finish_succeeded")),

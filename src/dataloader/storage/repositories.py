@@ -13,8 +13,8 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.ids import new_id
-from dataloader.job import Job, JobEvent, JobStatus
+from dataloader.model.ids import new_id
+from dataloader.model.job import Job, JobEvent, JobStatus
 from dataloader.storage import caller_connection
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.insert_group import InsertGroup

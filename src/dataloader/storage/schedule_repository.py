@@ -11,7 +11,7 @@ from datetime import datetime
 
 import asyncpg
 
-from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
+from dataloader.model.schedule import Schedule, ScheduleRun, ScheduleSpec
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
 

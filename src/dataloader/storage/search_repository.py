@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.job import Job
-from dataloader.job_filter import JobFilter
+from dataloader.model.job import Job
+from dataloader.model.job_filter import JobFilter
 from dataloader.storage.queries import sql
 
 

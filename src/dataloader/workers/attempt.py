@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dataloader import metrics
-from dataloader.chain import Stage, Then
 from dataloader.exceptions import AttemptFenced, JobStopped
 from dataloader.logger.context_vars import bind_job
+from dataloader.model.chain import Stage, Then
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
 from dataloader.workers.chaining import plan_next_jobs

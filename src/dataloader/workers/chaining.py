@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dataloader.chain import MAX_STAGES, Stage, Then
+from dataloader.model.chain import MAX_STAGES, Stage, Then
 from dataloader.workers.outcome import encode_result
 
 DEFAULT_MAX_ATTEMPTS = 5

@@ -19,7 +19,7 @@ from dataclasses import replace
 import asyncpg
 
 from dataloader import metrics
-from dataloader.hold import HoldRule
+from dataloader.model.hold import HoldRule
 from dataloader.storage.queue_connection import FinishRequest, FinishResult, QueueConnection
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.control import LockLedger
@@ -40,7 +40,7 @@ class Completer:
         """`on_submit`: wake the worker's loop. `on_requeued(delay)`: a finish put its job back to
         run `delay` seconds from now (a retry): look for work then."""
         self.queue = queue
-        self.hold = hold  # the queue's held-jobs rule (dataloader/hold.py)
+        self.hold = hold  # the queue's held-jobs rule (dataloader/model/hold.py)
         self._running = running
         self._on_submit = on_submit
         self._on_requeued = on_requeued

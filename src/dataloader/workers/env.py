@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry
 

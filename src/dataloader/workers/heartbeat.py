@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataloader.clock import Clock
+from dataloader.model.clock import Clock
 
 # With no attempt to take a lease from, the lease bound does not shorten the period.
 NO_LEASE_SEC = 3600

@@ -12,12 +12,11 @@ from collections.abc import Sequence
 import asyncpg
 
 from dataloader.config import Settings
+from dataloader.jobs.reaper import Reaper, ReaperSettings
 from dataloader.maintenance import (
     BackoffPolicy,
     LeaderElector,
     LeaderSettings,
-    Reaper,
-    ReaperSettings,
     Scope,
     Service,
     ServiceDeps,

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from dataloader import metrics
+from dataloader.maintenance.waiting import Backoff
 from dataloader.storage.db import connect, is_connection_error
 from dataloader.storage.queries import sql
-from dataloader.waiting import Backoff
 
 log = logging.getLogger("dataloader.notifier")
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dataloader.chain import Stage, Then
 from dataloader.exceptions import Cancel, FatalError, JobOutcome, JobStopped, Retry, Snooze
+from dataloader.model.chain import Stage, Then
 from dataloader.storage.queue_connection import FinishOutcome
 from dataloader.workers.pipelines.context import StopReason
 from dataloader.workers.pipelines.registry import Pipeline, default_backoff

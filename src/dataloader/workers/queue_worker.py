@@ -20,10 +20,10 @@ from collections.abc import Iterator
 import asyncpg
 
 from dataloader import metrics
-from dataloader.hold import HoldRule
+from dataloader.maintenance.waiting import Backoff, wait_event
+from dataloader.model.hold import HoldRule
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, SkippedCandidate
-from dataloader.waiting import Backoff, wait_event
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.completer import Completer
 from dataloader.workers.control import ControlConnection

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
-from dataloader.waiting import wait_event
+from dataloader.maintenance.waiting import wait_event
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 
 
 class DueTimer:

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataloader.api import create_app
 from dataloader.app import App
+from dataloader.jobs.manager import JobManager
 from dataloader.logger.logger import JsonFormatter
-from dataloader.services.jobs import JobService
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
 from dataloader.storage.repositories import JobRepository
@@ -127,7 +127,7 @@ async def dead_db_client(dsn: str) -> AsyncIterator:
     ctx = App(settings)
     ctx._dsn, ctx._pool = dead, pool
     ctx.repo = repo
-    ctx.jobs = JobService(repo, registry, default_lease_ttl_sec=60, max_args_bytes=1024)
+    ctx.jobs = JobManager(repo, registry, default_lease_ttl_sec=60, max_args_bytes=1024)
     async with client_for(create_app(settings, context=ctx)) as c:
         yield c
     await pool.close()

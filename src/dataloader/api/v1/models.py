@@ -1,10 +1,10 @@
-"""Vocabulary of the HTTP API: error codes, each with its HTTP status. (Job statuses: `dataloader.job.JobStatus`.)"""
+"""Vocabulary of the HTTP API: error codes, each with its HTTP status (job statuses: model.job.JobStatus)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from dataloader.job import JobStatus
+from dataloader.model.job import JobStatus
 
 __all__ = ["HTTP_STATUS", "ErrorCode", "JobStatus"]
 

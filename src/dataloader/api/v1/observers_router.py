@@ -2,7 +2,7 @@
 them with the node running each and its state, read one, stop one by name (confirmed: 200 once it
 is `deleted`, 202 while its node is still stopping it), and the node registry with each node's
 load. Errors have the jobs API's shape (`{error, detail}`); bad input is a 4xx that writes nothing.
-The rules are `dataloader.services.observers.ObserverService`'s."""
+The rules are `dataloader.observers.manager.ObserverManager`'s."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
 from dataloader.exceptions import InvalidObserverRequest
-from dataloader.observers.model import NAME_PATTERN, Node, Observer, ObserverSpec, ObserverState
-from dataloader.services.observers import MAX_LIST_LIMIT, ObserverService
+from dataloader.model.observer import NAME_PATTERN, Node, Observer, ObserverSpec, ObserverState
+from dataloader.observers.manager import MAX_LIST_LIMIT, ObserverManager
 
 router = APIRouter(prefix="/api/v1/observers", tags=["observers"], dependencies=[Depends(require_token)])
 nodes_router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[Depends(require_token)])
@@ -27,11 +27,11 @@ nodes_router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[D
 MAX_STOP_WAIT_SEC = 60
 
 
-async def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverService:
+async def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverManager:
     return runtime.require_context().observers
 
 
-Api = Annotated[ObserverService, Depends(get_observer_service)]
+Api = Annotated[ObserverManager, Depends(get_observer_service)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The observer's name")]
 
 

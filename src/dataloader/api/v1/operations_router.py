@@ -17,9 +17,10 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import JobSummary
-from dataloader.job_filter import JobFilter
-from dataloader.services.jobs import MAX_LIST_LIMIT
-from dataloader.services.operations import MAX_BATCH_SIZE, MAX_OPERATIONS_LIMIT, DryRun, OperationService
+from dataloader.jobs.manager import MAX_LIST_LIMIT
+from dataloader.model.job_filter import JobFilter
+from dataloader.model.operation import DryRun
+from dataloader.operations.manager import MAX_BATCH_SIZE, MAX_OPERATIONS_LIMIT, OperationManager
 
 router = APIRouter(prefix="/api/v1", tags=["operations"], dependencies=[Depends(require_token)])
 
@@ -143,11 +144,11 @@ class OperationEventResponse(BaseModel):
 OperationId = Annotated[uuid.UUID, Path(description="The operation's id")]
 
 
-async def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationService:
+async def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationManager:
     return runtime.require_context().operations
 
 
-Ops = Annotated[OperationService, Depends(get_operations)]
+Ops = Annotated[OperationManager, Depends(get_operations)]
 
 
 @router.post("/operations", response_model=OperationResponse | DryRunResponse, status_code=201,

@@ -5,7 +5,7 @@ Errors have the jobs API's shape (`{error, detail}`): an unknown namespace or pr
 call to a process in the wrong status a 409 naming it, a processor error a 422
 (`process_task_failed`, its text in `detail`), a task that outlasts the caller's wait a 504
 (`process_timeout`; the task goes on). A body that fails validation is a 422 that writes nothing.
-The rules are `dataloader.services.processes.ProcessService`'s.
+The rules are `dataloader.processes.manager.ProcessManager`'s.
 """
 
 from __future__ import annotations
@@ -28,20 +28,19 @@ from dataloader.api.v1.schemas import Rfc3339Time
 from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
 from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
+from dataloader.model.operation import DryRun
+from dataloader.model.process import NS_PATTERN, HistoryRange, Process, SetTimer
 from dataloader.processes.consistency import MAX_CHECK_LIMIT
-from dataloader.processes.model import HistoryRange, Process, SetTimer
-from dataloader.processes.registry import NS_PATTERN
-from dataloader.services.operations import DryRun
-from dataloader.services.processes import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TIMEOUT_SEC, ProcessService
+from dataloader.processes.manager import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TIMEOUT_SEC, ProcessManager
 
 router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
 
 
-async def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessService:
+async def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessManager:
     return runtime.require_context().processes
 
 
-Api = Annotated[ProcessService, Depends(get_process_service)]
+Api = Annotated[ProcessManager, Depends(get_process_service)]
 Ns = Annotated[str, Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
 Id = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="The process id")]
 MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"

@@ -21,8 +21,8 @@ from dataloader.api.v1.schemas import (
     TriggerResponse,
 )
 from dataloader.api.v1.service import ApiJobService
+from dataloader.jobs.manager import MAX_LIST_LIMIT
 from dataloader.logger.context_vars import request_id_var
-from dataloader.services.jobs import MAX_LIST_LIMIT
 
 # 401 and the bearer scheme are added to the OpenAPI schema only when DL_API_TOKEN is set (create_app).
 router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(require_token)])

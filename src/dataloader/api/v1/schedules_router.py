@@ -1,7 +1,7 @@
 """API v1 schedules: create, list (with the next run times), read, pause, resume, delete, and the
 history of what each tick enqueued. Errors have the jobs API's shape (`{error, detail}`); a body
 that fails validation (a bad cron, an unknown zone, NUL characters, numbers out of range) is a 422
-and writes nothing. The rules are `dataloader.services.schedules.ScheduleService`'s."""
+and writes nothing. The rules are `dataloader.schedules.manager.ScheduleManager`'s."""
 
 from __future__ import annotations
 
@@ -17,19 +17,19 @@ from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
 from dataloader.api.v1.utils import StorableFields, location
-from dataloader.schedules.model import NAME_PATTERN, Schedule, ScheduleSpec
-from dataloader.services.schedules import MAX_HISTORY_LIMIT, ScheduleService
+from dataloader.model.schedule import NAME_PATTERN, Schedule, ScheduleSpec
+from dataloader.schedules.manager import MAX_HISTORY_LIMIT, ScheduleManager
 
 router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], dependencies=[Depends(require_token)])
 
 UPCOMING = 5
 
 
-async def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleService:
+async def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleManager:
     return runtime.require_context().schedules
 
 
-Api = Annotated[ScheduleService, Depends(get_schedule_service)]
+Api = Annotated[ScheduleManager, Depends(get_schedule_service)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The schedule's name")]
 
 
@@ -86,7 +86,7 @@ class ScheduleHistoryResponse(BaseModel):
     runs: list[ScheduleRunResponse] = Field(description="Newest tick first")
 
 
-def _view(api: ScheduleService, schedule: Schedule) -> ScheduleResponse:
+def _view(api: ScheduleManager, schedule: Schedule) -> ScheduleResponse:
     body = schedule.to_dict()
     body.pop("revision", None)
     return ScheduleResponse(**body, upcoming=api.upcoming(schedule, UPCOMING))

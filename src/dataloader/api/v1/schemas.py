@@ -20,8 +20,8 @@ from dataloader.api.v1.utils import (
     check_rfc3339,
     check_utc_representable,
 )
-from dataloader.job import Job, JobStatus
-from dataloader.services.jobs import JobRequest
+from dataloader.jobs.manager import JobRequest
+from dataloader.model.job import Job, JobStatus
 
 Rfc3339Time = Annotated[
     AwareDatetime, BeforeValidator(check_rfc3339), AfterValidator(check_utc_representable)

@@ -1,7 +1,7 @@
 """The API's view of the job service: turns service results into response bodies.
 
 Business rules (validation of a job, idempotency, cancel semantics, paging) live in
-`dataloader.services.jobs.JobService`; this layer only adds what is about HTTP or about this
+`dataloader.jobs.manager.JobManager`; this layer only adds what is about HTTP or about this
 process (whether one of its workers serves the queue).
 """
 
@@ -24,7 +24,7 @@ from dataloader.api.v1.schemas import (
     TriggerRequest,
     TriggerResponse,
 )
-from dataloader.services.jobs import JobService, status_view
+from dataloader.jobs.manager import JobManager, status_view
 
 log = logging.getLogger("dataloader.api")
 
@@ -51,7 +51,7 @@ def _warn_unserved(queue: str, served_queues: frozenset[str]) -> None:
 
 
 class ApiJobService:
-    def __init__(self, jobs: JobService, served_queues: frozenset[str]) -> None:
+    def __init__(self, jobs: JobManager, served_queues: frozenset[str]) -> None:
         self.jobs = jobs
         self.served_queues = served_queues
 

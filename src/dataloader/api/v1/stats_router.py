@@ -176,7 +176,7 @@ async def stats_errors(
             responses=error_responses())
 async def retention(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Any:
     settings: Settings = runtime.settings
-    from dataloader.services.retention import RetentionPolicy
+    from dataloader.retention.policy import RetentionPolicy
 
     return {"enabled": settings.retention_enabled, "period_sec": settings.retention_period_sec,
             "batch_size": settings.retention_batch_size, **RetentionPolicy.from_settings(settings).describe()}

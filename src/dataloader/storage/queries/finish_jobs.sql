@@ -15,7 +15,7 @@
 -- stage commits with its parent's finish or not at all, and a fenced-off finish inserts nothing.
 -- $13 hold: this queue holds jobs whose attempts ran out (held jobs, 0014: `failed` with held_at
 -- set, journaled 'failed' with held: true); $14 error-text prefixes held at once without the retries
--- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/hold.py)
+-- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/model/hold.py)
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
 -- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (

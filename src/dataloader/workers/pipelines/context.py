@@ -15,7 +15,7 @@ from dataloader.exceptions import JobStopped
 if TYPE_CHECKING:
     import asyncpg
 
-    from dataloader.chain import Stage, Then
+    from dataloader.model.chain import Stage, Then
 
 # "timeout": the attempt ran past its run-time limit (docs/patterns.md "Run-time limits").
 StopReason = Literal["cancel", "shutdown", "lease_lost", "timeout"]

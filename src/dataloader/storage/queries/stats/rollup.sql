@@ -1,6 +1,6 @@
 -- Roll up the jobs that finished in [$1, $2) into the hourly tables (migration 0009), in one
 -- statement so the buckets and the error groups move together. $3: the upper bounds of the
--- histogram buckets in seconds (float8[], ascending; services/stats.py). The caller advances
+-- histogram buckets in seconds (float8[], ascending; retention/stats.py). The caller advances
 -- dl_stats_state.watermark to $2 in the same transaction, under its row lock, so every finished
 -- job is counted once even if two nodes briefly both think they lead.
 --

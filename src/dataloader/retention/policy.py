@@ -1,5 +1,5 @@
 """Retention rules: how long a finished job is kept, per status and per queue. Pure (no I/O):
-the pruner (`maintenance/pruner.py`), `App.prune` and the CLI ask a `RetentionPolicy` for the
+the pruner (`retention/pruner.py`), `App.prune` and the CLI ask a `RetentionPolicy` for the
 age of each (queue, status) and delete what is older.
 
 Defaults: succeeded and canceled jobs 7 days, failed and lost ones 30 days (operators look at

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from dataloader.base import StrictModel
-from dataloader.clock import iso
+from dataloader.model.clock import iso
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"
 

@@ -3,7 +3,7 @@ a filter, as a tracked operation — an id, the filter, the count a dry run saw,
 total), pause / resume / cancel, who started it and when, and an audit trail that stays.
 
 The rules live here; the batches are run by the `OperationRunner` service on every node
-(`maintenance/operations.py`), and the statements are `storage/operation_repository.py`'s. What
+(`operations/runner.py`), and the statements are `storage/operation_repository.py`'s. What
 each kind changes is the single-job API's compare-and-set, applied to a batch:
 
 - requeue: failed, canceled or lost jobs back to the queue with a fresh attempt budget (retry);
@@ -21,104 +21,30 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dataloader.clock import iso
 from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest, OperationNotFound, OperationStateConflict
-from dataloader.job_filter import JobFilter
-from dataloader.services.jobs import PG_INT_MAX, decode_cursor, encode_cursor
-from dataloader.services.search import SearchService, filter_error, parse_filter
+from dataloader.jobs.manager import PG_INT_MAX, decode_cursor, encode_cursor
+from dataloader.jobs.search import JobSearch, filter_error, parse_filter
+from dataloader.model.job_filter import JobFilter
+from dataloader.model.operation import (
+    KINDS,
+    PROCESS_KINDS,
+    STATES,
+    DryRun,
+    Operation,
+    OperationEvent,
+)
 from dataloader.storage.operation_repository import OperationRepository
 
 if TYPE_CHECKING:
-    from dataloader.processes.selection import ProcessFilter
+    from dataloader.model.process_selection import ProcessFilter
 
-JOB_KINDS = ("requeue", "cancel", "delete", "set_priority")
-# Over processes (filter: ProcessFilter); started by app.processes.restart_many.
-PROCESS_KINDS = ("process_restart",)
-KINDS = JOB_KINDS + PROCESS_KINDS
-STATES = ("running", "paused", "canceled", "finished", "failed")
-ENDED_STATES = frozenset({"canceled", "finished", "failed"})
 MAX_BATCH_SIZE = 10_000
 MAX_OPERATIONS_LIMIT = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    id: uuid.UUID
-    kind: str
-    filter: dict[str, Any]
-    params: dict[str, Any]
-    state: str
-    total: int  # jobs the filter matched when it started (the dry-run count)
-    done: int  # jobs examined so far
-    changed: int  # of those, jobs changed (the others were no longer eligible)
-    batch_size: int
-    started_by: str
-    created_at: datetime
-    updated_at: datetime
-    snapshot_at: datetime
-    finished_at: datetime | None = None
-    lease_owner: str | None = None
-    lease_expires_at: datetime | None = None
-    lease_epoch: int = 0
-    error: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_STATES
-
-    @property
-    def skipped(self) -> int:
-        return self.done - self.changed
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Operation:
-        return cls(id=row["operation_id"], kind=row["kind"], filter=row["filter"], params=row["params"],
-                   state=row["state"], total=row["total"], done=row["done"], changed=row["changed"],
-                   batch_size=row["batch_size"], started_by=row["started_by"], created_at=row["created_at"],
-                   updated_at=row["updated_at"], snapshot_at=row["snapshot_at"], finished_at=row["finished_at"],
-                   lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
-                   lease_epoch=row["lease_epoch"], error=row["error"])
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"operation_id": str(self.id), "kind": self.kind, "filter": self.filter, "params": self.params,
-                "state": self.state, "total": self.total, "done": self.done, "changed": self.changed,
-                "skipped": self.skipped, "batch_size": self.batch_size, "started_by": self.started_by,
-                "created_at": self.created_at, "updated_at": self.updated_at, "snapshot_at": self.snapshot_at,
-                "finished_at": self.finished_at, "runner": self.lease_owner,
-                "lease_expires_at": self.lease_expires_at, "error": self.error}
-        return {k: iso(v) if isinstance(v, datetime) else v for k, v in data.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class DryRun:
-    """What an operation would do, without doing it."""
-
-    kind: str
-    filter: dict[str, Any]
-    params: dict[str, Any]
-    total: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dry_run": True, "kind": self.kind, "filter": self.filter, "params": self.params, "total": self.total}
-
-
-@dataclass(frozen=True, slots=True)
-class OperationEvent:
-    event_id: int
-    ts: datetime
-    kind: str
-    actor: str | None
-    payload: Any
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "ts": iso(self.ts), "kind": self.kind, "actor": self.actor,
-                "payload": self.payload}
 
 
 def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -143,8 +69,8 @@ def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     return {}
 
 
-class OperationService:
-    def __init__(self, repo: OperationRepository, search: SearchService, *, default_batch_size: int = 500) -> None:
+class OperationManager:
+    def __init__(self, repo: OperationRepository, search: JobSearch, *, default_batch_size: int = 500) -> None:
         self.repo = repo
         self.search = search
         self.default_batch_size = default_batch_size
@@ -175,7 +101,7 @@ class OperationService:
 
     @staticmethod
     def _process_filter(filter: Any) -> ProcessFilter:
-        from dataloader.processes.selection import ProcessFilter
+        from dataloader.model.process_selection import ProcessFilter
 
         if isinstance(filter, ProcessFilter):
             return filter
@@ -243,4 +169,4 @@ class OperationService:
             await asyncio.sleep(interval)
 
 
-__all__ = ["KINDS", "DryRun", "Operation", "OperationEvent", "OperationService", "parse_filter"]
+__all__ = ["KINDS", "DryRun", "Operation", "OperationEvent", "OperationManager", "parse_filter"]

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.exceptions import (
     InvalidSchedule,
     InvalidScheduleRequest,
@@ -22,17 +21,18 @@ from dataloader.exceptions import (
     ScheduleNotFound,
     ValidationFailed,
 )
-from dataloader.schedules.model import Schedule, ScheduleRun, ScheduleSpec
-from dataloader.schedules.ticks import InvalidTiming, next_tick, next_ticks
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.model.schedule import Schedule, ScheduleRun, ScheduleSpec
+from dataloader.model.schedule_timing import InvalidTiming, next_tick, next_ticks
 from dataloader.storage.schedule_repository import ScheduleRepository
 
 MAX_HISTORY_LIMIT = 1000
 
 
-class ScheduleService:
+class ScheduleManager:
     def __init__(self, repo: ScheduleRepository, *, clock: Clock = SYSTEM_CLOCK,
                  check_task: Callable[[str, str], None] | None = None) -> None:
-        """`check_task(task, queue)`: the jobs' unknown-task rule (JobService.check_task), applied
+        """`check_task(task, queue)`: the jobs' unknown-task rule (JobManager.check_task), applied
         when a schedule is created so a schedule of a task this process would fail is refused at
         once, as a trigger of it is, not at its first tick."""
         self.repo = repo

@@ -25,16 +25,16 @@ from collections.abc import Sequence
 import asyncpg
 from pydantic import Field, model_validator
 
-import dataloader
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.observers import policy
 from dataloader.observers.registry import ObserverRegistry
 from dataloader.observers.runner import FENCED, SHUTDOWN, STOP, ObserverRunner
 from dataloader.storage.db import connect, is_connection_error
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
+from dataloader.version import __version__
 
 log = logging.getLogger("dataloader.nodes")
 
@@ -138,7 +138,7 @@ class NodeHeartbeat(Service):
         node_id = uuid.uuid4()
         started = self.clock.monotonic()
         row = await self.nodes.register(node_id, self.node_name, socket.gethostname(), os.getpid(),
-                                        dataloader.__version__, self.settings.capacity, self.queues,
+                                        __version__, self.settings.capacity, self.queues,
                                         runner.kind_names())
         self.node_id, self._last_ok = node_id, started
         self.incarnations += 1

@@ -14,7 +14,7 @@ and moves the watermark in the same transaction. `lag` (DL_STATS_LAG_SEC, defaul
 the transactions still open when the tick runs: `finished_at` is the finishing transaction's
 start, so a finish that commits later than `lag` after its start (a pipeline's own
 ctx.transaction() held open for minutes) would be missed; the engine's finish batches commit in
-milliseconds. What run and wait time mean: services/stats.py.
+milliseconds. What run and wait time mean: retention/stats.py.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import asyncpg
 from pydantic import Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
-from dataloader.services import stats as stats_rules
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.retention import stats as stats_rules
 from dataloader.storage.queries import sql
 
-log = logging.getLogger("dataloader.maintenance.stats")
+log = logging.getLogger("dataloader.retention.rollup")
 
 # The largest window one rollup statement covers: a backlog (first start on an old database, a
 # leader that was away) is caught up hour by hour, each hour its own transaction.

@@ -28,8 +28,6 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from dataloader import metrics
 from dataloader.base import StrictModel
-from dataloader.chain import MAX_STAGES, Stage
-from dataloader.clock import iso
 from dataloader.exceptions import (
     ArgsTooLarge,
     ChainNotFound,
@@ -43,8 +41,10 @@ from dataloader.exceptions import (
     UnknownTask,
     ValidationFailed,
 )
-from dataloader.ids import new_id, new_ids
-from dataloader.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.chain import MAX_STAGES, Stage
+from dataloader.model.clock import iso
+from dataloader.model.ids import new_id, new_ids
+from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -222,7 +222,7 @@ class TriggerResult:
     created: bool
 
 
-class JobService:
+class JobManager:
     """`served_queues()` names the queues this process answers for: those whose workers run in it
     right now (the CLI, a tool of the service, answers for its WORKERS_JSON). The one rule for an
     unknown task (docs/errors.md `unknown_task`), in every face and for everything that names a
@@ -296,7 +296,7 @@ class JobService:
     def batch_columns(self, items: Sequence[JobRequest | Mapping[str, Any]]) -> BatchColumns:
         """The batch's arrays, checked job by job in input order as `to_new_job` checks one (the
         same errors, the first bad job's): `items` are JobRequests or `plain_jobs`' dicts. Every
-        job gets a time-ordered id here (dataloader.ids); a plain item without a lock_key gets
+        job gets a time-ordered id here (dataloader.model.ids); a plain item without a lock_key gets
         that id as its lock_key, as `enqueue` does."""
         for item in items:
             if isinstance(item, JobRequest) and (item.restartable or item.then):

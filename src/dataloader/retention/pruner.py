@@ -11,7 +11,7 @@ Why small batches: each batch is one statement (`retention/prune_batch.sql`) ove
 of ix_dl_jobs_finished, at most `batch_size` rows (default 1000), committed on its own. Row locks
 are held for one batch only (milliseconds), and only on finished rows, which the claim (queued
 rows), heartbeats and finishes (running rows) never touch: a prune can never make a claim wait.
-The rules (ages per status and queue) are a `RetentionPolicy` (services/retention.py).
+The rules (ages per status and queue) are a `RetentionPolicy` (retention/policy.py).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ import asyncpg
 from pydantic import Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
-from dataloader.services.retention import RetentionPolicy
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.retention.policy import RetentionPolicy
 from dataloader.storage.queries import sql
 
-log = logging.getLogger("dataloader.maintenance.pruner")
+log = logging.getLogger("dataloader.retention.pruner")
 
 
 class PrunerSettings(PeriodicSettings):

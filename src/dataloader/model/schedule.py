@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from dataloader.base import StrictModel
-from dataloader.schedules.ticks import InvalidTiming, MissedPolicy, Timing, check_zone_name
+from dataloader.model.schedule_timing import InvalidTiming, MissedPolicy, Timing, check_zone_name
 
 PG_INT_MAX = 2**31 - 1
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"

@@ -29,16 +29,16 @@ from pydantic import Field, ValidationError
 from dataloader import metrics
 from dataloader.config import Settings
 from dataloader.exceptions import InvalidJobRequest
+from dataloader.jobs.search import parse_filter
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.maintenance.wake_listener import WakeListener
+from dataloader.model.operation import PROCESS_KINDS
 from dataloader.processes.restart import bulk_restarter
-from dataloader.services.operations import PROCESS_KINDS
-from dataloader.services.search import parse_filter
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.operation_repository import OperationRepository
 
-log = logging.getLogger("dataloader.maintenance.operations")
+log = logging.getLogger("dataloader.operations.runner")
 
 CHANNEL = "dl_operations"
 # Looking again right at the end of a lease would race the database clock and find it not quite

@@ -1,4 +1,4 @@
-"""Stats of finished work, as the rollup stores it (`maintenance/stats.py`): pure arithmetic on the
+"""Stats of finished work, as the rollup stores it (`retention/rollup.py`): pure arithmetic on the
 hourly rows — means, p95 from the log-bucket histograms, the shape of the report. No I/O.
 
 What is measured (per job, at its finish): `run_sec` is the last attempt's run time, from the

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from dataloader import metrics
 from dataloader.exceptions import (
@@ -36,10 +36,10 @@ from dataloader.exceptions import (
     ProcessWrongStatus,
     UnknownNamespace,
 )
-from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_page
-from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
-from dataloader.processes.model import (
+from dataloader.model.operation import DryRun, Operation
+from dataloader.model.process import (
     CALLER_PRIORITY,
+    NS_PATTERN,
     Event,
     HistoryRange,
     Process,
@@ -50,12 +50,13 @@ from dataloader.processes.model import (
     TraceEntry,
     UnsetTimer,
 )
-from dataloader.processes.registry import NS_PATTERN, ProcessorRegistry
+from dataloader.model.process_selection import ProcessFilter
+from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_page
+from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
+from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
-from dataloader.processes.selection import ProcessFilter
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import TaskWaiter
-from dataloader.services.operations import DryRun, Operation, OperationService
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
 
 MAX_LIST_LIMIT = 500
@@ -74,10 +75,19 @@ class ProcessPage:
     next_cursor: str | None
 
 
-class ProcessService:
+class BulkOperations(Protocol):
+    """What `restart_many` needs of the operations capability (operations/ builds on processes/, so
+    the manager is handed in rather than imported)."""
+
+    async def start(self, kind: str, filter: Any, *, params: Mapping[str, Any] | None = None,
+                    started_by: str = "unknown", dry_run: bool = False,
+                    batch_size: int | None = None) -> Operation | DryRun: ...
+
+
+class ProcessManager:
     def __init__(self, repo: ProcessRepository, processors: ProcessorRegistry, waiter: TaskWaiter, *,
                  max_args_bytes: int, default_lease_ttl_sec: int,
-                 operations: Callable[[], OperationService] | None = None, idle_sec: float = 86400) -> None:
+                 operations: Callable[[], BulkOperations] | None = None, idle_sec: float = 86400) -> None:
         self.repo = repo
         self.idle_sec = idle_sec
         self._operations = operations
@@ -86,9 +96,9 @@ class ProcessService:
         self.max_args_bytes = max_args_bytes
         self.default_lease_ttl_sec = default_lease_ttl_sec
 
-    def operations(self) -> OperationService:
+    def operations(self) -> BulkOperations:
         if self._operations is None:
-            raise RuntimeError("this ProcessService was built without the operations service")
+            raise RuntimeError("this ProcessManager was built without the operations service")
         return self._operations()
 
     # -- checks ------------------------------------------------------------------------------------

@@ -10,9 +10,8 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from dataloader.base import StrictModel
-from dataloader.job_filter import check_glob, glob_to_ilike
-from dataloader.processes.model import ProcessStatus
-from dataloader.processes.registry import NS_PATTERN
+from dataloader.model.job_filter import check_glob, glob_to_ilike
+from dataloader.model.process import NS_PATTERN, ProcessStatus
 
 MAX_IDS = 10_000
 

@@ -1,6 +1,6 @@
 """Search (issue 11): the operator's filter over every job, newest first with cursor paging and an
 optional count. Rules only; the statements are `storage/search_repository.py`'s. "Top errors in
-the last hour" is the stats error grouping (`App.stats_errors`, `services/stats.py`), which reads
+the last hour" is the stats error grouping (`App.stats_errors`, `retention/stats.py`), which reads
 the hourly rollup instead of the jobs table."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from dataloader.exceptions import InvalidJobRequest, TooManyQueries, ValidationFailed
-from dataloader.job import Job
-from dataloader.job_filter import JobFilter
-from dataloader.services.jobs import MAX_LIST_LIMIT, decode_cursor, encode_cursor
+from dataloader.jobs.manager import MAX_LIST_LIMIT, decode_cursor, encode_cursor
+from dataloader.model.job import Job
+from dataloader.model.job_filter import JobFilter
 from dataloader.storage.search_repository import SearchRepository
 
 # A count beyond this is reported as "at least" (count_capped): an exact count of millions of rows
@@ -83,7 +83,7 @@ def filter_error(exc: ValidationError) -> InvalidJobRequest:
                             ValidationFailed.from_errors(exc.errors(), prefix=("filter",)).fields)
 
 
-class SearchService:
+class JobSearch:
     def __init__(self, repo: SearchRepository, expensive: ExpensiveQueries | None = None) -> None:
         self.repo = repo
         self.expensive = expensive

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.exceptions import (
     InvalidObserver,
     InvalidObserverRequest,
@@ -22,7 +21,8 @@ from dataloader.exceptions import (
     ObserverNotFound,
     ValidationFailed,
 )
-from dataloader.observers.model import Node, Observer, ObserverSpec, ObserverState
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.model.observer import Node, Observer, ObserverSpec, ObserverState
 from dataloader.observers.registry import ObserverRegistry
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 
@@ -30,7 +30,7 @@ MAX_LIST_LIMIT = 10_000
 STOP_POLL_SEC = 0.1
 
 
-class ObserverService:
+class ObserverManager:
     def __init__(self, repo: ObserverRepository, nodes: NodeRepository, kinds: ObserverRegistry, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.repo = repo

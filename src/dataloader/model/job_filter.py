@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from dataloader.base import StrictModel
-from dataloader.job import JobStatus
+from dataloader.model.job import JobStatus
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
@@ -138,7 +138,7 @@ def _jsonpath_strings(path: str) -> list[tuple[int, str]]:
 def check_jsonpath(path: str) -> str:
     """What PostgreSQL's jsonpath parser accepts but a search cannot run: a variable (`$name`,
     `$"name"`: a filter passes none, so it fails every row with an error), and a like_regex
-    that check_regex refuses. (The syntax itself is PostgreSQL's to check: SearchService.checked.)"""
+    that check_regex refuses. (The syntax itself is PostgreSQL's to check: JobSearch.checked.)"""
     outside = list(path)
     for start, text in _jsonpath_strings(path):
         end = start + 1

@@ -22,7 +22,7 @@ from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.storage.operation_repository import QueueTimeRepository
 
-log = logging.getLogger("dataloader.maintenance.queue_time")
+log = logging.getLogger("dataloader.jobs.queue_time")
 
 
 class QueueTimeSettings(PeriodicSettings):

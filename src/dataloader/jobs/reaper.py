@@ -15,13 +15,13 @@ import time
 from pydantic import Field
 
 from dataloader import metrics
-from dataloader.clock import SYSTEM_CLOCK, Clock
 from dataloader.config import Settings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.storage.repositories import JobRepository
 
-log = logging.getLogger("dataloader.maintenance.reaper")
+log = logging.getLogger("dataloader.jobs.reaper")
 
 
 class ReaperSettings(PeriodicSettings):

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from dataloader.clock import iso
+from dataloader.model.clock import iso
 
 
 class ProcessStatus(StrEnum):
@@ -35,6 +35,8 @@ CALLER_TASKS = frozenset({TaskType.init, TaskType.call, TaskType.repair})
 TIMER_TASKS = frozenset({TaskType.timeout, TaskType.remove})
 # dl_jobs priorities (lower runs first): a queued call or repair is always claimed before a due
 # timer of the same process, so the timer waits behind it.
+# A namespace is its processor's name: what a URL path segment and a label can carry.
+NS_PATTERN = r"^[A-Za-z0-9_.\-]{1,100}$"
 CALLER_PRIORITY = 10
 TIMER_PRIORITY = 20
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dataloader.clock import iso
+from dataloader.model.clock import iso
 
 
 class JobStatus(StrEnum):

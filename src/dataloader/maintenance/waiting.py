@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dataloader.clock import SYSTEM_CLOCK, Clock
+from dataloader.model.clock import SYSTEM_CLOCK, Clock
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None, *, clock: Clock = SYSTEM_CLOCK) -> bool:

@@ -1,0 +1,2 @@
+"""Operator bulk operations: their rules (OperationManager) and the runner that carries them out.
+"""

@@ -1,1 +1,0 @@
-"""Business rules over the storage layer; no HTTP, no SQL text."""
