@@ -28,36 +28,42 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from pydantic import ValidationError
 
+from dataloader import node
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
 from dataloader.jobs.manager import JobManager, JobRequest, plain_jobs
-from dataloader.jobs.search import ExpensiveQueries
+from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
+from dataloader.logger import ensure_visible
 from dataloader.model.chain import MAX_STAGE_DELAY_SEC as MAX_DELAY_SEC
 from dataloader.model.chain import Stage
 from dataloader.model.ids import new_id
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.job_filter import JobFilter
+from dataloader.observers.manager import ObserverManager
+from dataloader.observers.registry import observers as observer_kinds
+from dataloader.operations.manager import OperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
+from dataloader.processes.waiter import TaskWaiter
 from dataloader.retention.policy import FINISHED_STATUSES, RetentionPolicy
+from dataloader.retention.pruner import PruneReport, prune
+from dataloader.retention.rollup import read_errors, read_stats, rollup
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
 from dataloader.storage.insert_group import InsertGroup
+from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
+from dataloader.storage.operation_repository import OperationRepository
+from dataloader.storage.process_repository import ProcessRepository
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
+from dataloader.storage.search_repository import SearchRepository
+from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules, registry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-
-    from dataloader.jobs.search import JobSearch, SearchPage
-    from dataloader.maintenance.service import Service
-    from dataloader.model.job_filter import JobFilter
-    from dataloader.observers.manager import ObserverManager
-    from dataloader.operations.manager import OperationManager
-    from dataloader.retention.pruner import PruneReport
-    from dataloader.workers.manager import WorkerManager
 
 log = logging.getLogger("dataloader")
 
@@ -81,6 +87,9 @@ class App:
         # bounded statements, and the engine App's workers as the queues served here.
         self._engine_app: App | None = None
         self._expensive: ExpensiveQueries | None = None
+        self._schedules: ScheduleManager | None = None
+        self._observers: ObserverManager | None = None
+        self._processes: ProcessManager | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -93,8 +102,6 @@ class App:
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         return cls(settings, pipelines=pipelines, embedded=True)
-
-    # -- life cycle ------------------------------------------------------------------------------
 
     async def open(self, *, migrate_schema: bool = False) -> App:
         """Connect. With `migrate_schema`, bring the schema to head first (the service commands
@@ -122,7 +129,7 @@ class App:
                               "(use App.embedded() for a local development server)")
         try:
             load_pipeline_modules(settings.pipeline_module_names)
-            self._register_process_step()
+            node.register_node_pipelines(self.registry)
             try:
                 if migrate_schema:
                     await migrate.upgrade(dsn)
@@ -147,7 +154,7 @@ class App:
     async def _create_pool(self, dsn: str) -> asyncpg.Pool:
         settings = self.settings
         if self._engine_app is None:
-            concurrency = sum(w.concurrency for w in settings.workers) + self._process_concurrency()
+            concurrency = sum(w.concurrency for w in settings.workers) + node.process_concurrency()
             return await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
         # PostgreSQL itself bounds every statement of a request (so a query whose client left, or
         # that the event loop can no longer cancel, still ends), and checks while a statement runs
@@ -185,7 +192,7 @@ class App:
         for manager in list(self._managers):
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
-        await self._close_processes()
+        await self._close_capabilities()
         insert_group, self._insert_group = self._insert_group, None
         if insert_group is not None:
             await insert_group.close()
@@ -237,8 +244,6 @@ class App:
     async def migrate(self) -> tuple[str | None, str]:
         """Bring the schema to head; returns (revision before, revision after)."""
         return await migrate.upgrade(self.dsn)
-
-    # -- producing -------------------------------------------------------------------------------
 
     async def enqueue(
         self,
@@ -368,8 +373,6 @@ class App:
         """The job's journal, oldest first."""
         return await self.jobs.events(_uuid(job_id), after_event_id=after, limit=limit)
 
-    # -- working ---------------------------------------------------------------------------------
-
     def served_queues(self) -> frozenset[str]:
         """Queues whose workers run in this process right now."""
         if self._engine_app is not None:
@@ -383,19 +386,14 @@ class App:
         no signal handlers of its own. `queues` default to the settings' workers. Leaving the block
         stops them gracefully (running jobs stop at their next chunk; unfinished ones go back to
         the queue)."""
-        from dataloader.logger import ensure_visible
-        from dataloader.maintenance.duty_settings import check_duty_settings
-        from dataloader.workers.manager import WorkerManager
-
         settings = self.settings
-        check_duty_settings(settings)  # a ConfigError naming the variable, as the CLI reports it
+        node.check_duty_settings(settings)  # a ConfigError naming the variable, as the CLI reports it
         ensure_visible(settings.log_level, settings.log_format)
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
-        settings = self._with_process_queues(settings)
-        manager = WorkerManager(settings, self.dsn, self.pool, self.registry, run_reaper=reaper,
-                                services=self._maintenance_services(settings))
+        manager = node.build_node(node.with_process_queues(settings), self.dsn, self.pool, self.registry,
+                                  reaper=reaper, capabilities=True)
         await manager.start()
         self._managers.append(manager)
         try:
@@ -411,21 +409,7 @@ class App:
         async with self.running(queues, reaper=reaper):
             await (stop.wait() if stop is not None else asyncio.Event().wait())
 
-    # -- retention and stats (issue 10; docs/patterns.md "Retention" and "Stats") ----------------
-
-    def _maintenance_services(self, settings: Settings) -> list[Service]:
-        """The leader-only duties of `running()`: the pruner and the stats rollup, unless disabled."""
-        from dataloader.retention.pruner import Pruner
-        from dataloader.retention.rollup import StatsRollup
-
-        services: list[Service] = self._schedule_services(settings)
-        services.append(self._node_service(settings))
-        if settings.retention_enabled:
-            services.append(Pruner.from_settings(self.pool, settings))
-        if settings.stats_enabled:
-            services.append(StatsRollup.from_settings(self.pool, settings))
-        services.extend(self._operations_services(settings))
-        return services
+    # -- retention and stats (docs/patterns.md "Retention" and "Stats") ---------------------------
 
     def retention_policy(self) -> RetentionPolicy:
         """The retention ages of the settings (DL_RETENTION_*, per queue DL_RETENTION_QUEUES_JSON)."""
@@ -437,8 +421,6 @@ class App:
         """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
         Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
         age for `statuses` (default: every finished status). `dry_run` only counts."""
-        from dataloader.retention.pruner import prune
-
         if older_than is not None:
             seconds = (older_than.total_seconds() if isinstance(older_than, timedelta)
                        else Settings.duration_seconds(older_than))
@@ -462,8 +444,6 @@ class App:
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
         DL_STATS_PERIOD_SEC); returns how many jobs were counted."""
-        from dataloader.retention.rollup import rollup
-
         return await rollup(self.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
 
     async def stats(self, *, queue: str | None = None, start: datetime | None = None,
@@ -471,8 +451,6 @@ class App:
         """Per queue and hour: finished counts by status, run and wait time (count, mean, p95,
         max), and the oldest waiting job. Hours from `start` (default: `end - hours`) to `end`
         (default: now), read from the rollup."""
-        from dataloader.retention.rollup import read_stats
-
         end = end or datetime.now(UTC)
         start = start or end - timedelta(hours=hours)
         if start > end:
@@ -483,164 +461,75 @@ class App:
                            limit: int = 20) -> dict[str, Any]:
         """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
         hours from `since` (default: the last hour) on."""
-        from dataloader.retention.rollup import read_errors
-
         since = since or datetime.now(UTC) - timedelta(hours=1)
         return await read_errors(self.pool, queue=queue, since=since, limit=limit)
 
-    # -- end of retention and stats ----------------------------------------------------------------
-
-    # -- periodic schedules (issue 10; docs/patterns.md "Periodic schedules") ----------------------
+    # -- capabilities: one manager each, built on this App's pool -----------------------------------
+    # The cached ones are dropped on close(), so an App opened again builds them on the new pool.
 
     @property
     def schedules(self) -> ScheduleManager:
         """Create, read, list, pause, resume, delete schedules and read their history:
         `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
-        service = self.__dict__.get("_schedule_service")
-        if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_schedule_service"] = ScheduleManager(ScheduleRepository(self.pool),
-                                                                           check_task=self.jobs.check_task)
-        return service
-
-    def _schedule_services(self, settings: Settings) -> list[Service]:
-        """The scheduler of `running()` (every node; the database makes each tick enqueue once)."""
-        from dataloader.schedules.scheduler import Scheduler
-
-        def task_of(func: Any) -> str | None:
-            names = [n for n in self.registry.names() if (p := self.registry.get(n)) is not None and p.func is func]
-            return names[0] if len(names) == 1 else None
-
-        def pipeline_max_attempts(task: str) -> int | None:
-            pipeline = self.registry.get(task)
-            return pipeline.max_attempts if pipeline is not None else None
-
-        return [Scheduler(ScheduleRepository(self.pool), dsn=self.dsn,
-                          default_lease_ttl_sec=settings.default_lease_ttl_sec, task_of=task_of,
-                          pipeline_max_attempts=pipeline_max_attempts)]
-
-    # -- end of periodic schedules -----------------------------------------------------------------
-
-    # -- recovery and operations (issue 11; docs/operations.md) --------------------------------------
+        if self._schedules is None:
+            self._schedules = ScheduleManager(ScheduleRepository(self.pool), check_task=self.jobs.check_task)
+        return self._schedules
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
                      limit: int = 100, count: bool = False) -> SearchPage:
         """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
         error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
         newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
-        return await self._search_service().search(filter, cursor=cursor, limit=limit, count=count)
+        return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
 
     async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None) -> int:
         """How many jobs match `filter` (what a bulk operation's dry run reports)."""
-        return await self._search_service().count(filter)
-
-    def _operations_services(self, settings: Settings) -> list[Service]:
-        """The queue-time checker (when a limit is set) and the bulk operation runner of `running()`,
-        on every node."""
-        from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
-        from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
-        from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
-
-        services: list[Service] = []
-        queue_time = QueueTimeSettings.from_settings(settings)
-        if queue_time.enabled:
-            services.append(QueueTimeChecker(QueueTimeRepository(self.pool), queue_time))
-        if settings.operations_enabled:
-            runner = OperationRunnerSettings.from_settings(settings)
-            services.append(OperationRunner(OperationRepository(self.pool), runner, owner=settings.node_name,
-                                            default_lease_ttl_sec=settings.default_lease_ttl_sec, dsn=self.dsn))
-        return services
+        return await self._job_search().count(filter)
 
     @property
     def operations(self) -> OperationManager:
         """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"],
         "queues": ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events
         / wait. The runner of every node's `running()` works them (docs/operations.md)."""
-        from dataloader.operations.manager import OperationManager
-        from dataloader.storage.operation_repository import OperationRepository
+        return OperationManager(OperationRepository(self.pool, count_timeout_sec=self._count_timeout_sec),
+                                self._job_search(), default_batch_size=self.settings.operations_batch_size)
 
-        count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
-        return OperationManager(OperationRepository(self.pool, count_timeout_sec=count_timeout), self._search_service(),
-                                default_batch_size=self.settings.operations_batch_size)
+    def _job_search(self) -> JobSearch:
+        return JobSearch(SearchRepository(self.pool, count_timeout_sec=self._count_timeout_sec), self._expensive)
 
-    def _search_service(self) -> JobSearch:
-        from dataloader.jobs.search import JobSearch
-        from dataloader.storage.search_repository import SearchRepository
-
-        count_timeout = self.settings.api_count_timeout_sec if self._engine_app is not None else None
-        return JobSearch(SearchRepository(self.pool, count_timeout_sec=count_timeout), self._expensive)
-
-    # -- end of recovery and operations ------------------------------------------------------------
-
-    # -- node registry and observers (issue 12; docs/observers.md) ---------------------------------
+    @property
+    def _count_timeout_sec(self) -> float | None:
+        """Counts of an HTTP request are bounded (DL_API_COUNT_TIMEOUT_SEC); a library caller's are not."""
+        return self.settings.api_count_timeout_sec if self._engine_app is not None else None
 
     @property
     def observers(self) -> ObserverManager:
         """Create, read, list and stop observers (never-ending work, spread over the nodes), and read
         the node registry: `await app.observers.create(app.observers.spec(name=..., kind=..., args=...))`,
         `await app.observers.stop(name, wait=10)`, `await app.observers.nodes()`."""
-        from dataloader.observers.manager import ObserverManager
-        from dataloader.observers.registry import observers as kinds
-        from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
-
-        service = self.__dict__.get("_observer_service")
-        if service is None or service.repo.pool is not self.pool:
-            service = self.__dict__["_observer_service"] = ObserverManager(
-                ObserverRepository(self.pool), NodeRepository(self.pool), kinds)
-        return service
-
-    def _node_service(self, settings: Settings) -> Service:
-        """The node heartbeat of `running()` (every node): registers this process in dl_nodes and
-        runs up to DL_OBSERVER_CAPACITY observers."""
-        from dataloader.observers.node_registry import NodeHeartbeat
-
-        return NodeHeartbeat.from_settings(self.pool, self.dsn, settings, queues=[w.queue for w in settings.workers])
-
-    # -- end of node registry and observers ----------------------------------------------------------
-
-    # -- processes (issue 9; docs/processes.md) -----------------------------------------------------
+        if self._observers is None:
+            self._observers = ObserverManager(ObserverRepository(self.pool), NodeRepository(self.pool), observer_kinds)
+        return self._observers
 
     @property
     def processes(self) -> ProcessManager:
         """Event-sourced processes: `await app.processes.init("payments", "p-1", {...})`, `call`,
         `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
         `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
-        service = self.__dict__.get("_process_service")
-        if service is None or service.repo.pool is not self.pool:
-            from dataloader.processes.waiter import TaskWaiter
-            from dataloader.storage.process_repository import ProcessRepository
-
+        if self._processes is None:
             waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
-            service = self.__dict__["_process_service"] = ProcessManager(
+            self._processes = ProcessManager(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
                 idle_sec=self.settings.process_idle_sec)
-        return service
+        return self._processes
 
-    def _register_process_step(self) -> None:
-        from dataloader.processes.step import run_step
-        from dataloader.storage.process_repository import PROCESS_TASK
+    async def _close_capabilities(self) -> None:
+        processes, self._processes = self._processes, None
+        self._schedules = self._observers = None
+        if processes is not None:
+            await processes.waiter.close()
 
-        self.registry.register(PROCESS_TASK, run_step, replace=True)
-
-    @staticmethod
-    def _process_concurrency() -> int:
-        return sum(p.concurrency for ns in processors.names() if (p := processors.get(ns)) is not None)
-
-    @staticmethod
-    def _with_process_queues(settings: Settings) -> Settings:
-        """The workers of `running()`: the settings' queues plus `process:<ns>` of every registered
-        processor not already listed (its `concurrency` at a time)."""
-        listed = {w.queue for w in settings.workers}
-        extra = [Queue(p.queue, p.concurrency) for ns in processors.names()
-                 if (p := processors.get(ns)) is not None and p.queue not in listed]
-        return settings.model_copy(update={"workers": [*settings.workers, *extra]}) if extra else settings
-
-    async def _close_processes(self) -> None:
-        service = self.__dict__.pop("_process_service", None)
-        if service is not None:
-            await service.waiter.close()
-
-    # -- end of processes ---------------------------------------------------------------------------
 
 def _delay_seconds(delay: float | timedelta) -> float:
     """A delay as seconds: a finite number, 0 or more (a negative delay is a mistake, as in Stage)."""

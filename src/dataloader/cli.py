@@ -100,7 +100,7 @@ def _settings() -> Settings:
     """Settings, logging, the user's pipelines and every duty's settings, all checked before
     anything is started: any problem is a ConfigError (one line, exit code 2; see _Commands)."""
     from dataloader.logger import setup_logging
-    from dataloader.maintenance.duty_settings import check_duty_settings
+    from dataloader.node import check_duty_settings
     from dataloader.workers.pipelines.registry import load_pipeline_modules
 
     settings = load_settings()

@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 
 from dataloader.api import create_app
 from dataloader.maintenance import Scope, ServiceState
-from dataloader.workers.manager import WorkerManager
+from dataloader.node import build_node
 from dataloader.workers.pipelines.registry import registry
 from tests.conftest import wait_until
 from tests.maintenance.helpers import Crashing, Recorder, Steady
@@ -20,7 +20,7 @@ async def test_status_and_metrics_show_each_service(dsn, pool, db):
     settings = make_settings(dsn, leader_retry_sec=0.2, service_restart_backoff_sec=30)
     duty = Steady("leader_duty", Recorder(), scope=Scope.LEADER)
     crashing = Crashing(clock=duty.clock)
-    manager = WorkerManager(settings, dsn, pool, registry, services=[duty, crashing])
+    manager = build_node(settings, dsn, pool, registry, services=[duty, crashing])
     assert manager.is_leader is False
     await manager.start()
     try:
@@ -55,9 +55,8 @@ async def test_status_and_metrics_show_each_service(dsn, pool, db):
 
 
 async def test_without_a_leader_only_service_no_election_runs(dsn, pool, db):
-    manager = WorkerManager(make_settings(dsn), dsn, pool, registry,
-                            services=[Steady("plain", Recorder())])
+    manager = build_node(make_settings(dsn), dsn, pool, registry, services=[Steady("plain", Recorder())])
     assert manager.elector is None and manager.is_leader is None
     assert [s.name for s in manager.services_status()] == ["reaper", "plain"]
-    no_reaper = WorkerManager(make_settings(dsn), dsn, pool, registry, run_reaper=False)
+    no_reaper = build_node(make_settings(dsn), dsn, pool, registry, reaper=False)
     assert no_reaper.reaper is None and no_reaper.services_status() == []

@@ -18,6 +18,7 @@ import asyncpg
 import tests.support.pipelines  # noqa: F401  (registers test.* pipelines)
 from dataloader.config import Settings
 from dataloader.jobs.manager import JobManager, JobRequest
+from dataloader.node import build_node
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import load_pipeline_modules, registry
@@ -58,7 +59,7 @@ async def event_kinds(pool: asyncpg.Pool, job_id: uuid.UUID) -> list[str]:
 async def running_engine(dsn: str, pool: asyncpg.Pool, queues: dict[str, int] | None = None,
                          run_reaper: bool = True, **overrides: Any) -> AsyncIterator[WorkerManager]:
     settings = make_settings(dsn, queues, **overrides)
-    manager = WorkerManager(settings, dsn, pool, registry, run_reaper=run_reaper)
+    manager = build_node(settings, dsn, pool, registry, reaper=run_reaper)
     await manager.start()
     await manager.wait_listening()
     try:

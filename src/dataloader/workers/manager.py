@@ -1,6 +1,7 @@
-"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the maintenance
-services (the reaper, the leader elector when a leader-only service exists, and any registered or
-given service) of one process, started together and stopped gracefully."""
+"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the background duties
+it is given (with the leader elector when one of them is leader-only) of one process, started
+together and stopped gracefully. Which duties a node runs is decided by the node root
+(dataloader/node.py); the engine knows none of them."""
 
 from __future__ import annotations
 
@@ -12,17 +13,14 @@ from collections.abc import Sequence
 import asyncpg
 
 from dataloader.config import Settings
-from dataloader.jobs.reaper import Reaper, ReaperSettings
 from dataloader.maintenance import (
     BackoffPolicy,
     LeaderElector,
     LeaderSettings,
     Scope,
     Service,
-    ServiceDeps,
     ServiceStatus,
     Supervisor,
-    registered_services,
 )
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.env import EngineEnv
@@ -43,7 +41,6 @@ class WorkerManager:
         pool: asyncpg.Pool,
         registry: PipelineRegistry,
         *,
-        run_reaper: bool = True,
         services: Sequence[Service] = (),
     ) -> None:
         self.settings = settings
@@ -53,15 +50,11 @@ class WorkerManager:
         self.notifier = Notifier(dsn, on_queue=self._on_queue_notified, on_cancel=self._on_cancel,
                                  on_connected=self._wake_all,
                                  check_period=max(settings.poll_fallback_sec * 3, 5.0))
-        self.reaper = Reaper(self.env.repo, ReaperSettings.from_settings(settings)) if run_reaper else None
-        deps = ServiceDeps(settings=settings, dsn=dsn, pool=pool, repo=self.env.repo)
-        extra = [*(factory(deps) for factory in registered_services()), *services]
-        duties: list[Service] = ([self.reaper] if self.reaper is not None else []) + extra
         # No leader-only duty, no election: a node spends no connection on a lock nobody needs.
         self.elector = (LeaderElector(dsn, LeaderSettings.from_settings(settings), node_name=settings.node_name)
-                        if any(s.scope is Scope.LEADER for s in duties) else None)
+                        if any(s.scope is Scope.LEADER for s in services) else None)
         self.supervisor = Supervisor(
-            duties, elector=self.elector,
+            services, elector=self.elector,
             backoff=BackoffPolicy(base_sec=settings.service_restart_backoff_sec,
                                   cap_sec=max(settings.service_restart_backoff_max_sec,
                                               settings.service_restart_backoff_sec)))
@@ -72,6 +65,15 @@ class WorkerManager:
     def holds_stray_locks(self) -> bool:
         """True after a forced stop left sync pipeline threads running with their lock_keys held."""
         return bool(self.env.quarantine)
+
+    def service(self, name: str) -> Service | None:
+        """The duty called `name`, if this manager runs one."""
+        return next((s for s in self.supervisor.services if s.name == name), None)
+
+    @property
+    def reaper(self) -> Service | None:
+        """The lease reaper, when the node runs one (a name, not a class: the engine knows no duty)."""
+        return self.service("reaper")
 
     @property
     def queues(self) -> list[str]:
