@@ -54,9 +54,8 @@ class QueueTimeChecker(PeriodicService):
         self.repo = repo
         self._full_pass_done = False
 
-    async def run(self) -> None:
+    def on_start(self) -> None:
         self._full_pass_done = False  # per run: a restarted checker reads everything once again
-        await super().run()
 
     async def tick(self) -> int:
         """Flag or fail every overdue job; returns how many were changed."""

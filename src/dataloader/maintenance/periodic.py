@@ -1,9 +1,14 @@
-"""The base of every service that works on a period (the reaper, and later the pruner and the stats
-rollup): tick, wait a jittered period, tick again, until stopped.
+"""The one loop of the background duties: tick, wait for a wake-up or a delay, tick again, until
+stopped. `LoopService` owns it, for a duty woken by a NOTIFY channel (the scheduler on
+`dl_schedules`, the operation runner on `dl_operations`), by a time it computes (the next due tick,
+the end of a lease), or both; `PeriodicService` is the common case of a jittered period (the
+reaper, the queue-time checker, the pruner, the stats rollup).
 
 A failing tick is part of normal life (the database restarts; a statement hits a bad row): it is
 logged — a warning when the database is unreachable, an error with its traceback otherwise — and
-retried next period. It never ends the loop, so a tick error is not a crash for the supervisor.
+retried at the next wake-up. It never ends the loop, so a tick error is not a crash for the
+supervisor. A duty implements `tick()` (and, when the period is not its clock, `next_delay()`);
+it writes no loop, no try/except around its tick and no listener of its own.
 """
 
 from __future__ import annotations
@@ -12,15 +17,108 @@ import asyncio
 import logging
 import random
 from abc import abstractmethod
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from dataloader import metrics
 from dataloader.maintenance.service import Service, ServiceSettings
+from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
-from dataloader.storage.db import is_connection_error
 
 log = logging.getLogger("dataloader.maintenance")
+
+
+class LoopService(Service):
+    """Runs `prepare()` once per run, `tick()` at start, then again after `next_delay()` seconds or
+    sooner when woken (`wake()`, a NOTIFY on `channel` when a `dsn` is given, a stop), until stopped.
+
+    Per-run state is reset in `on_start()`; what must not outlive a run is undone in `on_stop()`."""
+
+    # The LISTEN channel whose notifications wake the duty (None: woken by time and stop only), and
+    # the application_name of that session, so operators see it in pg_stat_activity.
+    channel: ClassVar[str | None] = None
+    listener_name: ClassVar[str] = "dataloader-maintenance"
+    # Where a failed tick is logged, and with which words (each duty keeps the words it always had).
+    logger: ClassVar[logging.Logger] = log
+    failure_message: ClassVar[str] = "tick failed"
+
+    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK, dsn: str | None = None) -> None:
+        super().__init__(settings, clock=clock)
+        self.dsn = dsn
+        self.ticks = 0
+        self.last_tick_ok = True  # whether the last tick succeeded (a failed one may retry sooner)
+        self.last_result: Any = None  # what the last successful tick returned
+        self._wake = asyncio.Event()
+        self._prepared = False
+
+    @abstractmethod
+    async def tick(self) -> object:
+        """One unit of the duty. What it returns is kept in `last_result` (for `next_delay`, tests, logs)."""
+
+    @abstractmethod
+    def next_delay(self) -> float:
+        """Seconds to wait after a tick, unless woken sooner."""
+
+    async def prepare(self) -> None:
+        """Work due once per run before the first tick; it fails like a tick and is tried again
+        before the next one until it succeeded."""
+
+    def on_start(self) -> None:
+        """Reset per-run state (a restarted duty starts fresh)."""
+
+    def on_stop(self) -> None:
+        """Undo what must not outlive a run; called however the run ends."""
+
+    def wake(self) -> None:
+        """Tick now instead of at the end of the current wait."""
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._wake.set()
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        if self.stopping.is_set():
+            self._wake.set()
+        self._prepared = False
+        self.on_start()
+        listener = (WakeListener(self.dsn, self.channel, self.wake, application_name=self.listener_name)
+                    if self.channel is not None and self.dsn is not None else None)
+        try:
+            while not self.stopping.is_set():
+                self._wake.clear()  # before the tick: a NOTIFY committed after this wakes the wait below
+                if listener is not None:
+                    await listener.ensure()
+                self.last_tick_ok = await self.tick_once()
+                await self.clock.wait(self._wake, self.next_delay())
+        finally:
+            try:
+                if listener is not None:
+                    await listener.close()
+            finally:
+                self.on_stop()
+
+    async def tick_once(self) -> bool:
+        """One guarded tick; True when it succeeded."""
+        started = self.clock.monotonic()
+        try:
+            if not self._prepared:
+                await self.prepare()
+                self._prepared = True
+            self.last_result = await self.tick()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.report_failure(exc, f"{self.name}: {self.failure_message}",
+                                unavailable=f"{self.name}: database unavailable, will retry", logger=self.logger)
+            return False
+        finally:
+            self.ticks += 1
+            self.last_tick_at = self.clock.wall()
+            metrics.SERVICE_TICK_SECONDS.labels(self.name).observe(max(self.clock.monotonic() - started, 0.0))
+        return True
 
 
 class PeriodicSettings(ServiceSettings):
@@ -29,47 +127,16 @@ class PeriodicSettings(ServiceSettings):
     jitter: float = Field(default=0.1, ge=0, le=0.5, description="Each wait is period × (1 ± jitter)")
 
 
-class PeriodicService(Service):
-    """Runs `tick()` at start and then every period until stopped."""
+class PeriodicService(LoopService):
+    """Runs `tick()` at start and then every jittered period (sooner when woken) until stopped."""
 
     settings: PeriodicSettings
 
     def __init__(self, settings: PeriodicSettings, *, clock: Clock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None) -> None:
-        super().__init__(settings, clock=clock)
+                 rng: random.Random | None = None, dsn: str | None = None) -> None:
+        super().__init__(settings, clock=clock, dsn=dsn)
         self._rng = rng or random.Random()
-        self.ticks = 0
-
-    @abstractmethod
-    async def tick(self) -> object:
-        """One unit of the duty. What it returns is for tests and logs only."""
 
     def next_delay(self) -> float:
         jitter = self.settings.jitter
         return self.settings.period_sec * self._rng.uniform(1 - jitter, 1 + jitter)
-
-    async def run(self) -> None:
-        while not self.stopping.is_set():
-            await self.tick_once()
-            await self.clock.wait(self.stopping, self.next_delay())
-
-    async def tick_once(self) -> bool:
-        """One guarded tick; True when it succeeded."""
-        started = self.clock.monotonic()
-        try:
-            await self.tick()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.record_error(exc)
-            if is_connection_error(exc):
-                log.warning("%s: database unavailable, will retry: %s", self.name, exc,
-                            extra={"service": self.name})
-            else:
-                log.exception("%s: tick failed", self.name, extra={"service": self.name})
-            return False
-        finally:
-            self.ticks += 1
-            self.last_tick_at = self.clock.wall()
-            metrics.SERVICE_TICK_SECONDS.labels(self.name).observe(max(self.clock.monotonic() - started, 0.0))
-        return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import ClassVar
@@ -19,6 +20,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.storage.db import is_connection_error
 
 
 class Scope(enum.StrEnum):
@@ -108,3 +110,15 @@ class Service(ABC):
     def record_error(self, exc: BaseException) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self.last_error_at = self.clock.wall()
+
+    def report_failure(self, exc: Exception, failed: str, *, unavailable: str, logger: logging.Logger,
+                       extra: dict[str, object] | None = None) -> None:
+        """Record a failed step that the duty rides out, and log it: a warning without traceback
+        when the database is unreachable (weather: retried), an error with its traceback otherwise
+        (a bug or a bad row). One copy for every duty, so the two are always told apart alike."""
+        self.record_error(exc)
+        extra = {"service": self.name, **(extra or {})}
+        if is_connection_error(exc):
+            logger.warning("%s: %s", unavailable, exc, extra=extra)
+        else:
+            logger.exception(failed, extra=extra)

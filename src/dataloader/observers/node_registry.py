@@ -31,6 +31,7 @@ from dataloader.maintenance.service import Scope, Service, ServiceSettings
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.observers import policy
 from dataloader.observers.registry import ObserverRegistry
+from dataloader.observers.registry import observers as default_kinds
 from dataloader.observers.runner import FENCED, SHUTDOWN, STOP, ObserverRunner
 from dataloader.storage.db import connect, is_connection_error
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
@@ -99,8 +100,6 @@ class NodeHeartbeat(Service):
                  queues: Sequence[str] = (), kinds: ObserverRegistry | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(settings, clock=clock)
-        from dataloader.observers.registry import observers as default_kinds
-
         self.dsn = dsn
         self.node_name = node_name
         self.queues = list(queues)
@@ -128,7 +127,8 @@ class NodeHeartbeat(Service):
         super().request_stop()
         self.runner.wake.set()
 
-    # -- the run of one incarnation ---------------------------------------------------------------
+    # The run of one incarnation is not LoopService's loop: it beats on its own deadline, claims
+    # when woken, and must end (a crash, so a new incarnation) when this one was declared dead.
 
     async def run(self) -> None:
         runner = self.runner
@@ -203,11 +203,8 @@ class NodeHeartbeat(Service):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.record_error(exc)
-            if is_connection_error(exc):
-                log.warning("node heartbeat: database unavailable: %s", exc, extra={"node": self.node_name})
-            else:
-                log.exception("node heartbeat failed", extra={"node": self.node_name})
+            self.report_failure(exc, "node heartbeat failed", unavailable="node heartbeat: database unavailable",
+                                logger=log, extra={"node": self.node_name})
             return
         finally:
             metrics.NODE_HEARTBEAT_SECONDS.observe(max(self.clock.monotonic() - started, 0.0))
@@ -237,11 +234,8 @@ class NodeHeartbeat(Service):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.record_error(exc)
-            if is_connection_error(exc):
-                log.warning("observer claim: database unavailable: %s", exc)
-            else:
-                log.exception("observer claim failed")
+            self.report_failure(exc, "observer claim failed", unavailable="observer claim: database unavailable",
+                                logger=log)
 
     async def _watchdog(self) -> None:
         """Fence: stop every observer here once the last successful heartbeat is `fence_after` old

@@ -32,10 +32,8 @@ from dataloader.exceptions import InvalidJobRequest
 from dataloader.jobs.search import parse_filter
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
-from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.model.operation import PROCESS_KINDS
 from dataloader.processes.restart import bulk_restarter
-from dataloader.storage.db import is_connection_error
 from dataloader.storage.operation_repository import OperationRepository
 
 log = logging.getLogger("dataloader.operations.runner")
@@ -66,50 +64,25 @@ class OperationRunnerSettings(PeriodicSettings):
 class OperationRunner(PeriodicService):
     name = "operations"
     scope = Scope.EVERY_NODE
+    channel = CHANNEL
+    listener_name = "dataloader-operations"
 
     settings: OperationRunnerSettings
 
     def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
                  default_lease_ttl_sec: int = 60, dsn: str | None = None, **kwargs: object) -> None:
         """`dsn`: where to LISTEN for started and resumed operations (None: wake on time only)."""
-        super().__init__(settings, **kwargs)  # type: ignore[arg-type]
+        super().__init__(settings, dsn=dsn, **kwargs)  # type: ignore[arg-type]
         self.repo = repo
         self.owner = owner
         self.restart_process = bulk_restarter(default_lease_ttl_sec)
-        self._wake = asyncio.Event()
-        self._listener = (WakeListener(dsn, CHANNEL, self.wake, application_name="dataloader-operations")
-                          if dsn is not None else None)
         self._lease_ends_in: float | None = None  # of another runner's operation, at the last look
-        self._look_failed = False
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def request_stop(self) -> None:
-        super().request_stop()
-        self._wake.set()
-
-    async def run(self) -> None:
-        self._wake = asyncio.Event()
-        if self.stopping.is_set():
-            self._wake.set()
-        try:
-            while not self.stopping.is_set():
-                self._wake.clear()  # before looking: a NOTIFY committed after this wakes the wait below
-                if self._listener is not None:
-                    await self._listener.ensure()
-                self._lease_ends_in = None
-                self._look_failed = not await self.tick_once()
-                await self.clock.wait(self._wake, self.next_delay())
-        finally:
-            if self._listener is not None:
-                await self._listener.close()
 
     def next_delay(self) -> float:
         """Until the backstop, or sooner: the end of another runner's lease (a takeover if it is not
         renewed by then), or a retry after a failed look."""
         delay = super().next_delay()
-        if self._look_failed:
+        if not self.last_tick_ok:
             delay = min(delay, FAILED_LOOK_RETRY_SEC)
         ends_in = self._lease_ends_in
         if ends_in is not None:
@@ -119,6 +92,7 @@ class OperationRunner(PeriodicService):
 
     async def tick(self) -> int:
         """Take operations and work them until none is left to take; returns the batches run."""
+        self._lease_ends_in = None
         batches = 0
         while not self.stopping.is_set():
             op = await self.repo.claim(self.owner, self.settings.lease_sec)
@@ -152,9 +126,9 @@ class OperationRunner(PeriodicService):
                     log.error("bulk operation failed", extra={"operation_id": str(operation_id), "error": str(exc)})
                     return batches
                 except Exception as exc:
-                    self.record_error(exc)
-                    level = log.warning if is_connection_error(exc) else log.exception
-                    level("bulk operation batch failed; retrying", extra={"operation_id": str(operation_id)})
+                    self.report_failure(exc, "bulk operation batch failed; retrying", logger=log,
+                                        unavailable="bulk operation batch failed; retrying",
+                                        extra={"operation_id": str(operation_id)})
                     await self.clock.wait(self.stopping, self.settings.retry_pause_sec)
                     continue
                 finally:

@@ -121,15 +121,14 @@ class StatsRollup(PeriodicService):
     def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> StatsRollup:
         return cls(pool, StatsSettings.from_settings(settings))
 
-    async def run(self) -> None:
+    def on_start(self) -> None:
         self._exported_hour = None  # the gauges are cleared when a run ends
-        try:
-            await super().run()
-        finally:
-            # Only the leader sets them: a node that stopped leading must not export stale numbers.
-            for gauge in (metrics.STATS_LAST_HOUR_JOBS, metrics.STATS_LAST_HOUR_RUN_P95,
-                          metrics.STATS_LAST_HOUR_WAIT_P95):
-                gauge.clear()
+
+    def on_stop(self) -> None:
+        # Only the leader sets them: a node that stopped leading must not export stale numbers.
+        for gauge in (metrics.STATS_LAST_HOUR_JOBS, metrics.STATS_LAST_HOUR_RUN_P95,
+                      metrics.STATS_LAST_HOUR_WAIT_P95):
+            gauge.clear()
 
     async def tick(self) -> int:
         counted = await rollup(self.pool, lag_sec=self.settings.lag_sec, keep_sec=self.settings.keep_sec,

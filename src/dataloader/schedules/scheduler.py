@@ -31,14 +31,13 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from pydantic import Field
 
-from dataloader.maintenance.service import Scope, Service, ServiceSettings
-from dataloader.maintenance.wake_listener import WakeListener
+from dataloader.maintenance.periodic import LoopService
+from dataloader.maintenance.service import Scope, ServiceSettings
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.model.ids import new_id
 from dataloader.model.schedule import Schedule, ScheduleSpec
 from dataloader.model.schedule_timing import InvalidTiming, idempotency_key, next_tick, plan
 from dataloader.schedules.declare import declared_schedules
-from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.schedule_repository import FiredTick, ScheduleRepository
 
@@ -64,9 +63,13 @@ class SchedulerSettings(ServiceSettings):
     prune_every_sec: float = Field(default=3600, gt=0, le=86400)
 
 
-class Scheduler(Service):
+class Scheduler(LoopService):
     name = "scheduler"
     scope = Scope.EVERY_NODE
+    channel = CHANNEL
+    listener_name = "dataloader-scheduler"
+    logger = log
+    failure_message = "pass failed"
 
     settings: SchedulerSettings
 
@@ -78,56 +81,24 @@ class Scheduler(Service):
         """`dsn`: where to LISTEN for changes (None: no listener, wake on time only). `declared`:
         the code-declared schedules to upsert at start (None: those of `@schedule`, resolved with
         `task_of`)."""
-        super().__init__(settings or SchedulerSettings(), clock=clock)
+        super().__init__(settings or SchedulerSettings(), clock=clock, dsn=dsn)
         self.repo = repo
-        self.dsn = dsn
         self.default_lease_ttl_sec = default_lease_ttl_sec
         self._task_of = task_of or (lambda func: None)
         self._pipeline_max_attempts = pipeline_max_attempts or (lambda task: None)
         self._declared = declared
-        self._wake = asyncio.Event()
-        self._listener = (WakeListener(dsn, CHANNEL, self.wake, application_name="dataloader-scheduler")
-                          if dsn is not None else None)
         self._last_prune: float | None = None
         self.passes = 0  # completed passes (tests, diagnostics)
 
-    def request_stop(self) -> None:
-        super().request_stop()
-        self._wake.set()
+    # The loop is LoopService's: `prepare` declares the code's schedules once per run, `tick` is
+    # one pass, and the wait is until the next due tick (the NOTIFY of a change wakes it sooner).
 
-    def wake(self) -> None:
-        self._wake.set()
+    async def prepare(self) -> None:
+        await self.upsert_declared()
 
-    # -- the loop ----------------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        self._wake = asyncio.Event()
-        if self.stopping.is_set():
-            self._wake.set()
-        declared_done = False
-        try:
-            while not self.stopping.is_set():
-                self._wake.clear()  # before reading: a change committed after this wakes the wait below
-                if self._listener is not None:
-                    await self._listener.ensure()
-                try:
-                    if not declared_done:
-                        await self.upsert_declared()
-                        declared_done = True
-                    delay = await self.tick()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    self.record_error(exc)
-                    if is_connection_error(exc):
-                        log.warning("scheduler: database unavailable, will retry: %s", exc)
-                    else:
-                        log.exception("scheduler: pass failed")
-                    delay = self.settings.retry_sec
-                await self.clock.wait(self._wake, min(max(delay, 0.0), self.settings.max_sleep_sec))
-        finally:
-            if self._listener is not None:
-                await self._listener.close()
+    def next_delay(self) -> float:
+        delay = self.last_result if self.last_tick_ok else self.settings.retry_sec
+        return min(max(delay, 0.0), self.settings.max_sleep_sec)
 
     async def tick(self) -> float:
         """One pass: fire every due schedule; returns seconds until the next due tick."""
