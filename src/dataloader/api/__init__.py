@@ -90,7 +90,7 @@ def create_app(settings: Settings, *, context: App | None = None,
     gives one with the API's own pool and limits), the app uses it and the given `manager` (None:
     workers of `app.running()` if any) and leaves opening and closing them to the caller.
     """
-    runtime = Runtime(settings=settings, context=context, manager=manager)
+    runtime = Runtime(settings=settings, app=context, manager=manager)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -107,7 +107,7 @@ def create_app(settings: Settings, *, context: App | None = None,
             # connections are never lent to a request (docs/operations.md "Limits of the HTTP API").
             api = await app.api_app()
             async with app.running() as workers:
-                runtime.context, runtime.manager = api, workers
+                runtime.app, runtime.manager = api, workers
                 freeze_startup_objects()
                 log.info("service ready", extra={"node": settings.node_name,
                                                  "queues": [w.queue for w in settings.workers]})
@@ -116,7 +116,7 @@ def create_app(settings: Settings, *, context: App | None = None,
                 finally:
                     log.info("shutting down: draining workers")
         finally:
-            runtime.context = runtime.manager = None
+            runtime.app = runtime.manager = None
             if api is not None:
                 await api.close()
             await app.close()

@@ -73,15 +73,15 @@ REGISTRY.register(QUEUE_STATS)  # module import runs once per process, so this r
 )
 async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
     rows = None
-    if runtime.context is not None:
+    if runtime.app is not None:
         try:
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
-                rows = await runtime.context.repo.queue_stats()
+                rows = await runtime.app.repo.queue_stats()
         except Exception as exc:  # a scrape must not fail because the database is away
             log.warning("metrics: queue stats unavailable", extra={"error": repr(exc)})
         try:  # dl_processes: processes by namespace and status (issue 9)
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
-                await runtime.context.processes.refresh_metrics()
+                await runtime.app.processes.refresh_metrics()
         except Exception as exc:
             log.warning("metrics: process counts unavailable", extra={"error": repr(exc)})
     # No await between setting and generating: no other scrape can interleave on this loop.

@@ -143,7 +143,7 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
     head = _head_revision()
     database = DatabaseStatus(reachable=False, schema_head=head)
     queues: list[QueueStatus] = []
-    ctx = runtime.context
+    ctx = runtime.app
     if ctx is None:
         database.error = "the service is starting or stopping"
     else:

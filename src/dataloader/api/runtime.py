@@ -1,4 +1,4 @@
-"""What the routes of one app share: settings, the App (`context`), this process's WorkerManager,
+"""What the routes of one app share: settings, the App (`app`), this process's WorkerManager,
 and the dependencies that hand them to a request (plus the optional bearer-token check)."""
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ if TYPE_CHECKING:
 @dataclass
 class Runtime:
     settings: Settings
-    context: App | None = None
+    app: App | None = None
     manager: WorkerManager | None = None
 
     @property
     def served_queues(self) -> frozenset[str]:
         if self.manager is not None:
             return frozenset(self.manager.queues)
-        return self.context.served_queues() if self.context is not None else frozenset()
+        return self.app.served_queues() if self.app is not None else frozenset()
 
-    def require_context(self) -> App:
-        if self.context is None:  # only while the lifespan opens or has closed the context
+    def require_app(self) -> App:
+        if self.app is None:  # only while the lifespan opens or has closed the App
             raise ApiError(ErrorCode.database_unavailable, "the service is starting or stopping")
-        return self.context
+        return self.app
 
 
 # Dependencies are coroutines on purpose: FastAPI runs a plain `def` dependency in its thread pool,
@@ -44,7 +44,7 @@ async def get_runtime(request: Request) -> Runtime:
 
 
 async def get_job_api(runtime: Runtime = Depends(get_runtime)) -> ApiJobService:
-    return ApiJobService(runtime.require_context().jobs, runtime.served_queues)
+    return ApiJobService(runtime.require_app().jobs, runtime.served_queues)
 
 
 def token_matches(expected: str, header_value: str | None) -> bool:

@@ -6,10 +6,10 @@ See docs/maintenance.md.
 """
 
 from dataloader.maintenance.leader import LEADER_LOCK_CLASS, LEADER_LOCK_ID, LeaderElector, LeaderSettings
-from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
+from dataloader.maintenance.periodic import LoopService, PeriodicService, PeriodicSettings
 from dataloader.maintenance.registry import ServiceDeps, ServiceFactory, register_service, registered_services
 from dataloader.maintenance.service import Scope, Service, ServiceSettings, ServiceState
-from dataloader.maintenance.supervisor import BackoffPolicy, ServiceStatus, Supervisor
+from dataloader.maintenance.supervisor import BackoffPolicy, ServiceSnapshot, Supervisor
 
 __all__ = [
     "LEADER_LOCK_CLASS",
@@ -17,6 +17,7 @@ __all__ = [
     "BackoffPolicy",
     "LeaderElector",
     "LeaderSettings",
+    "LoopService",
     "PeriodicService",
     "PeriodicSettings",
     "Scope",
@@ -24,8 +25,8 @@ __all__ = [
     "ServiceDeps",
     "ServiceFactory",
     "ServiceSettings",
+    "ServiceSnapshot",
     "ServiceState",
-    "ServiceStatus",
     "Supervisor",
     "register_service",
     "registered_services",

@@ -31,6 +31,8 @@ class Scope(enum.StrEnum):
 
 
 class ServiceState(enum.StrEnum):
+    """Where a duty is in its life under the supervisor (a ServiceSnapshot carries it to /status)."""
+
     RUNNING = "running"
     STOPPED = "stopped"
     CRASHED = "crashed"  # its run ended with an error and the supervisor gave up restarting it

@@ -41,7 +41,10 @@ class BackoffPolicy(BaseModel):
 
 
 @dataclass(frozen=True)
-class ServiceStatus:
+class ServiceSnapshot:
+    """What /status shows of one duty at one instant; its `state` (a ServiceState) is the part that
+    moves (running, backoff, standby...)."""
+
     name: str
     scope: Scope
     state: ServiceState
@@ -99,10 +102,10 @@ class Supervisor:
         """Whether this node leads; None when no election runs (no leader-only service)."""
         return None if self.elector is None else self._leading
 
-    def status(self) -> list[ServiceStatus]:
+    def status(self) -> list[ServiceSnapshot]:
         """A snapshot for /status: no I/O, safe to call from a request handler."""
         return [
-            ServiceStatus(name=e.service.name, scope=e.service.scope, state=e.state, restarts=e.restarts,
+            ServiceSnapshot(name=e.service.name, scope=e.service.scope, state=e.state, restarts=e.restarts,
                           last_error=e.service.last_error, last_error_at=e.service.last_error_at,
                           last_tick_at=e.service.last_tick_at)
             for e in self._entries

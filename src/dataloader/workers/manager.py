@@ -19,7 +19,7 @@ from dataloader.maintenance import (
     LeaderSettings,
     Scope,
     Service,
-    ServiceStatus,
+    ServiceSnapshot,
     Supervisor,
 )
 from dataloader.storage.repositories import JobRepository
@@ -79,7 +79,7 @@ class WorkerManager:
     def queues(self) -> list[str]:
         return list(self.workers)
 
-    def services_status(self) -> list[ServiceStatus]:
+    def services_status(self) -> list[ServiceSnapshot]:
         """Each maintenance service's state, for /status (no I/O)."""
         return self.supervisor.status()
 

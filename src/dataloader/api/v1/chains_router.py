@@ -50,5 +50,5 @@ async def get_chain(
     chain_id: Annotated[uuid.UUID, Path(description="The chain's id (its first job's) or any of its jobs' ids")],
     runtime: Runtime = Depends(get_runtime),
 ) -> Any:
-    chain = await runtime.require_context().chain(chain_id)
+    chain = await runtime.require_app().chain(chain_id)
     return chain.to_dict()

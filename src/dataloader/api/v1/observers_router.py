@@ -28,7 +28,7 @@ MAX_STOP_WAIT_SEC = 60
 
 
 async def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverManager:
-    return runtime.require_context().observers
+    return runtime.require_app().observers
 
 
 Api = Annotated[ObserverManager, Depends(get_observer_service)]

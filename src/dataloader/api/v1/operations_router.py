@@ -62,7 +62,7 @@ async def search(runtime: Annotated[Runtime, Depends(get_runtime)],
                  body: Annotated[SearchRequest | None, Body()] = None) -> Any:
     body = body or SearchRequest()
     f = JobFilter.model_validate(body.model_dump(exclude={"cursor", "limit", "count"}))
-    page = await runtime.require_context().search(f, cursor=body.cursor, limit=body.limit, count=body.count)
+    page = await runtime.require_app().search(f, cursor=body.cursor, limit=body.limit, count=body.count)
     fields = SearchJob.model_fields
     return {"jobs": [SearchJob(job_id=j.id, **{n: getattr(j, n) for n in fields if n != "job_id"})
                      for j in page.jobs],
@@ -145,7 +145,7 @@ OperationId = Annotated[uuid.UUID, Path(description="The operation's id")]
 
 
 async def get_operations(runtime: Runtime = Depends(get_runtime)) -> OperationManager:
-    return runtime.require_context().operations
+    return runtime.require_app().operations
 
 
 Ops = Annotated[OperationManager, Depends(get_operations)]

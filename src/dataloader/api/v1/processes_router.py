@@ -37,7 +37,7 @@ router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=
 
 
 async def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessManager:
-    return runtime.require_context().processes
+    return runtime.require_app().processes
 
 
 Api = Annotated[ProcessManager, Depends(get_process_service)]

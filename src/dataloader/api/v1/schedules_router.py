@@ -26,7 +26,7 @@ UPCOMING = 5
 
 
 async def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleManager:
-    return runtime.require_context().schedules
+    return runtime.require_app().schedules
 
 
 Api = Annotated[ScheduleManager, Depends(get_schedule_service)]

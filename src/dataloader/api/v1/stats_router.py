@@ -154,7 +154,7 @@ async def stats(
         raise ApiError(ErrorCode.invalid_request, "from must be before to")
     if end - start > MAX_RANGE:
         raise ApiError(ErrorCode.invalid_request, "from and to may be at most 366 days apart")
-    return await runtime.require_context().stats(queue=queue, start=start, end=end)
+    return await runtime.require_app().stats(queue=queue, start=start, end=end)
 
 
 @router.get("/stats/errors", response_model=ErrorsResponse,
@@ -169,7 +169,7 @@ async def stats_errors(
     """"Top errors in the last hour": failures of the hours from `since` on, grouped by the first
     line of their error (trimmed, at most 200 characters)."""
     start = _check_time("since", since or datetime.now(UTC) - timedelta(hours=1))
-    return await runtime.require_context().stats_errors(queue=queue, since=start, limit=limit)
+    return await runtime.require_app().stats_errors(queue=queue, since=start, limit=limit)
 
 
 @router.get("/retention", response_model=RetentionResponse, summary="The retention settings of this node",
@@ -197,6 +197,6 @@ async def prune(runtime: Annotated[Runtime, Depends(get_runtime)],
             raise ApiError(ErrorCode.invalid_request, f"older_than: {exc}") from None
         if not 0 <= older_than <= 3650 * 86400:
             raise ApiError(ErrorCode.invalid_request, "older_than must be between 0 and 3650d")
-    report = await runtime.require_context().prune(older_than=older_than, statuses=body.statuses,
+    report = await runtime.require_app().prune(older_than=older_than, statuses=body.statuses,
                                                    queues=body.queues, dry_run=body.dry_run)
     return report.to_dict()
