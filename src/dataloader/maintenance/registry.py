@@ -1,9 +1,9 @@
 """Services contributed by user modules, the way pipelines are: a module listed in
 DL_PIPELINE_MODULES (or an entry point) calls `register_service(factory)` at import, and every
-`WorkerManager` of the process builds one from it.
+node the process builds (`dataloader.node.build_node`) makes one from it.
 
 This is how a `dataloader worker` process gets a duty that is not built in (the fail-over test's
-leader-only probe service is one). Code that builds its own WorkerManager can pass `services=`.
+leader-only probe service is one). Code that builds its own node can pass `services=`.
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ nodes_router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[D
 MAX_STOP_WAIT_SEC = 60
 
 
-async def get_observer_service(runtime: Runtime = Depends(get_runtime)) -> ObserverManager:
+async def get_observer_manager(runtime: Runtime = Depends(get_runtime)) -> ObserverManager:
     return runtime.require_app().observers
 
 
-Api = Annotated[ObserverManager, Depends(get_observer_service)]
+Api = Annotated[ObserverManager, Depends(get_observer_manager)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The observer's name")]
 
 

@@ -36,11 +36,11 @@ from dataloader.processes.manager import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TI
 router = APIRouter(prefix="/api/v1/processes", tags=["processes"], dependencies=[Depends(require_token)])
 
 
-async def get_process_service(runtime: Runtime = Depends(get_runtime)) -> ProcessManager:
+async def get_process_manager(runtime: Runtime = Depends(get_runtime)) -> ProcessManager:
     return runtime.require_app().processes
 
 
-Api = Annotated[ProcessManager, Depends(get_process_service)]
+Api = Annotated[ProcessManager, Depends(get_process_manager)]
 Ns = Annotated[str, Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
 Id = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="The process id")]
 MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"

@@ -25,11 +25,11 @@ router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], dependencies=
 UPCOMING = 5
 
 
-async def get_schedule_service(runtime: Runtime = Depends(get_runtime)) -> ScheduleManager:
+async def get_schedule_manager(runtime: Runtime = Depends(get_runtime)) -> ScheduleManager:
     return runtime.require_app().schedules
 
 
-Api = Annotated[ScheduleManager, Depends(get_schedule_service)]
+Api = Annotated[ScheduleManager, Depends(get_schedule_manager)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The schedule's name")]
 
 
