@@ -138,7 +138,6 @@ def scheduler(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: Pipeli
                      task_of=task_of, pipeline_max_attempts=pipeline_max_attempts)
 
 
-
 def register_node_pipelines(registry: PipelineRegistry) -> None:
     """The pipelines a capability brings to every node: the step that runs a process's tasks."""
     registry.register(PROCESS_TASK, run_step, replace=True)
