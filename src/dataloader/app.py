@@ -245,6 +245,8 @@ class App:
         """Bring the schema to head; returns (revision before, revision after)."""
         return await migrate.upgrade(self.dsn)
 
+    # -- producing -------------------------------------------------------------------------------
+
     async def enqueue(
         self,
         task: str,
