@@ -19,6 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dataloader import cli
+from dataloader.cli import observers, processes, service
+
+# Every module of the CLI package that calls os._exit through `_exit` (its own imported name).
+EXITING_MODULES = (service, observers, processes)
 
 SCRATCH_DATA_DIR = Path(tempfile.gettempdir()) / "dataloader-cli-tests" / "never-started"
 
@@ -35,7 +39,8 @@ def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Any:
         raise SystemExit(code)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "_exit", no_os_exit)
+        for module in EXITING_MODULES:
+            patch.setattr(module, "_exit", no_os_exit)
         try:
             return CliRunner().invoke(cli.app, args, env=clean)
         finally:
