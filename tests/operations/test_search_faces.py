@@ -17,6 +17,7 @@ from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
 from dataloader.storage.operation_repository import QueueTimeRepository
 from tests.operations.conftest import ops_settings
 from tests.retention.rows import add_job
+from tests.support.cli import run
 
 
 @pytest.fixture
@@ -26,7 +27,10 @@ async def client(app_on_db):
         yield c
 
 
-def ops_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def ops_cli(env: dict[str, str], *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`dataloader ops <args>` in-process; `process`: a real `python -m dataloader` (the group's one)."""
+    if not process:
+        return run(["ops", *args], env)
     return subprocess.run([sys.executable, "-m", "dataloader", "ops", *args], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -79,9 +83,10 @@ async def test_bad_filters_are_4xx_in_the_error_shape(client, db, body, code):
 async def test_cli_search_and_top_errors(db, subprocess_env):
     await db.execute("TRUNCATE dl_stats_state, dl_stats_hourly, dl_stats_hist, dl_stats_errors")
     await fill(db)
-    run = ops_cli(subprocess_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h")
-    assert run.returncode == 0, run.stderr
-    body = json.loads(run.stdout[run.stdout.index("{"):])
+    found = ops_cli(subprocess_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h",
+                    process=True)
+    assert found.returncode == 0, found.stderr
+    body = json.loads(found.stdout[found.stdout.index("{"):])
     assert body["count"] == 3 and {j["error"] for j in body["jobs"]} == {"KeyError: 'x'"}
     bad = ops_cli(subprocess_env, "search", "--status", "bogus")
     assert bad.returncode == 2 and "status" in bad.stderr

@@ -1,15 +1,16 @@
-"""The CLI faces of chains, restartable and unique jobs (real `python -m dataloader` processes)."""
+"""The CLI faces of chains, restartable and unique jobs (in-process; the `jobs` group as a real process:
+tests/integration_tests/test_cli.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
+
+from tests.support.cli import run
 
 
 def jobs(subprocess_env, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dataloader", "jobs", *args], env=subprocess_env,
-                          capture_output=True, text=True, timeout=60)
+    return run(["jobs", *args], subprocess_env)
 
 
 async def test_trigger_then_restartable_unique_and_chain(runs, subprocess_env):

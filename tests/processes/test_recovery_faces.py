@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from dataloader.exceptions import ProcessTaskFailed
 from tests.conftest import wait_until
 from tests.processes.processors import register
+from tests.support.cli import run
 
 
 async def broken(app, ns: str, pid: str) -> None:
@@ -85,8 +85,8 @@ async def test_bad_recovery_requests_are_4xx_and_write_nothing(client, app, ns, 
 
 
 def cli(subprocess_env, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dataloader", *args], env=subprocess_env,
-                          capture_output=True, text=True, timeout=60)
+    """In-process (the `processes` and `ops` groups as real processes: test_api_cli.py, test_search_faces.py)."""
+    return run(list(args), subprocess_env)
 
 
 async def test_cli_restart_check_and_bulk_dry_run(app, ns, pdb, subprocess_env):
@@ -98,7 +98,7 @@ async def test_cli_restart_check_and_bulk_dry_run(app, ns, pdb, subprocess_env):
     assert json.loads(restarted.stdout)["removed_events"] == 1
     both = cli(subprocess_env, "processes", "restart", ns, "p1", "--from", "start", "--from-event", "1")
     assert both.returncode != 0 and "exactly one" in both.stderr
-    # nobody serves the namespace in that subprocess: the re-queued init waits, so the check
+    # nobody serves the namespace in the CLI's App: the re-queued init waits, so the check
     # reports nothing wrong (a queued task is no fault)
     checked = cli(subprocess_env, "processes", "check", ns)
     assert checked.returncode == 0, checked.stderr

@@ -16,6 +16,7 @@ from dataloader.api import create_app
 from dataloader.app import App
 from dataloader.config import Settings
 from dataloader.schedules.manager import ScheduleManager
+from tests.support.cli import run
 
 # The one default for how many upcoming run times a schedule shows (docs/patterns.md: "the next 5");
 # both faces' tests compare with it, so a face that picks its own count fails its test.
@@ -100,13 +101,16 @@ async def test_openapi_documents_the_schedules_api(client):
     assert "422" in paths["/api/v1/schedules"]["post"]["responses"]
 
 
-def cli(subprocess_env, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(subprocess_env, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`dataloader schedules <args>` in-process; `process`: a real `python -m dataloader` (the group's one)."""
+    if not process:
+        return run(["schedules", *args], subprocess_env)
     return subprocess.run([sys.executable, "-m", "dataloader", "schedules", *args], env=subprocess_env,
                           capture_output=True, text=True, timeout=60)
 
 
 async def test_cli_create_list_pause_resume_history_delete(sdb, subprocess_env):
-    made = cli(subprocess_env, "create", "--name", "cli.every", "--task", "dl.noop", "--every", "60")
+    made = cli(subprocess_env, "create", "--name", "cli.every", "--task", "dl.noop", "--every", "60", process=True)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["every_sec"] == 60
     listed = json.loads(cli(subprocess_env, "list").stdout)
