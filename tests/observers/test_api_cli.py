@@ -91,11 +91,20 @@ def cli(env, *args, process=False):
                           timeout=60)
 
 
-async def test_cli_create_list_get_stop_and_nodes(odb, subprocess_env, dsn, make_app):
+async def test_the_group_runs_as_a_real_process(odb, subprocess_env, dsn):
+    """The group's one real `python -m dataloader observers` (the other CLI tests run in-process)."""
     env = {**subprocess_env, "DL_PIPELINE_MODULES": "tests.support.observers",
            "PYTHONPATH": os.pathsep.join([str(ROOT), subprocess_env.get("PYTHONPATH", "")])}
     args = json.dumps({"dsn": dsn, "tick_sec": 0.05})
     made = cli(env, "observers", "create", "--name", "feed-1", "--kind", "test.probe", "--args", args, process=True)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["state"] == "created"
+
+
+async def test_cli_create_list_get_stop_and_nodes(odb, cli_env, dsn, make_app):
+    env = {**cli_env, "DL_PIPELINE_MODULES": "tests.support.observers"}
+    args = json.dumps({"dsn": dsn, "tick_sec": 0.05})
+    made = cli(env, "observers", "create", "--name", "feed-1", "--kind", "test.probe", "--args", args)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["state"] == "created"
     dup = cli(env, "observers", "create", "--name", "feed-1", "--kind", "test.probe", "--args", args)
