@@ -1,5 +1,6 @@
 """The service's own commands: `serve` (HTTP API, workers and reaper in one process), `worker`
-(the same without HTTP) and `db upgrade` (migrations)."""
+(the same without HTTP) and `db upgrade` (migrations). `serve` and `worker` are commands of the root,
+registered in cli/__init__.py."""
 
 from __future__ import annotations
 
