@@ -136,6 +136,13 @@ def subprocess_env(dsn: str) -> dict[str, str]:
 
 
 @pytest.fixture
+def cli_env(dsn: str) -> dict[str, str]:
+    """The settings of an in-process `dataloader` command (tests.support.cli.run) against the test
+    database: subprocess_env's DL_* without its process, so the test stays in the db tier."""
+    return {"DL_DB_DSN": dsn, "DL_PIPELINE_MODULES": "tests.support.pipelines", "DL_LOG_FORMAT": "json"}
+
+
+@pytest.fixture
 def workers(subprocess_env: dict[str, str]) -> Iterator[Callable[..., WorkerProcess]]:
     """Start `python -m dataloader worker` child processes (`workers(queues={"q": 2}, **DL_settings)`);
     every one still alive is killed at the end of the test."""

@@ -56,6 +56,6 @@ class DataloaderDriver:
 
 
 if __name__ == "__main__":
-    # uvloop, as every `dataloader` command runs (cli.py) and as PgQueuer's driver runs: the two
+    # uvloop, as every `dataloader` command runs (cli/common.py) and as PgQueuer's driver runs: the two
     # producers measured on the same event loop.
     driver_cli.main(DataloaderDriver(), uvloop=True)

@@ -1,10 +1,8 @@
-import subprocess
-import sys
-
 import pytest
 
 from dataloader.config import load_settings, parse_workers_json
 from dataloader.exceptions import ConfigError
+from tests.support.cli import run
 
 
 def test_workers_json_parses_queues_and_concurrency():
@@ -48,10 +46,9 @@ def test_bad_numeric_setting_names_the_variable(monkeypatch):
 
 
 @pytest.mark.parametrize("raw", ["nope", '[{"queue":"a","concurrency":0}]', '[{"queue":"a","concurrency":1,"x":1}]'])
-def test_worker_exits_nonzero_with_one_clear_line(raw, subprocess_env):
-    env = dict(subprocess_env, WORKERS_JSON=raw)
-    proc = subprocess.run([sys.executable, "-m", "dataloader", "worker"], env=env, capture_output=True,
-                          text=True, timeout=60)
+def test_worker_exits_nonzero_with_one_clear_line(raw, cli_env):
+    env = dict(cli_env, WORKERS_JSON=raw)
+    proc = run(["worker"], env)  # in-process: the settings are refused before anything starts
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr

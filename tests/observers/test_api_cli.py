@@ -15,6 +15,7 @@ import pytest
 
 from dataloader.api import create_app
 from tests.conftest import ROOT, wait_until
+from tests.support.cli import run
 
 
 @pytest.fixture
@@ -82,14 +83,26 @@ async def _state(client, name, state):
     return (await client.get(f"/api/v1/observers/{name}")).json()["state"] == state
 
 
-def cli(env, *args):
+def cli(env, *args, process=False):
+    """`dataloader <args>` in-process; `process`: a real `python -m dataloader` (the group's one)."""
+    if not process:
+        return run(list(args), env)
     return subprocess.run([sys.executable, "-m", "dataloader", *args], env=env, capture_output=True, text=True,
                           timeout=60)
 
 
-async def test_cli_create_list_get_stop_and_nodes(odb, subprocess_env, dsn, make_app):
+async def test_the_group_runs_as_a_real_process(odb, subprocess_env, dsn):
+    """The group's one real `python -m dataloader observers` (the other CLI tests run in-process)."""
     env = {**subprocess_env, "DL_PIPELINE_MODULES": "tests.support.observers",
            "PYTHONPATH": os.pathsep.join([str(ROOT), subprocess_env.get("PYTHONPATH", "")])}
+    args = json.dumps({"dsn": dsn, "tick_sec": 0.05})
+    made = cli(env, "observers", "create", "--name", "feed-1", "--kind", "test.probe", "--args", args, process=True)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["state"] == "created"
+
+
+async def test_cli_create_list_get_stop_and_nodes(odb, cli_env, dsn, make_app):
+    env = {**cli_env, "DL_PIPELINE_MODULES": "tests.support.observers"}
     args = json.dumps({"dsn": dsn, "tick_sec": 0.05})
     made = cli(env, "observers", "create", "--name", "feed-1", "--kind", "test.probe", "--args", args)
     assert made.returncode == 0, made.stderr

@@ -9,7 +9,7 @@ import uuid
 
 from rich.text import Text
 
-from dataloader.cli import _progress_line
+from dataloader.cli.operations import _progress_line
 from dataloader.model.operation import Operation
 from tests.support.cli import invoke
 

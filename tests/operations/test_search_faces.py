@@ -17,6 +17,7 @@ from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
 from dataloader.storage.operation_repository import QueueTimeRepository
 from tests.operations.conftest import ops_settings
 from tests.retention.rows import add_job
+from tests.support.cli import run
 
 
 @pytest.fixture
@@ -26,7 +27,10 @@ async def client(app_on_db):
         yield c
 
 
-def ops_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def ops_cli(env: dict[str, str], *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`dataloader ops <args>` in-process; `process`: a real `python -m dataloader` (the group's one)."""
+    if not process:
+        return run(["ops", *args], env)
     return subprocess.run([sys.executable, "-m", "dataloader", "ops", *args], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -76,16 +80,26 @@ async def test_bad_filters_are_4xx_in_the_error_shape(client, db, body, code):
     assert set(r.json()) >= {"error", "detail"}
 
 
-async def test_cli_search_and_top_errors(db, subprocess_env):
+async def test_the_group_runs_as_a_real_process(db, subprocess_env):
+    """The group's one real `python -m dataloader ops` (the other CLI tests run in-process)."""
+    await fill(db)
+    found = ops_cli(subprocess_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h",
+                    process=True)
+    assert found.returncode == 0, found.stderr
+    body = json.loads(found.stdout[found.stdout.index("{"):])
+    assert body["count"] == 3 and {j["error"] for j in body["jobs"]} == {"KeyError: 'x'"}
+
+
+async def test_cli_search_and_top_errors(db, cli_env):
     await db.execute("TRUNCATE dl_stats_state, dl_stats_hourly, dl_stats_hist, dl_stats_errors")
     await fill(db)
-    run = ops_cli(subprocess_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h")
-    assert run.returncode == 0, run.stderr
-    body = json.loads(run.stdout[run.stdout.index("{"):])
+    found = ops_cli(cli_env, "search", "--status", "failed", "--queue", "qb", "--finished-from", "1h")
+    assert found.returncode == 0, found.stderr
+    body = json.loads(found.stdout[found.stdout.index("{"):])
     assert body["count"] == 3 and {j["error"] for j in body["jobs"]} == {"KeyError: 'x'"}
-    bad = ops_cli(subprocess_env, "search", "--status", "bogus")
+    bad = ops_cli(cli_env, "search", "--status", "bogus")
     assert bad.returncode == 2 and "status" in bad.stderr
-    top = ops_cli({**subprocess_env, "DL_STATS_LAG_SEC": "0"}, "errors", "--hours", "2")
+    top = ops_cli({**cli_env, "DL_STATS_LAG_SEC": "0"}, "errors", "--hours", "2")
     assert top.returncode == 0, top.stderr
     groups = json.loads(top.stdout[top.stdout.index("{"):])["errors"]
     assert groups[0]["queue"] == "qa" and groups[0]["jobs"] == 6 and groups[0]["error"].startswith("ConnectionReset")
@@ -177,39 +191,39 @@ async def test_bad_operation_requests_are_4xx_and_write_nothing(client, db, body
     assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
 
 
-async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, subprocess_env):
+async def test_cli_bulk_dry_run_start_pause_abort_show_watch(db, cli_env):
     from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
     from dataloader.storage.operation_repository import OperationRepository
 
     await fill(db)
     # other tests of this worker's database may have left operations: count what this one adds
     operations_before = await db.fetchval("SELECT count(*) FROM dl_operations")
-    dry = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--dry-run")
+    dry = ops_cli(cli_env, "requeue", "--status", "failed", "--queue", "qa", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout[dry.stdout.index("{"):])["total"] == 6
     assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
-    refused = ops_cli(subprocess_env, "requeue", "--queue", "qa")  # asks first; no answer: nothing starts
+    refused = ops_cli(cli_env, "requeue", "--queue", "qa")  # asks first; no answer: nothing starts
     assert refused.returncode == 1 and "7 jobs match" in refused.stderr  # no status: the succeeded one too
     assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations_before
-    started = ops_cli(subprocess_env, "requeue", "--status", "failed", "--queue", "qa", "--yes", "--no-watch",
+    started = ops_cli(cli_env, "requeue", "--status", "failed", "--queue", "qa", "--yes", "--no-watch",
                       "--batch-size", "2")
     assert started.returncode == 0, started.stderr
     op = json.loads(started.stdout[started.stdout.index("{"):])
     assert (op["state"], op["total"], op["started_by"].startswith("cli")) == ("running", 6, True)
     oid = op["operation_id"]
-    paused = ops_cli(subprocess_env, "pause", oid)
+    paused = ops_cli(cli_env, "pause", oid)
     assert json.loads(paused.stdout[paused.stdout.index("{"):])["state"] == "paused"
-    assert ops_cli(subprocess_env, "resume", oid).returncode == 0
+    assert ops_cli(cli_env, "resume", oid).returncode == 0
     # a runner (any node's; here in the test process) works it; `watch` then ends at once
     await OperationRunner(OperationRepository(db), OperationRunnerSettings(period_sec=1), owner="t").tick()
-    watched = ops_cli(subprocess_env, "watch", oid)
+    watched = ops_cli(cli_env, "watch", oid)
     assert watched.returncode == 0 and "6/6" in watched.stderr, watched.stderr
     assert json.loads(watched.stdout[watched.stdout.index("{"):])["state"] == "finished"
-    shown = ops_cli(subprocess_env, "show", oid)
+    shown = ops_cli(cli_env, "show", oid)
     shown = json.loads(shown.stdout[shown.stdout.index("{"):])
     assert [e["kind"] for e in shown["events"]] == ["created", "paused", "resumed", "started", "finished"]
-    aborted = ops_cli(subprocess_env, "abort", oid)
+    aborted = ops_cli(cli_env, "abort", oid)
     assert aborted.returncode == 1 and "operation_state_conflict" in aborted.stderr
-    listed = json.loads(ops_cli(subprocess_env, "list").stdout)
+    listed = json.loads(ops_cli(cli_env, "list").stdout)
     assert [o["operation_id"] for o in listed] == [oid]
-    assert ops_cli(subprocess_env, "show", "not-a-uuid").returncode == 2
+    assert ops_cli(cli_env, "show", "not-a-uuid").returncode == 2

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from dataloader.exceptions import ProcessTaskFailed
 from tests.conftest import wait_until
 from tests.processes.processors import register
+from tests.support.cli import run
 
 
 async def broken(app, ns: str, pid: str) -> None:
@@ -84,30 +84,30 @@ async def test_bad_recovery_requests_are_4xx_and_write_nothing(client, app, ns, 
     assert after == before
 
 
-def cli(subprocess_env, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dataloader", *args], env=subprocess_env,
-                          capture_output=True, text=True, timeout=60)
+def cli(cli_env, *args: str) -> subprocess.CompletedProcess[str]:
+    """In-process (the `processes` and `ops` groups as real processes: test_api_cli.py, test_search_faces.py)."""
+    return run(list(args), cli_env)
 
 
-async def test_cli_restart_check_and_bulk_dry_run(app, ns, pdb, subprocess_env):
+async def test_cli_restart_check_and_bulk_dry_run(app, ns, pdb, cli_env):
     register(ns)
     async with app.running():
         await broken(app, ns, "p1")
-    restarted = cli(subprocess_env, "processes", "restart", ns, "p1", "--from", "start")
+    restarted = cli(cli_env, "processes", "restart", ns, "p1", "--from", "start")
     assert restarted.returncode == 0, restarted.stderr
     assert json.loads(restarted.stdout)["removed_events"] == 1
-    both = cli(subprocess_env, "processes", "restart", ns, "p1", "--from", "start", "--from-event", "1")
+    both = cli(cli_env, "processes", "restart", ns, "p1", "--from", "start", "--from-event", "1")
     assert both.returncode != 0 and "exactly one" in both.stderr
-    # nobody serves the namespace in that subprocess: the re-queued init waits, so the check
+    # nobody serves the namespace in the CLI's App: the re-queued init waits, so the check
     # reports nothing wrong (a queued task is no fault)
-    checked = cli(subprocess_env, "processes", "check", ns)
+    checked = cli(cli_env, "processes", "check", ns)
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout) == {"ns": ns, "examined": 1, "findings": []}
     await pdb.execute("UPDATE dl_processes SET last_event_id = last_event_id - 1 WHERE ns = $1", ns)
     await pdb.execute("INSERT INTO dl_process_events (ns, process_id, event_id, payload) "
                       "VALUES ($1, 'p1', 7, '{}')", ns)
-    faulty = cli(subprocess_env, "processes", "check", ns)
+    faulty = cli(cli_env, "processes", "check", ns)
     assert faulty.returncode == 3 and json.loads(faulty.stdout)["findings"][0]["kind"] == "history_ahead"
-    dry = cli(subprocess_env, "ops", "restart-processes", ns, "--status", "init", "--from", "start", "--dry-run")
+    dry = cli(cli_env, "ops", "restart-processes", ns, "--status", "init", "--from", "start", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["total"] == 1 and json.loads(dry.stdout)["kind"] == "process_restart"

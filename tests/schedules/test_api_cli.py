@@ -16,6 +16,7 @@ from dataloader.api import create_app
 from dataloader.app import App
 from dataloader.config import Settings
 from dataloader.schedules.manager import ScheduleManager
+from tests.support.cli import run
 
 # The one default for how many upcoming run times a schedule shows (docs/patterns.md: "the next 5");
 # both faces' tests compare with it, so a face that picks its own count fails its test.
@@ -100,23 +101,34 @@ async def test_openapi_documents_the_schedules_api(client):
     assert "422" in paths["/api/v1/schedules"]["post"]["responses"]
 
 
-def cli(subprocess_env, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(subprocess_env, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`dataloader schedules <args>` in-process; `process`: a real `python -m dataloader` (the group's one)."""
+    if not process:
+        return run(["schedules", *args], subprocess_env)
     return subprocess.run([sys.executable, "-m", "dataloader", "schedules", *args], env=subprocess_env,
                           capture_output=True, text=True, timeout=60)
 
 
-async def test_cli_create_list_pause_resume_history_delete(sdb, subprocess_env):
-    made = cli(subprocess_env, "create", "--name", "cli.every", "--task", "dl.noop", "--every", "60")
+async def test_the_group_runs_as_a_real_process(sdb, subprocess_env):
+    """The group's one real `python -m dataloader schedules` (the other CLI tests run in-process)."""
+    made = cli(subprocess_env, "create", "--name", "cli.every", "--task", "dl.noop", "--every", "60", process=True)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["every_sec"] == 60
-    listed = json.loads(cli(subprocess_env, "list").stdout)
+    await sdb.execute("DELETE FROM dl_schedules WHERE name = 'cli.every'")  # no later scheduler runs it
+
+
+async def test_cli_create_list_pause_resume_history_delete(sdb, cli_env):
+    made = cli(cli_env, "create", "--name", "cli.every", "--task", "dl.noop", "--every", "60")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["every_sec"] == 60
+    listed = json.loads(cli(cli_env, "list").stdout)
     assert [s["name"] for s in listed] == ["cli.every"] and len(listed[0]["upcoming"]) == UPCOMING_DEFAULT
-    assert json.loads(cli(subprocess_env, "pause", "cli.every").stdout)["paused"] is True
-    assert json.loads(cli(subprocess_env, "resume", "cli.every").stdout)["paused"] is False
-    assert json.loads(cli(subprocess_env, "history", "cli.every").stdout) == []
-    assert json.loads(cli(subprocess_env, "delete", "cli.every").stdout) == {"deleted": "cli.every"}
-    gone = cli(subprocess_env, "pause", "cli.every")
+    assert json.loads(cli(cli_env, "pause", "cli.every").stdout)["paused"] is True
+    assert json.loads(cli(cli_env, "resume", "cli.every").stdout)["paused"] is False
+    assert json.loads(cli(cli_env, "history", "cli.every").stdout) == []
+    assert json.loads(cli(cli_env, "delete", "cli.every").stdout) == {"deleted": "cli.every"}
+    gone = cli(cli_env, "pause", "cli.every")
     assert gone.returncode == 1 and "schedule_not_found" in gone.stderr
-    bad = cli(subprocess_env, "create", "--name", "x", "--task", "dl.noop", "--cron", "61 * * * *")
+    bad = cli(cli_env, "create", "--name", "x", "--task", "dl.noop", "--cron", "61 * * * *")
     assert bad.returncode == 2 and "invalid cron" in bad.stderr
     assert await sdb.fetchval("SELECT count(*) FROM dl_schedules") == 0

@@ -1,0 +1,110 @@
+"""The service's own commands: `serve` (HTTP API, workers and reaper in one process), `worker`
+(the same without HTTP) and `db upgrade` (migrations). `serve` and `worker` are commands of the root,
+registered in cli/__init__.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Annotated, Any
+
+import typer
+
+from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _settings, new_event_loop
+from dataloader.config import Settings
+from dataloader.exceptions import DataloaderError, exit_code
+from dataloader.heap import freeze_startup_objects
+
+log = logging.getLogger("dataloader")
+
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+
+
+def _signal_future() -> asyncio.Future[str]:
+    """Resolves with the name of the first SIGTERM/SIGINT. Installed before the workers start: a
+    signal in the window between "workers started" and the wait would otherwise kill the process
+    with the default action (exit -15, no graceful hand-back)."""
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[str] = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(signal.Signals(s).name))
+    return stop
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (env DL_HOST, default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (env DL_PORT, default 8000)")] = None,
+) -> None:
+    """Run the HTTP API, the workers of WORKERS_JSON and the reaper in one process."""
+    settings = _settings()
+    from dataloader.api.server import run_server
+
+    code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
+    _exit(code)
+
+
+def worker(
+    reaper: Annotated[bool, typer.Option("--reaper/--no-reaper", help="Also run the reaper")] = True,
+) -> None:
+    """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
+    settings = _settings()
+    _exit(run_until_stopped(_run_worker(settings, reaper)))
+
+
+def run_until_stopped(main: Any) -> int:
+    """asyncio.run without its final wait for the default thread pool: a sync pipeline still
+    running in a thread after the shutdown timeout would block exit forever, and its job was
+    already handed back to the queue."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+async def _run_worker(settings: Settings, run_reaper: bool) -> int:
+    app = _cli_app(settings)
+    # Before open: a SIGTERM while the (embedded) database starts is then a graceful stop right
+    # after the start, not the default action that leaves the server without its owner.
+    stop = _signal_future()
+    try:
+        await app.open(migrate_schema=True)
+    except DataloaderError as exc:  # one line, the exit code of docs/errors.md (as `serve`)
+        log.error("start-up failed: %s: %s", exc.code, exc, extra={"error": exc.code})
+        return exit_code(exc)
+    except Exception as exc:
+        log.error("start-up failed: %s", exc)
+        return 1
+    try:
+        async with app.running(reaper=run_reaper):
+            freeze_startup_objects()
+            sig = await stop
+            log.info("received %s, shutting down", sig)
+    finally:
+        await app.close()
+    return 0
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply migrations (adopting a schema created by hand from the 003 DDL)."""
+    settings = _settings()
+
+    async def run() -> tuple[str | None, str]:
+        app = _cli_app(settings)
+        # open() itself migrates here: a database that was never migrated is what this is for
+        await app.open(migrate_schema=True)
+        try:
+            return await app.migrate()
+        finally:
+            await app.close()
+
+    try:
+        before, after = _run(run())
+    except (DataloaderError, typer.Exit):
+        raise  # its own code and exit code (_Commands), or a SIGTERM's
+    except Exception as exc:
+        _fail(f"migration failed: {exc}")
+    _print({"from_revision": before, "to_revision": after})
