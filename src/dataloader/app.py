@@ -34,10 +34,10 @@ from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries
 from dataloader.model.ids import new_id
-from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
-from dataloader.retention.policy import FINISHED_STATUSES, RetentionPolicy
+from dataloader.retention.policy import RetentionPolicy
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
@@ -377,8 +377,8 @@ class App:
                        else Settings.duration_seconds(older_than))
             if seconds < 0:
                 raise ValueError("older_than must not be negative")
-            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUSES)
-            bad = sorted(set(chosen) - set(FINISHED_STATUSES))
+            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUS_NAMES)
+            bad = sorted(set(chosen) - set(FINISHED_STATUS_NAMES))
             if bad:
                 raise ValueError(f"only finished jobs can be pruned, not {bad}")
             policy = RetentionPolicy.uniform(seconds, chosen)
