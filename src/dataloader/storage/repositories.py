@@ -106,6 +106,7 @@ class JobRepository:
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
                   job.producer, request_id, job.timeout_sec, job.chain_next_json)
+        existing_params = (job.idempotency_key, job.args_json)  # get_job_by_idempotency_key.sql
         if job.restartable:
             # insert_restartable_job.sql: created (a new job) or not (the queued one, updated)
             if conn is not None:
@@ -124,21 +125,19 @@ class JobRepository:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
             if rows:
                 return Inserted(inserted_job(job, job_id, rows[0]), True)
-            existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
-                                                     job.idempotency_key, job.args_json)
+            existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"), *existing_params)
         elif self.insert_group is not None:
             row = await self.insert_group.insert("insert_job", *params)
             if row is not None:
                 return Inserted(inserted_job(job, job_id, row), True)
-            existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"),
-                                                               job.idempotency_key, job.args_json)]
+            existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"), *existing_params)]
         else:
             async with self.pool.acquire() as pool_conn:
                 row = await pool_conn.fetchrow(sql("insert_job"), *params)
                 if row is not None:
                     return Inserted(inserted_job(job, job_id, row), True)
                 existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
-                                                                   job.idempotency_key, job.args_json)]
+                                                                   *existing_params)]
         if not existing:  # the conflicting row was deleted between the two statements
             return await self.insert_job(job, request_id, conn=conn)
         # rows read on the pool are decoded by its codecs: no guessing needed
