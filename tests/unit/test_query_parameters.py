@@ -82,6 +82,8 @@ def _width(node: ast.expr, assigned: dict[str, ast.expr], depth: int = 0) -> int
         return total
     if isinstance(node, ast.Name) and node.id in assigned:
         return _width(assigned[node.id], assigned, depth + 1)
+    if isinstance(node, ast.Call) and f"{_func_name(node.func)}()" in assigned:  # a helper returning a tuple
+        return _width(assigned[f"{_func_name(node.func)}()"], assigned, depth + 1)
     if isinstance(node, ast.Call) and _func_name(node.func) in {"list", "tuple", "zip"} and len(node.args) == 1:
         return _width(node.args[0], assigned, depth + 1)
     if isinstance(node, ast.Starred):
@@ -126,6 +128,8 @@ def _built_at(args: list[ast.expr], assigned: dict[str, ast.expr], rel: str, whe
         arg = args[0].value if isinstance(args[0], ast.Starred) else args[0]
         if isinstance(arg, ast.Name) and arg.id in assigned:
             return f"{rel}:{assigned[arg.id].lineno}"
+        if isinstance(arg, ast.Call) and f"{_func_name(arg.func)}()" in assigned:
+            return f"{rel}:{assigned[f'{_func_name(arg.func)}()'].lineno}"
         return where if isinstance(args[0], ast.Starred) else None
     return where if len(args) >= 2 else None
 
@@ -136,6 +140,17 @@ def _assignments(func: ast.AST) -> dict[str, ast.expr]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned[node.targets[0].id] = node.value
     return assigned
+
+
+def _tuple_helpers(tree: ast.Module) -> dict[str, ast.expr]:
+    """Functions of the module that end by returning a tuple display (a statement's parameters
+    built in one place): "name()" -> that tuple, so `*name(...)` is counted like `*params`."""
+    found: dict[str, ast.expr] = {}
+    for func in ast.walk(tree):
+        if (isinstance(func, ast.FunctionDef) and func.body and isinstance(func.body[-1], ast.Return)
+                and isinstance(func.body[-1].value, ast.Tuple)):
+            found[f"{func.name}()"] = func.body[-1].value
+    return found
 
 
 def _forwarders(tree: ast.Module) -> dict[str, int]:
@@ -170,7 +185,8 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
     for path, tree in trees.items():
         rel = path.relative_to(root.parent).as_posix()
         functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-        scopes = [(f, _assignments(f)) for f in functions] + [(tree, {})]
+        helpers = _tuple_helpers(tree)
+        scopes = [(f, {**helpers, **_assignments(f)}) for f in functions] + [(tree, helpers)]
         seen: set[int] = set()
         for scope, assigned in scopes:
             for call in ast.walk(scope):
@@ -329,8 +345,16 @@ async def two(conn, a, b):
     await conn.fetch(sql("twice"), a, b)
     await conn.fetch(sql("single"), a)
     await conn.fetch(sql("single"), b)
+    await conn.fetch(sql("helped"), *_helped(a))
+    await conn.fetch(sql("helped_too"), *_helped(b))
+
+def _helped(a):
+    return (a, a)
 ''')
-    problems = builder_problems(call_sites(pkg))
+    sites = call_sites(pkg)
+    assert {(s.query, s.positional) for s in sites if s.query.startswith("helped")} == {("helped", 2),
+                                                                                      ("helped_too", 2)}
+    problems = builder_problems(sites)
     assert len(problems) == 1 and problems[0].startswith("twice.sql: its parameters are put together in 2 places"), \
         problems
 
