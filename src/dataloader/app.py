@@ -26,18 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from dataloader import node
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
-from dataloader.jobs.manager import JobManager, JobRequest, plain_jobs
+from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
+from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
 from dataloader.logger import ensure_visible
-from dataloader.model.chain import MAX_STAGE_DELAY_SEC as MAX_DELAY_SEC
-from dataloader.model.chain import Stage
 from dataloader.model.ids import new_id
-from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.observers.manager import ObserverManager
 from dataloader.observers.registry import observers as observer_kinds
@@ -45,7 +44,7 @@ from dataloader.operations.manager import OperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
 from dataloader.processes.waiter import TaskWaiter
-from dataloader.retention.policy import FINISHED_STATUSES, RetentionPolicy
+from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
 from dataloader.schedules.manager import ScheduleManager
@@ -247,27 +246,8 @@ class App:
 
     # -- producing -------------------------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        task: str,
-        args: Mapping[str, Any] | None = None,
-        *,
-        queue: str = "default",
-        lock_key: str | None = None,
-        idempotency_key: str | None = None,
-        partition_key: str = "",
-        priority: int = 100,
-        available_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        lease_ttl_sec: int | None = None,
-        timeout_sec: int | None = None,
-        then: Sequence[Stage] = (),
-        restartable: bool = False,
-        unique_for: float | timedelta | None = None,
-        unique_key: str | None = None,
-        conn: Any = None,
-    ) -> Job:
+    async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, conn: Any = None,
+                      **options: Unpack[EnqueueOptions]) -> Job:
         """Enqueue a job and return it (the existing one for a known `idempotency_key`).
 
         `lock_key` defaults to the job's own id (no serialization with other jobs). `delay`
@@ -276,6 +256,10 @@ class App:
         With `conn` (your asyncpg connection, or SQLAlchemy AsyncConnection / AsyncSession), the job is inserted in your
         transaction: it exists if and only if your transaction commits.
 
+        The keyword arguments are `EnqueueOptions` (dataloader/jobs/enqueue.py): queue, lock_key,
+        idempotency_key, partition_key, priority, available_at, delay, max_attempts, lease_ttl_sec,
+        timeout_sec, then, restartable, unique_for, unique_key.
+
         Queue patterns (docs/patterns.md): `then` — the stages to run after it succeeds (a chain);
         `restartable` — its `lock_key` is a restart key: a trigger while a job of the key is queued
         updates that job's args and time, while one runs queues exactly one more run after it
@@ -283,14 +267,9 @@ class App:
         API); `unique_for` (seconds or a timedelta) with an optional `unique_key` — at most one job
         of this task, queue and key (default: the args) per window; a repeat returns that job.
         """
-        job_id = new_id()
-        request = self._request(task, args, queue=queue, lock_key=lock_key,
-                                idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
-                                available_at=available_at, delay=delay, max_attempts=max_attempts,
-                                lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
-                                restartable=restartable, unique_for=unique_for, unique_key=unique_key)
-        result = await self.jobs.trigger(request, producer="python", job_id=job_id, conn=conn,
-                                         lock_key_given=lock_key is not None)
+        request = enqueue_request(task, args, "enqueue", options)
+        result = await self.jobs.trigger(request, producer="python", job_id=new_id(), conn=conn,
+                                         lock_key_given=options.get("lock_key") is not None)
         return result.job
 
     async def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None
@@ -298,53 +277,7 @@ class App:
         """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
         mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
         inserted, in input order; a known `idempotency_key` is skipped."""
-        return await self.jobs.trigger_many(self._batch_items(jobs), producer="python", conn=conn)
-
-    def _batch_items(self, jobs: Iterable[JobRequest | Mapping[str, Any]]) -> list[Any]:
-        """enqueue_many's items as `JobManager.batch_columns` takes them: validated in one call when
-        they are all plain (`plain_jobs`), else a JobRequest each (shared with SyncApp)."""
-        items = list(jobs)
-        plain = plain_jobs(items)
-        if plain is not None:
-            return plain
-        return [item if isinstance(item, JobRequest) else self._request(**dict(item)) for item in items]
-
-    @staticmethod
-    def _request(task: str, args: Mapping[str, Any] | None = None, *, queue: str = "default",
-                 lock_key: str | None = None, delay: float | timedelta | None = None,
-                 available_at: datetime | None = None, default_lock_key: str | None = None,
-                 then: Sequence[Stage] | None = None, restartable: bool = False,
-                 unique_for: float | timedelta | None = None, **fields: Any) -> JobRequest:
-        """The JobRequest behind enqueue's keyword arguments, without enqueuing it (shared with
-        SyncApp, enqueue_many and the CLI): every problem is a ValidationFailed with the code HTTP
-        gives the same body."""
-        try:
-            if delay is not None:
-                if available_at is not None:
-                    raise ValidationFailed("give available_at or delay, not both",
-                                           [{"loc": ["delay"], "msg": "give available_at or delay, not both",
-                                             "type": "value_error"}])
-                available_at = datetime.now(UTC) + timedelta(seconds=_delay_seconds(delay))
-            if then:
-                fields["then"] = list(then)
-            if unique_for is not None:
-                seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
-                if isinstance(seconds, float) and seconds.is_integer():
-                    seconds = int(seconds)
-                fields["unique_for_sec"] = seconds
-            if args is not None and not isinstance(args, Mapping):
-                raise ValidationFailed(f"args: must be a mapping (a JSON object), got {type(args).__name__}",
-                                       [{"loc": ["args"], "msg": "must be a mapping (a JSON object)",
-                                         "type": "dict_type"}])
-            # model_validate of a dict: a third cheaper than the keyword constructor (enqueue_many
-            # builds one per job). A missing lock_key stays None: the job's own id (JobManager).
-            return JobRequest.model_validate({
-                "task": task, "args": dict(args or {}), "queue": queue,
-                "lock_key": lock_key or default_lock_key, "available_at": available_at,
-                **({"restartable": restartable} if restartable else {}),
-                **{k: v for k, v in fields.items() if v is not None}})
-        except ValidationError as exc:
-            raise ValidationFailed.from_errors(exc.errors()) from None
+        return await self.jobs.trigger_many(batch_items(jobs), producer="python", conn=conn)
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
@@ -428,8 +361,8 @@ class App:
                        else Settings.duration_seconds(older_than))
             if seconds < 0:
                 raise ValueError("older_than must not be negative")
-            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUSES)
-            bad = sorted(set(chosen) - set(FINISHED_STATUSES))
+            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUS_NAMES)
+            bad = sorted(set(chosen) - set(FINISHED_STATUS_NAMES))
             if bad:
                 raise ValueError(f"only finished jobs can be pruned, not {bad}")
             policy = RetentionPolicy.uniform(seconds, chosen)
@@ -531,21 +464,6 @@ class App:
         self._schedules = self._observers = None
         if processes is not None:
             await processes.waiter.close()
-
-
-def _delay_seconds(delay: float | timedelta) -> float:
-    """A delay as seconds: a finite number, 0 or more (a negative delay is a mistake, as in Stage)."""
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
-    else:
-        raise ValidationFailed(f"delay: must be seconds or a timedelta, got {type(delay).__name__}",
-                               [{"loc": ["delay"], "msg": "must be seconds or a timedelta", "type": "float_type"}])
-    if not 0 <= seconds <= MAX_DELAY_SEC:  # also NaN
-        raise ValidationFailed(f"delay: must be between 0 and {MAX_DELAY_SEC:.0f} seconds, got {delay}",
-                               [{"loc": ["delay"], "msg": "must be between 0 and a year", "type": "value_error"}])
-    return seconds
 
 
 def _connect_error(exc: Exception, dsn: str) -> Exception:

@@ -18,6 +18,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
+from dataloader.model.job import FINISHED_STATUS_NAMES
 
 DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
@@ -276,9 +277,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"queue {queue!r}: must be an object of status: age, e.g. {{\"succeeded\": \"1d\"}}")
             parsed[queue] = {}
             for status, age in ages.items():
-                if status not in ("succeeded", "canceled", "failed", "lost"):
+                if status not in FINISHED_STATUS_NAMES:
                     raise ValueError(f"queue {queue!r}: unknown status {status!r} "
-                                     "(allowed: succeeded, canceled, failed, lost)")
+                                     f"(allowed: {', '.join(FINISHED_STATUS_NAMES)})")
                 seconds = Settings.duration_seconds(age)
                 if not 3600 <= seconds <= 3650 * 86400:
                     raise ValueError(f"queue {queue!r}: {status} age must be between 1h and 3650d")

@@ -356,3 +356,26 @@ class OperationStateConflict(DataloaderError):
     operation cannot be resumed; a running one is not paused twice)."""
 
     code = "operation_state_conflict"
+
+
+# -- not DataloaderErrors: each keeps the standard base its callers catch it by ------------------
+
+class InsertGroupClosed(RuntimeError):
+    """An enqueue on the pool reached an App that is closed, or closed before the enqueue ran
+    (storage/insert_group.py)."""
+
+
+class InvalidIntent(Exception):
+    """The processor returned something that is not a valid Intent (the task fails as if it raised;
+    processes/step.py)."""
+
+
+class DrainTimeout(TimeoutError):
+    """The queue still had work when `dataloader.testing.drain`'s timeout came; `result` (a
+    `testing.DrainResult`) has what finished so far and `pending` the jobs (`Job`) that were still
+    running or due. Importable from `dataloader.testing`, where docs/testing.md names it."""
+
+    def __init__(self, message: str, result: Any, pending: list[Any]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.pending = pending

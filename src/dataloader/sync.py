@@ -22,10 +22,10 @@ The methods have `App`'s names and arguments and return the same values (`Job`, 
 psycopg 3 `Connection`, or a SQLAlchemy `Connection` / `Session` (over psycopg, psycopg2 or any
 driver with a `pyformat`, `format` or `named` paramstyle) — and insert the job in the caller's
 transaction, so it exists if and only if that transaction commits. That path runs on the caller's
-thread and connection, not on the private loop: it is the same SQL text as the async path
-(`storage/queries/insert_job.sql`, `insert_jobs_batch.sql` / `insert_jobs_batch_unkeyed.sql`,
-`get_job_by_idempotency_key.sql`) and the same request validation (`JobManager.to_new_job`,
-`JobManager.batch_columns`) and idempotency rule.
+thread and connection, not on the private loop, and it is App's own path: `App.enqueue` /
+`App.enqueue_many` (the same request builder, JobManager and JobRepository code) with the
+connection wrapped in a `storage.caller_connection.SyncConnection`, whose statements run at once,
+so the coroutine completes on this thread without an event loop (`run_at_once`).
 """
 
 from __future__ import annotations
@@ -35,24 +35,21 @@ import threading
 import uuid
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dataloader import metrics
+from typing_extensions import Unpack
+
 from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
-from dataloader.jobs.manager import JobManager, JobRequest
-from dataloader.model.chain import Stage
-from dataloader.model.ids import new_id
+from dataloader.jobs.enqueue import EnqueueOptions
+from dataloader.jobs.manager import JobRequest
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
-from dataloader.storage.caller_connection import json_value
-from dataloader.storage.queries import sql
-from dataloader.storage.repositories import inserted_job
+from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 if TYPE_CHECKING:
-    from dataloader.storage.repositories import NewJob
     from dataloader.workers.manager import WorkerManager
 
 T = TypeVar("T")
@@ -161,27 +158,8 @@ class SyncApp:
 
     # -- producing -------------------------------------------------------------------------------
 
-    def enqueue(
-        self,
-        task: str,
-        args: Mapping[str, Any] | None = None,
-        *,
-        queue: str = "default",
-        lock_key: str | None = None,
-        idempotency_key: str | None = None,
-        partition_key: str = "",
-        priority: int = 100,
-        available_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        lease_ttl_sec: int | None = None,
-        timeout_sec: int | None = None,
-        then: Sequence[Stage] = (),
-        restartable: bool = False,
-        unique_for: float | timedelta | None = None,
-        unique_key: str | None = None,
-        conn: Any = None,
-    ) -> Job:
+    def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, conn: Any = None,
+                **options: Unpack[EnqueueOptions]) -> Job:
         """`App.enqueue`. With `conn` (a psycopg 3 `Connection`, or a SQLAlchemy sync `Connection`
         or `Session`), the job is inserted in that connection's transaction, on the calling
         thread: it exists if and only if your transaction commits.
@@ -191,21 +169,10 @@ class SyncApp:
                 app.enqueue("orders.confirm", {"id": 7}, conn=conn)
         """
         if conn is None:
-            return self._call(self.app.enqueue(
-                task, args, queue=queue, lock_key=lock_key, idempotency_key=idempotency_key,
-                partition_key=partition_key, priority=priority, available_at=available_at, delay=delay,
-                max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec, then=then,
-                restartable=restartable, unique_for=unique_for, unique_key=unique_key))
-        runner = _CallerConnection(conn)  # refuse a foreign connection before anything else
-        job_id = new_id()
-        request = self.app._request(task, args, queue=queue, lock_key=lock_key,
-                                    idempotency_key=idempotency_key, partition_key=partition_key,
-                                    priority=priority, available_at=available_at, delay=delay,
-                                    max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec,
-                                    timeout_sec=timeout_sec, then=then, restartable=restartable,
-                                    unique_for=unique_for, unique_key=unique_key)
-        new_job = self._service().to_new_job(request, "python", job_id)
-        return _insert_job(runner, request, new_job)
+            return self._call(self.app.enqueue(task, args, **options))
+        runner = SyncConnection(conn)  # refuse a foreign connection before anything else
+        self._check_open()
+        return run_at_once(self.app.enqueue(task, args, conn=runner, **options))
 
     def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None
                      ) -> list[uuid.UUID]:
@@ -213,31 +180,13 @@ class SyncApp:
         if conn is None:
             items = list(jobs)  # consume the iterable on this thread, not on the loop
             return self._call(self.app.enqueue_many(items))
-        runner = _CallerConnection(conn)
-        service = self._service()
-        items = self.app._batch_items(jobs)
-        if not items:
-            return []
-        batch = service.batch_columns(items)
-        ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = batch.columns
-        if not any(keys):  # repositories.insert_job_columns: nothing can be skipped, the cheaper statement
-            rows = runner.fetch(sql("insert_jobs_batch_unkeyed"), [
-                ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                "python", batch.timeouts, None])
-            if rows[0]["inserted"] != len(ids):
-                raise RuntimeError(f"inserted {rows[0]['inserted']} of {len(ids)} jobs")
-        else:
-            rows = runner.fetch(sql("insert_jobs_batch"), [
-                ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                "python", batch.timeouts, None])
-            ids = [_as_uuid(row["job_id"]) for row in rows]
-        batch.count_enqueued(ids)
-        return ids
+        runner = SyncConnection(conn)
+        self._check_open()
+        return run_at_once(self.app.enqueue_many(jobs, conn=runner))
 
-    def _service(self) -> JobManager:
+    def _check_open(self) -> None:
         if self._loop is None:
             raise RuntimeError("the SyncApp is not open: call app.open() or use `with SyncApp(...)`")
-        return self.app.jobs
 
     # -- reading and steering --------------------------------------------------------------------
 
@@ -303,143 +252,3 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
-
-
-# -- enqueue on the caller's sync connection -------------------------------------------------------
-# The sync twin of storage/caller_connection.py (which drives asyncpg and SQLAlchemy async
-# connections). It only translates placeholders: the statements are the files of storage/queries.
-
-
-def _insert_job(runner: _CallerConnection, request: JobRequest, new_job: NewJob) -> Job:
-    """repositories.insert_job + JobManager.trigger, on the caller's connection."""
-    params = [new_job.job_id, new_job.queue, new_job.task, new_job.args_json, new_job.idempotency_key,
-              new_job.lock_key, new_job.partition_key, new_job.priority, new_job.available_at,
-              new_job.max_attempts, new_job.lease_ttl_sec, new_job.producer, None, new_job.timeout_sec,
-              new_job.chain_next_json]
-    while new_job.restartable:
-        rows = runner.fetch(sql("insert_restartable_job"), params)
-        if not rows:  # a queued job of the key with another task or queue
-            rows = runner.fetch(sql("get_queued_restartable_job"), [new_job.lock_key])
-        if rows:  # else it was claimed between the two statements: trigger again
-            job = _job(rows[0])
-            JobManager.check_restart_target(request, job, created=bool(rows[0].get("created")))
-            return job
-    while True:
-        rows = runner.fetch(sql("insert_job"), params)
-        if rows:
-            metrics.JOBS_ENQUEUED.labels(request.queue, request.task).inc()
-            return inserted_job(new_job, _as_uuid(new_job.job_id), rows[0])
-        existing = runner.fetch(sql("get_job_by_idempotency_key"), [new_job.idempotency_key, new_job.args_json])
-        if existing:  # else the conflicting row was deleted between the two statements: insert again
-            job = _job(existing[0])
-            if request.unique_for_sec is None:
-                JobManager._check_same_request(request, new_job, job, bool(existing[0]["same_args"]))
-            return job
-
-
-class _CallerConnection:
-    """Runs a `$n` statement on a psycopg 3 connection or a SQLAlchemy sync Connection/Session,
-    inside the caller's transaction (SQLAlchemy: through the connection the Session's transaction
-    uses, never a raw driver connection that could be outside it)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.kind = _kind_of(conn)
-
-    def fetch(self, query: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-        if self.kind == "psycopg":
-            from psycopg.rows import dict_row
-
-            with self.conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(_convert(query, "pyformat"), _params("pyformat", query, params))
-                return [dict(row) for row in cur.fetchall()] if cur.description else []
-        conn = self.conn.connection() if self.kind == "sqlalchemy_session" else self.conn
-        style = conn.dialect.paramstyle
-        result = conn.exec_driver_sql(_convert(query, style), _params(style, query, params))
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
-
-
-def _kind_of(conn: Any) -> str:
-    try:
-        import psycopg
-    except ImportError:  # the `sync` extra is not installed: only SQLAlchemy connections can be given
-        psycopg = None  # type: ignore[assignment]
-    if psycopg is not None and isinstance(conn, psycopg.Connection):
-        return "psycopg"
-    try:
-        from sqlalchemy.engine import Connection
-        from sqlalchemy.orm import Session
-    except ImportError:  # pragma: no cover - sqlalchemy is a dependency
-        Connection = Session = ()  # type: ignore[assignment,misc]
-    if isinstance(conn, Session):
-        return "sqlalchemy_session"
-    if isinstance(conn, Connection):
-        return "sqlalchemy"
-    raise TypeError(
-        "conn must be a psycopg 3 Connection or a SQLAlchemy sync Connection/Session, got "
-        f"{type(conn).__module__}.{type(conn).__name__} (an asyncpg or SQLAlchemy async connection goes "
-        "to the async App.enqueue)")
-
-
-def _scan(query: str) -> Iterator[tuple[str, str]]:
-    """The statement as ("text" | "param", piece) tokens, with `--` comments dropped; `$n` inside
-    quotes or comments is not a parameter."""
-    i, n, start = 0, len(query), 0
-    while i < n:
-        ch = query[i]
-        if ch == "'" or ch == '"':
-            end = query.find(ch, i + 1)
-            while end != -1 and end + 1 < n and query[end + 1] == ch:  # doubled quote inside
-                end = query.find(ch, end + 2)
-            i = n if end == -1 else end + 1
-        elif query.startswith("--", i):
-            yield "text", query[start:i]
-            end = query.find("\n", i)
-            i = start = n if end == -1 else end
-        elif ch == "$" and i + 1 < n and query[i + 1].isdigit() and (i == 0 or not _ident(query[i - 1])):
-            yield "text", query[start:i]
-            j = i + 1
-            while j < n and query[j].isdigit():
-                j += 1
-            yield "param", query[i + 1:j]
-            i = start = j
-        else:
-            i += 1
-    yield "text", query[start:]
-
-
-def _ident(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
-
-
-def _convert(query: str, paramstyle: str) -> str:
-    """`$n` → the driver's placeholder. `pyformat`: %(pn)s, `format`: %s (in order of appearance),
-    `named`: :pn; `%` is doubled where the driver reads it."""
-    if paramstyle not in ("pyformat", "format", "named"):
-        raise TypeError(f"the connection's driver uses the {paramstyle!r} paramstyle; "
-                        "pyformat, format and named are supported")
-    out: list[str] = []
-    for kind, piece in _scan(query):
-        if kind == "param":
-            out.append({"pyformat": f"%(p{piece})s", "format": "%s", "named": f":p{piece}"}[paramstyle])
-        else:
-            out.append(piece.replace("%", "%%") if paramstyle != "named" else piece)
-    return "".join(out)
-
-
-def _params(paramstyle: str, query: str, params: Sequence[Any]) -> Any:
-    if paramstyle == "format":
-        return tuple(params[int(piece) - 1] for kind, piece in _scan(query) if kind == "param")
-    return {f"p{i}": value for i, value in enumerate(params, start=1)}
-
-
-def _as_uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _job(row: dict[str, Any]) -> Job:
-    """A `dl_jobs` row as the caller's driver decoded it (jsonb may be text, uuid a string)."""
-    row["job_id"] = _as_uuid(row["job_id"])
-    row["args"] = json_value(row.get("args"))
-    row["progress"] = json_value(row.get("progress"))
-    return Job.from_row(row)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dataloader.app import App
 from dataloader.config import Queue
-from dataloader.exceptions import Cancel, UnknownTask
+from dataloader.exceptions import Cancel, DrainTimeout, UnknownTask
 from dataloader.logger.context_vars import bind_job
 from dataloader.model.chain import Stage
 from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, Job, JobStatus
@@ -377,16 +377,6 @@ class DrainResult:
     def counts(self) -> dict[str, int]:
         """{status: number of jobs}, only the statuses that occurred."""
         return {str(status): len(jobs) for status, jobs in self.finished.items() if jobs}
-
-
-class DrainTimeout(TimeoutError):
-    """The queue still had work when `drain`'s timeout came; `result` has what finished so far and
-    `pending` the jobs that were still running or due."""
-
-    def __init__(self, message: str, result: DrainResult, pending: list[Job]) -> None:
-        super().__init__(message)
-        self.result = result
-        self.pending = pending
 
 
 async def _all_jobs(app: App, **filters: Any) -> list[Job]:

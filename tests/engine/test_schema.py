@@ -4,6 +4,7 @@ import importlib
 import asyncpg
 import pytest
 
+import dataloader
 from dataloader.storage import migrate
 from tests.conftest import wait_until
 from tests.support.database import create_database, drop_database
@@ -70,6 +71,25 @@ async def test_a_foreign_dl_jobs_table_is_refused_untouched(empty_db):
         assert [c["column_name"] for c in cols] == ["id"]
     finally:
         await conn.close()
+
+
+async def test_except_dataloader_schema_mismatch_catches_the_refusal(empty_db):
+    """The class `dataloader` exports is the one raised, whether the schema is brought up by
+    `migrate.upgrade` or through the App (there is one SchemaMismatch, in dataloader.exceptions)."""
+    conn = await asyncpg.connect(empty_db)
+    try:
+        await conn.execute("CREATE TABLE dl_jobs (id int)")
+    finally:
+        await conn.close()
+    app = dataloader.App(dataloader.Settings(db_dsn=empty_db, workers=[]))
+    for attempt in (migrate.upgrade(empty_db), app.open(migrate_schema=True)):
+        try:
+            await attempt
+        except dataloader.SchemaMismatch as exc:
+            assert type(exc) is dataloader.SchemaMismatch and exc.code == "schema_mismatch"
+        else:
+            await app.close()
+            pytest.fail("a foreign dl_jobs table was not refused")
 
 
 async def test_replicas_migrating_at_once_do_not_race(empty_db):

@@ -11,6 +11,7 @@ import pytest
 
 import dataloader
 from dataloader.exceptions import ArgsTooLarge, InvalidJobRequest, UnknownTask, ValidationFailed
+from dataloader.jobs.enqueue import batch_items, job_request
 from dataloader.jobs.manager import JobManager, plain_jobs
 from dataloader.model import ids
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -36,7 +37,7 @@ def test_plain_items_get_the_columns_one_jobrequest_each_would():
     valid = plain_jobs(PLAIN)
     assert valid is not None
     fast = service().batch_columns(valid)
-    slow_requests = [APP._request(**item) for item in PLAIN]
+    slow_requests = [job_request(**item) for item in PLAIN]
     slow = service().batch_columns(slow_requests)
     job_ids, *rest = fast.columns
     assert job_ids == fast.ids and all(i.version == 7 for i in job_ids)
@@ -78,7 +79,7 @@ def test_anything_but_a_plain_valid_item_takes_the_jobrequest_path(item):
 ])
 def test_errors_are_the_first_bad_jobs_as_before(items, error):
     with pytest.raises(error):
-        service(frozenset({"served"})).batch_columns(APP._batch_items(items))
+        service(frozenset({"served"})).batch_columns(batch_items(items))
 
 
 def test_ids_are_v7_ascending_unique_and_now():

@@ -31,6 +31,7 @@ class CallSite:
     query: str
     positional: int | None  # None: arguments that cannot be counted
     named: frozenset[str] | None = None  # text() calls: the bind names passed
+    built_at: str | None = None  # where its parameters are put together (None: one value or none)
 
 
 def placeholders(text: str) -> tuple[set[int], set[str]]:
@@ -81,6 +82,8 @@ def _width(node: ast.expr, assigned: dict[str, ast.expr], depth: int = 0) -> int
         return total
     if isinstance(node, ast.Name) and node.id in assigned:
         return _width(assigned[node.id], assigned, depth + 1)
+    if isinstance(node, ast.Call) and f"{_func_name(node.func)}()" in assigned:  # a helper returning a tuple
+        return _width(assigned[f"{_func_name(node.func)}()"], assigned, depth + 1)
     if isinstance(node, ast.Call) and _func_name(node.func) in {"list", "tuple", "zip"} and len(node.args) == 1:
         return _width(node.args[0], assigned, depth + 1)
     if isinstance(node, ast.Starred):
@@ -118,12 +121,36 @@ def _count(args: list[ast.expr], assigned: dict[str, ast.expr]) -> int | None:
     return total
 
 
+def _built_at(args: list[ast.expr], assigned: dict[str, ast.expr], rel: str, where: str) -> str | None:
+    """Where a call's parameters are put together: the line that binds the one name it passes
+    (`*params`, or a DB-API sequence), else the call itself when it lists two or more."""
+    if len(args) == 1:
+        arg = args[0].value if isinstance(args[0], ast.Starred) else args[0]
+        if isinstance(arg, ast.Name) and arg.id in assigned:
+            return f"{rel}:{assigned[arg.id].lineno}"
+        if isinstance(arg, ast.Call) and f"{_func_name(arg.func)}()" in assigned:
+            return f"{rel}:{assigned[f'{_func_name(arg.func)}()'].lineno}"
+        return where if isinstance(args[0], ast.Starred) else None
+    return where if len(args) >= 2 else None
+
+
 def _assignments(func: ast.AST) -> dict[str, ast.expr]:
     assigned: dict[str, ast.expr] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned[node.targets[0].id] = node.value
     return assigned
+
+
+def _tuple_helpers(tree: ast.Module) -> dict[str, ast.expr]:
+    """Functions of the module that end by returning a tuple display (a statement's parameters
+    built in one place): "name()" -> that tuple, so `*name(...)` is counted like `*params`."""
+    found: dict[str, ast.expr] = {}
+    for func in ast.walk(tree):
+        if (isinstance(func, ast.FunctionDef) and func.body and isinstance(func.body[-1], ast.Return)
+                and isinstance(func.body[-1].value, ast.Tuple)):
+            found[f"{func.name}()"] = func.body[-1].value
+    return found
 
 
 def _forwarders(tree: ast.Module) -> dict[str, int]:
@@ -158,7 +185,8 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
     for path, tree in trees.items():
         rel = path.relative_to(root.parent).as_posix()
         functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-        scopes = [(f, _assignments(f)) for f in functions] + [(tree, {})]
+        helpers = _tuple_helpers(tree)
+        scopes = [(f, {**helpers, **_assignments(f)}) for f in functions] + [(tree, helpers)]
         seen: set[int] = set()
         for scope, assigned in scopes:
             for call in ast.walk(scope):
@@ -181,13 +209,16 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
                                          isinstance(k, ast.Constant) for k in mapping.keys) else None)
                         sites.append(CallSite(where, query, 0, named))
                     else:
-                        sites.append(CallSite(where, query, _count(rest, assigned)))
+                        sites.append(CallSite(where, query, _count(rest, assigned),
+                                              built_at=_built_at(rest, assigned, rel, where)))
                 index = forwarders.get(_func_name(call.func) or "")
                 if index is not None and len(call.args) > index:
                     arg = call.args[index]
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                         seen.add(id(call))
-                        sites.append(CallSite(where, arg.value, _count(call.args[index + 1:], assigned)))
+                        rest = call.args[index + 1:]
+                        sites.append(CallSite(where, arg.value, _count(rest, assigned),
+                                              built_at=_built_at(rest, assigned, rel, where)))
     return sites
 
 
@@ -229,6 +260,103 @@ def mismatches(queries: dict[str, str], sites: list[CallSite]) -> list[str]:
                 problems.append(f"{site.where}: {name}.sql takes {highest} arguments, the call passes "
                                 f"{site.positional}")
     return problems
+
+
+_RANGE = re.compile(r"\$(\d+)\s*(?:\.\.|/)\s*\$(\d+)")
+_SAME_AS = re.compile(r"\bas (?:in )?([a-z0-9_]+(?:/[a-z0-9_]+)?)\.sql")
+
+
+def header(text: str) -> str:
+    """A statement's header: its leading `--` lines."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def header_names(queries: dict[str, str], name: str, seen: frozenset[str] = frozenset()) -> set[int]:
+    """The `$n` a statement's header names: one by one, as a range ($1..$12, $2/$3), or through
+    another statement's header it points to ("as insert_job.sql", "Parameters as in X.sql")."""
+    text = header(queries[name])
+    named = {int(n) for n in _POSITIONAL.findall(text)}
+    for low, high in _RANGE.findall(text):
+        named |= set(range(int(low), int(high) + 1))
+    folder = name.rpartition("/")[0]
+    for other in _SAME_AS.findall(text):
+        if other not in queries and folder:
+            other = f"{folder}/{other}"  # a statement of the same folder
+        if other in queries and other not in seen:
+            named |= header_names(queries, other, seen | {name})
+    return named
+
+
+def header_problems(queries: dict[str, str]) -> list[str]:
+    problems = []
+    for name in queries:
+        numbers, _ = placeholders(expanded(queries, name))
+        missing = numbers - header_names(queries, name)
+        if missing:
+            problems.append(f"{name}.sql: its header does not name {', '.join(f'${n}' for n in sorted(missing))}")
+    return problems
+
+
+def builder_problems(sites: list[CallSite]) -> list[str]:
+    """A statement's parameters are put together in one place: two call sites that each list the
+    same statement's parameters would drift apart (one of them forgets the new $n)."""
+    builders: dict[str, set[str]] = {}
+    for site in sites:
+        if site.built_at is not None:
+            builders.setdefault(site.query, set()).add(site.built_at)
+    return [f"{query}.sql: its parameters are put together in {len(places)} places ({', '.join(sorted(places))}); "
+            "build them once (one function, or one tuple spread at each call)"
+            for query, places in sorted(builders.items()) if len(places) > 1]
+
+
+def test_every_header_names_the_parameters_its_statement_uses() -> None:
+    problems = header_problems(query_files())
+    assert not problems, "\n".join(problems)
+
+
+def test_each_statements_parameters_are_built_in_one_place() -> None:
+    problems = builder_problems(call_sites())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_header_and_builder_checks_can_fail(tmp_path: Path) -> None:
+    queries = {
+        "named": "-- Jobs of queue $1 after $2/$3, at most $4.\nSELECT $1, $2, $3, $4;",
+        "ranged": "-- The filter ($1..$3).\nSELECT $1, $2, $3;",
+        "same": "-- Parameters as named.sql's.\nSELECT $1, $2, $3, $4;",
+        "silent": "-- Something about $1.\nSELECT $1, $2;",
+    }
+    assert header_problems(queries) == ["silent.sql: its header does not name $2"]
+    pkg = tmp_path / "dataloader"
+    pkg.mkdir()
+    (pkg / "callers.py").write_text('''
+async def one(conn, a, b):
+    params = (a, b)
+    await conn.fetch(sql("once"), *params)
+    await conn.fetchrow(sql("once"), *params)
+    await conn.fetch(sql("twice"), a, b)
+
+async def two(conn, a, b):
+    await conn.fetch(sql("twice"), a, b)
+    await conn.fetch(sql("single"), a)
+    await conn.fetch(sql("single"), b)
+    await conn.fetch(sql("helped"), *_helped(a))
+    await conn.fetch(sql("helped_too"), *_helped(b))
+
+def _helped(a):
+    return (a, a)
+''')
+    sites = call_sites(pkg)
+    assert {(s.query, s.positional) for s in sites if s.query.startswith("helped")} == {("helped", 2),
+                                                                                      ("helped_too", 2)}
+    problems = builder_problems(sites)
+    assert len(problems) == 1 and problems[0].startswith("twice.sql: its parameters are put together in 2 places"), \
+        problems
 
 
 def test_every_query_gets_the_parameters_it_uses() -> None:

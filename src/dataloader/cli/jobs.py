@@ -49,17 +49,17 @@ def jobs_trigger(
     unique_key: Annotated[str | None, typer.Option(help="What makes jobs the same for --unique-for-sec")] = None,
 ) -> None:
     """Enqueue a job; prints its id and status."""
-    from dataloader.app import App
+    from dataloader.jobs.enqueue import job_request
     from dataloader.jobs.manager import status_view
 
     # The Python API's own request builder, checked before anything opens: the same model,
     # defaults and errors as App.enqueue (and the HTTP body).
-    req = App._request(task, _json_option("args", args), queue=queue, lock_key=lock_key,
-                       idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
-                       available_at=_time_option("available-at", available_at), delay=delay,
-                       max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec,
-                       then=[_stage(item) for item in then or ()], restartable=restartable,
-                       unique_for=unique_for_sec, unique_key=unique_key)
+    req = job_request(task, _json_option("args", args), queue=queue, lock_key=lock_key,
+                      idempotency_key=idempotency_key, partition_key=partition_key, priority=priority,
+                      available_at=_time_option("available-at", available_at), delay=delay,
+                      max_attempts=max_attempts, lease_ttl_sec=lease_ttl_sec, timeout_sec=timeout_sec,
+                      then=[_stage(item) for item in then or ()], restartable=restartable,
+                      unique_for=unique_for_sec, unique_key=unique_key)
 
     async def run(app: App) -> dict[str, Any]:
         result = await app.jobs.trigger(req, producer="cli")

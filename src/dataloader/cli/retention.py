@@ -24,7 +24,7 @@ def jobs_prune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count what would be deleted")] = False,
 ) -> None:
     """Delete finished jobs (with their journal rows) in small batches; prints the counts."""
-    from dataloader.retention.policy import FINISHED_STATUSES
+    from dataloader.model.job import FINISHED_STATUS_NAMES as FINISHED_STATUSES
 
     bad = sorted(set(status or ()) - set(FINISHED_STATUSES))
     if bad:

@@ -163,7 +163,7 @@ _PLAIN_JOBS = TypeAdapter(list[_PlainJob])
 
 def plain_jobs(items: Sequence[Any]) -> list[dict[str, Any]] | None:
     """The batch validated in one call, when every item is a plain dict that `JobRequest` (through
-    `App._request`) accepts as it is: only the fields of `_PlainJob`, each valid there, and no
+    `jobs/enqueue.job_request`) accepts as it is: only the fields of `_PlainJob`, each valid there, and no
     blank, NUL or out-of-range value that JobRequest's own validators refuse. None otherwise (a
     `JobRequest`, `delay`, `then`, `unique_for`, any error ...): the caller then builds one
     JobRequest per item as before, which accepts the same items and raises the same errors.

@@ -21,7 +21,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from pydantic import Field
@@ -30,10 +30,11 @@ from dataloader import metrics
 from dataloader.config import Settings
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.storage import leader_lock
 from dataloader.storage.db import connect, is_connection_error
-from dataloader.storage.queries import sql
 
 log = logging.getLogger("dataloader.maintenance.leader")
+T = TypeVar("T")
 
 # The two-int advisory key of the leader lock: class "DLMT" (dataloader maintenance) and lock 1.
 # Another lock of ours would take another id in the same class.
@@ -147,7 +148,7 @@ class LeaderElector(Service):
         try:
             if conn.get_server_version().major >= 14:
                 timeout_ms = math.ceil(self.settings.session_timeout_sec * 1000)
-                await self._fetchval(conn, "maintenance/leader_session_timeout", f"{timeout_ms}ms")
+                await self._bounded(leader_lock.set_session_timeout(conn, f"{timeout_ms}ms"))
         except Exception as exc:
             conn.terminate()
             if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
@@ -172,9 +173,9 @@ class LeaderElector(Service):
         conn.add_termination_listener(on_lost)
         while not self.stopping.is_set() and not lost.is_set():
             if not self.is_leader:
-                if await self._fetchval(conn, "maintenance/leader_try_lock", LEADER_LOCK_CLASS, LEADER_LOCK_ID):
+                if await self._bounded(leader_lock.try_lock(conn, LEADER_LOCK_CLASS, LEADER_LOCK_ID)):
                     await self._step_up()
-            elif not await self._fetchval(conn, "maintenance/leader_check", LEADER_LOCK_CLASS, LEADER_LOCK_ID):
+            elif not await self._bounded(leader_lock.check(conn, LEADER_LOCK_CLASS, LEADER_LOCK_ID)):
                 # Only an unlock on this very session could do that; none of our code does.
                 log.error("leader election: the leader lock is no longer held by this session",
                           extra={"node": self.node_name})
@@ -184,10 +185,10 @@ class LeaderElector(Service):
         if lost.is_set() and not self.stopping.is_set():
             raise ConnectionError("the elector's connection was closed")
 
-    async def _fetchval(self, conn: asyncpg.Connection, query: str, *args: object) -> Any:
+    async def _bounded(self, statement: Awaitable[T]) -> T:
         # Bounded: on a half-open connection the reply never comes, and the GuardedConnection ends
         # the session locally when the timeout cuts the query off.
-        return await asyncio.wait_for(conn.fetchval(sql(query), *args), timeout=self.settings.probe_timeout_sec)
+        return await asyncio.wait_for(statement, timeout=self.settings.probe_timeout_sec)
 
     async def _pause(self, seconds: float, lost: asyncio.Event | None = None) -> None:
         # Clear first, then look: a loss or stop signalled after the look sets `_wake` again.

@@ -14,11 +14,17 @@ A leaf module: the worker and the settings both use it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from dataloader.config import Settings
+
+class HoldSettings(Protocol):
+    """What a rule reads of `dataloader.config.Settings` (a protocol: config imports the model, not
+    the other way round)."""
+
+    hold_queues: str
+    hold_errors_json: Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,6 @@ class HoldRule:
     errors: tuple[str, ...] = ()
 
     @classmethod
-    def for_queue(cls, settings: Settings, queue: str) -> HoldRule:
+    def for_queue(cls, settings: HoldSettings, queue: str) -> HoldRule:
         queues = {q.strip() for q in settings.hold_queues.split(",") if q.strip()}
         return cls(exhausted="*" in queues or queue in queues, errors=tuple(settings.hold_errors_json))

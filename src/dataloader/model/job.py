@@ -29,7 +29,10 @@ class JobStatus(StrEnum):
         return self in FINISHED_STATUSES
 
 
-FINISHED_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.canceled, JobStatus.lost})
+# The statuses a job ends in, in the order retention, stats and their messages name them.
+FINISHED_STATUS_NAMES: tuple[str, ...] = tuple(
+    s.value for s in (JobStatus.succeeded, JobStatus.canceled, JobStatus.failed, JobStatus.lost))
+FINISHED_STATUSES = frozenset(JobStatus(s) for s in FINISHED_STATUS_NAMES)
 ACTIVE_STATUSES = frozenset({JobStatus.queued, JobStatus.running})
 # What `retry` may bring back to the queue.
 RETRYABLE_STATUSES = frozenset({JobStatus.failed, JobStatus.canceled, JobStatus.lost})

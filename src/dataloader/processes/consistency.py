@@ -31,11 +31,12 @@ from typing import Any
 import asyncpg
 
 from dataloader import metrics
+from dataloader.model.job import ACTIVE_STATUSES
 from dataloader.processes.restart import KEY_WAIT_SEC, processor_of
 from dataloader.processes.step import timer_job
 from dataloader.storage.process_repository import ProcessRepository, dumps
 
-LIVE_JOB = frozenset({"queued", "running"})
+LIVE_JOB = ACTIVE_STATUSES  # a waiting task whose job is one of these is not lost
 REPAIRABLE = frozenset({"orphan_task", "lost_timer", "stuck_init", "history_ahead"})
 MAX_CHECK_LIMIT = 1000
 

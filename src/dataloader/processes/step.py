@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dataloader import metrics
-from dataloader.exceptions import FatalError, Retry, Snooze
+from dataloader.exceptions import FatalError, InvalidIntent, Retry, Snooze
 from dataloader.model.process import (
     CALLER_PRIORITY,
     TIMER_PRIORITY,
@@ -74,10 +74,6 @@ class _ProcessLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
         return msg, kwargs
-
-
-class InvalidIntent(Exception):
-    """The processor returned something that is not a valid Intent (the task fails as if it raised)."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dataloader.config import Settings
-
-FINISHED_STATUSES: tuple[str, ...] = ("succeeded", "canceled", "failed", "lost")
+from dataloader.model.job import FINISHED_STATUS_NAMES as FINISHED_STATUSES
 
 
 @dataclass(frozen=True)

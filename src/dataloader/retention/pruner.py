@@ -32,7 +32,7 @@ from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.retention.policy import RetentionPolicy
-from dataloader.storage.queries import sql
+from dataloader.storage import retention_repository, stats_repository
 
 log = logging.getLogger("dataloader.retention.pruner")
 
@@ -72,12 +72,12 @@ class PruneReport:
 
 
 async def finished_queues(pool: asyncpg.Pool) -> list[str]:
-    return [row["queue"] for row in await pool.fetch(sql("retention/finished_queues"))]
+    return await retention_repository.finished_queues(pool)
 
 
 async def stats_lag_floor(pool: asyncpg.Pool) -> float | None:
     """Seconds since the stats watermark: rows finished after it are not rolled up yet."""
-    row = await pool.fetchrow(sql("stats/watermark"))
+    row = await stats_repository.watermark(pool)
     if row is None or row["watermark"] is None:
         return None
     return max((row["now"] - row["watermark"]).total_seconds(), 0.0)
@@ -99,12 +99,12 @@ async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int 
         age = max(age, min_age_sec or 0.0)
         report.ages[(queue, status)] = age
         if dry_run:
-            report.jobs[(queue, status)] = await pool.fetchval(sql("retention/count_prunable"), queue, status, age)
+            report.jobs[(queue, status)] = await retention_repository.count_prunable(pool, queue, status, age)
             continue
         deleted_here = 0
         while True:
             batch_started = time.perf_counter()
-            deleted = await pool.fetchval(sql("retention/prune_batch"), queue, status, age, batch_size)
+            deleted = await retention_repository.prune_batch(pool, queue, status, age, batch_size)
             metrics.PRUNE_BATCH_SECONDS.observe(time.perf_counter() - batch_started)
             report.batches += 1
             if deleted:
@@ -123,7 +123,7 @@ async def prune_process_feed(pool: asyncpg.Pool, older_than_sec: float, *, batch
     feed's head; returns how many."""
     deleted_total = 0
     while stopping is None or not stopping.is_set():
-        deleted = await pool.fetchval(sql("retention/prune_feed_batch"), older_than_sec, batch_size)
+        deleted = await retention_repository.prune_feed_batch(pool, older_than_sec, batch_size)
         deleted_total += deleted
         if deleted < batch_size:
             break

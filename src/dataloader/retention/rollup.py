@@ -34,7 +34,7 @@ from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.retention import stats as stats_rules
-from dataloader.storage.queries import sql
+from dataloader.storage import stats_repository
 
 log = logging.getLogger("dataloader.retention.rollup")
 
@@ -61,26 +61,26 @@ def hour_floor(moment: datetime) -> datetime:
 
 async def rollup(pool: asyncpg.Pool, *, lag_sec: float, keep_sec: float, stopping: Any = None) -> int:
     """Roll up everything finished up to now - lag; returns how many jobs were counted."""
-    state = await pool.fetchrow(sql("stats/watermark"))
+    state = await stats_repository.watermark(pool)
     if state["watermark"] is None:
-        await pool.execute(sql("stats/init_watermark"), hour_floor(state["now"] - timedelta(seconds=keep_sec)))
+        await stats_repository.init_watermark(pool, hour_floor(state["now"] - timedelta(seconds=keep_sec)))
     # Fixed for this call: now() moves on with every transaction, and chasing it would roll up
     # ever smaller windows forever.
     target = state["now"] - timedelta(seconds=lag_sec)
     counted = 0
     while stopping is None or not stopping.is_set():
         async with pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(sql("stats/lock_watermark"))
+            row = await stats_repository.lock_watermark(conn)
             low = row["watermark"]
             if low >= target:
                 break
             started = time.perf_counter()
             # Nothing finished in [low, next): the window may start at `next` for free.
-            following = await conn.fetchval(sql("stats/next_finished"), low, target)
+            following = await stats_repository.next_finished(conn, low, target)
             high = target if following is None else min(max(low, following) + MAX_WINDOW, target)
             if following is not None:
-                counted += await conn.fetchval(sql("stats/rollup"), low, high, list(stats_rules.BOUNDS))
-            await conn.execute(sql("stats/set_watermark"), high)
+                counted += await stats_repository.rollup_window(conn, low, high, stats_rules.BOUNDS)
+            await stats_repository.set_watermark(conn, high)
             metrics.STATS_ROLLUP_SECONDS.observe(time.perf_counter() - started)
         if high >= target:  # caught up: another transaction would only find that out
             break
@@ -91,17 +91,17 @@ async def read_stats(pool: asyncpg.Pool, *, queue: str | None, start: datetime, 
     """The report of services/stats.build_report for hours in [start, end) (start floored to the hour)."""
     start = hour_floor(start)
     async with pool.acquire() as conn:
-        hourly = await conn.fetch(sql("stats/read_hourly"), queue, start, end)
-        hist = await conn.fetch(sql("stats/read_hist"), queue, start, end)
-        oldest = await conn.fetch(sql("stats/oldest_waiting"), queue)
-        state = await conn.fetchrow(sql("stats/watermark"))
+        hourly = await stats_repository.read_hourly(conn, queue, start, end)
+        hist = await stats_repository.read_hist(conn, queue, start, end)
+        oldest = await stats_repository.oldest_waiting(conn, queue)
+        state = await stats_repository.watermark(conn)
     return stats_rules.build_report(hourly, hist, oldest, start=start, end=end, watermark=state["watermark"])
 
 
 async def read_errors(pool: asyncpg.Pool, *, queue: str | None, since: datetime, limit: int = 20) -> dict[str, Any]:
     """Failures grouped by error text in the hours from `since` (floored to the hour) on."""
     since = hour_floor(since)
-    rows = await pool.fetch(sql("stats/read_errors"), queue, since, limit)
+    rows = await stats_repository.read_errors(pool, queue, since, limit)
     return stats_rules.errors_report(rows, since=since)
 
 
@@ -133,7 +133,7 @@ class StatsRollup(PeriodicService):
     async def tick(self) -> int:
         counted = await rollup(self.pool, lag_sec=self.settings.lag_sec, keep_sec=self.settings.keep_sec,
                                stopping=self.stopping)
-        state = await self.pool.fetchrow(sql("stats/watermark"))
+        state = await stats_repository.watermark(self.pool)
         this_hour = hour_floor(state["now"])
         # The pruned hours and the last complete hour move with the clock's hour; within one hour
         # only jobs this node rolled up can change the gauges (a rollup run by hand elsewhere shows
@@ -141,7 +141,7 @@ class StatsRollup(PeriodicService):
         # transactions a tick, not nine.
         if self._exported_hour == this_hour and not counted:
             return counted
-        await self.pool.fetchval(sql("stats/prune_rollup"), this_hour - timedelta(seconds=self.settings.keep_sec))
+        await stats_repository.prune_rollup(self.pool, this_hour - timedelta(seconds=self.settings.keep_sec))
         await self._export(this_hour)
         self._exported_hour = this_hour
         return counted

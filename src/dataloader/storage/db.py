@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from dataloader.storage.queries import sql
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -193,6 +195,11 @@ def _with_session_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs["server_settings"] = {**SESSION_SETTINGS, **(kwargs.get("server_settings") or {})}
     kwargs.setdefault("max_cached_statement_lifetime", STATEMENT_LIFETIME_SEC)
     return kwargs
+
+
+async def ping(conn: asyncpg.Connection) -> None:
+    """A round trip on `conn` (listener_ping.sql): a half-open connection never answers it."""
+    await conn.fetchval(sql("listener_ping"))
 
 
 async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:

@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.exceptions import InsertGroupClosed
 from dataloader.storage.db import connect, is_connection_error
 from dataloader.storage.queries import sql
 
@@ -39,10 +40,6 @@ GROUPED_QUERY = "insert_job"
 class Waiting:
     args: tuple[Any, ...]
     answer: asyncio.Future[Any]
-
-
-class InsertGroupClosed(RuntimeError):
-    pass
 
 
 class InsertGroup:

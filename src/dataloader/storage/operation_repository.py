@@ -15,7 +15,7 @@ import asyncpg
 from dataloader.exceptions import DataloaderError
 from dataloader.model.job_filter import JobFilter
 from dataloader.storage.queries import sql
-from dataloader.storage.search_repository import begin_count, filter_params
+from dataloader.storage.search_repository import begin_count, count_matches, filter_params
 
 if TYPE_CHECKING:
     from dataloader.model.process_selection import ProcessFilter
@@ -60,14 +60,11 @@ class OperationRepository:
 
     async def count(self, f: JobFilter, snapshot: datetime) -> int:
         """Jobs the operation would examine: the filter's matches created up to the snapshot."""
-        queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
-        c_to = snapshot if c_to is None or c_to > snapshot else c_to
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             await begin_count(conn, self.count_timeout_sec)
             # created_to is exclusive and the snapshot inclusive: a job created at the very
             # snapshot instant would be examined but not counted (total is a progress estimate).
-            return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from,
-                                       f_to, contains, path, prefix, held, None)
+            return await count_matches(conn, f, None, created_until=snapshot)
 
     async def create(self, operation_id: uuid.UUID, kind: str, filter_json: dict[str, Any], params: dict[str, Any],
                      total: int, batch_size: int, started_by: str, snapshot: datetime) -> asyncpg.Record:
@@ -87,8 +84,7 @@ class OperationRepository:
         its cursor, apply its change with the single-job compare-and-set, advance the cursor and
         the counts. All or nothing: a crash anywhere leaves the cursor where the jobs are."""
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(sql("operations/batch_settings"))
-            op = await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+            op = await _lock_for_batch(conn, operation_id, owner, epoch)
             if op is None:
                 return BatchResult(0, 0, False, None)
             f = parse_filter(op["filter"])
@@ -103,9 +99,9 @@ class OperationRepository:
                 changed = await self._apply(conn, op["kind"], job_ids, operation_id, op["params"])
             last = ids[-1] if ids else None
             finished = len(ids) < op["batch_size"]
-            row = await conn.fetchrow(sql("operations/advance"), operation_id,
-                                      last["created_at"] if last else None, last["job_id"] if last else None,
-                                      len(ids), changed, lease_sec, finished, None)
+            row = await _advance(conn, operation_id, examined=len(ids), changed=changed, lease_sec=lease_sec,
+                                 finished=finished, cursor_created_at=last["created_at"] if last else None,
+                                 cursor_job_id=last["job_id"] if last else None)
         return BatchResult(len(ids), changed, finished, row)
 
     async def count_processes(self, f: ProcessFilter, snapshot: datetime) -> int:
@@ -120,8 +116,7 @@ class OperationRepository:
         from dataloader.model.process_selection import ProcessFilter
 
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(sql("operations/batch_settings"))
-            op = await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+            op = await _lock_for_batch(conn, operation_id, owner, epoch)
             if op is None:
                 return BatchResult(0, 0, False, None)
             f = ProcessFilter.model_validate(op["filter"])
@@ -144,8 +139,8 @@ class OperationRepository:
                 await conn.execute(sql("operations/audit"), operation_id, "skipped",
                                    json.dumps({"processes": skipped}, ensure_ascii=False))
             finished = len(ids) < op["batch_size"]
-            row = await conn.fetchrow(sql("operations/advance"), operation_id, None, None, len(ids), changed,
-                                      lease_sec, finished, ids[-1] if ids else None)
+            row = await _advance(conn, operation_id, examined=len(ids), changed=changed, lease_sec=lease_sec,
+                                 finished=finished, cursor_process_id=ids[-1] if ids else None)
         return BatchResult(len(ids), changed, finished, row)
 
     @staticmethod
@@ -183,3 +178,19 @@ class OperationRepository:
 
     async def events(self, operation_id: uuid.UUID) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("operations/events"), operation_id)
+
+
+async def _lock_for_batch(conn: asyncpg.Connection, operation_id: uuid.UUID, owner: str, epoch: int
+                          ) -> asyncpg.Record | None:
+    """A batch's first statements, in its transaction: its settings, then the operation locked if
+    it is still running and ours (None: it is not)."""
+    await conn.execute(sql("operations/batch_settings"))
+    return await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+
+
+async def _advance(conn: asyncpg.Connection, operation_id: uuid.UUID, *, examined: int, changed: int,
+                   lease_sec: float, finished: bool, cursor_created_at: datetime | None = None,
+                   cursor_job_id: uuid.UUID | None = None, cursor_process_id: str | None = None) -> asyncpg.Record:
+    """advance.sql: the end of a batch (a job operation's cursor, or a process operation's)."""
+    return await conn.fetchrow(sql("operations/advance"), operation_id, cursor_created_at, cursor_job_id, examined,
+                               changed, lease_sec, finished, cursor_process_id)

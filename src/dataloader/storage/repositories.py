@@ -52,6 +52,7 @@ class Inserted:
 
 def _job(row: dict[str, Any]) -> Job:
     """A row read on any connection (a caller's may leave jsonb as text)."""
+    row["job_id"] = as_uuid(row["job_id"])
     row["args"] = json_value(row.get("args"))
     row["progress"] = json_value(row.get("progress"))
     row["chain_next"] = json_value(row.get("chain_next"))
@@ -71,6 +72,11 @@ def inserted_job(job: NewJob, job_id: uuid.UUID, row: Any) -> Job:
         partition_key=job.partition_key, lease_ttl_sec=job.lease_ttl_sec, progress={}, producer=job.producer,
         timeout_sec=job.timeout_sec, chain_id=job_id if job.chain_next_json is not None else None,
         chain_next=json_value(row["chain_next"]))
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    """A uuid column as the caller's driver decoded it (some give text)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def _result_value(value: Any) -> Any:
@@ -100,6 +106,7 @@ class JobRepository:
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
                   job.producer, request_id, job.timeout_sec, job.chain_next_json)
+        existing_params = (job.idempotency_key, job.args_json)  # get_job_by_idempotency_key.sql
         if job.restartable:
             # insert_restartable_job.sql: created (a new job) or not (the queued one, updated)
             if conn is not None:
@@ -118,21 +125,19 @@ class JobRepository:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
             if rows:
                 return Inserted(inserted_job(job, job_id, rows[0]), True)
-            existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"),
-                                                     job.idempotency_key, job.args_json)
+            existing = await caller_connection.fetch(conn, sql("get_job_by_idempotency_key"), *existing_params)
         elif self.insert_group is not None:
             row = await self.insert_group.insert("insert_job", *params)
             if row is not None:
                 return Inserted(inserted_job(job, job_id, row), True)
-            existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"),
-                                                               job.idempotency_key, job.args_json)]
+            existing = [dict(r) for r in await self.pool.fetch(sql("get_job_by_idempotency_key"), *existing_params)]
         else:
             async with self.pool.acquire() as pool_conn:
                 row = await pool_conn.fetchrow(sql("insert_job"), *params)
                 if row is not None:
                     return Inserted(inserted_job(job, job_id, row), True)
                 existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
-                                                                   job.idempotency_key, job.args_json)]
+                                                                   *existing_params)]
         if not existing:  # the conflicting row was deleted between the two statements
             return await self.insert_job(job, request_id, conn=conn)
         # rows read on the pool are decoded by its codecs: no guessing needed
@@ -177,9 +182,8 @@ class JobRepository:
             return list(ids)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *params)
-        else:
-            rows = await self.pool.fetch(sql("insert_jobs_batch"), *params)
-        return [row["job_id"] for row in rows]
+            return [as_uuid(row["job_id"]) for row in rows]  # a caller's driver may give text
+        return [row["job_id"] for row in await self.pool.fetch(sql("insert_jobs_batch"), *params)]
 
     async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> list[Job]:
         return [Job.from_row(row) for row in await self.pool.fetch(sql("get_chain"), chain_or_job_id, limit)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -30,20 +31,12 @@ class ScheduleRepository:
 
     async def insert(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule | None:
         """Create; None when the name exists."""
-        every_ms = spec.timing().every_ms
-        params = (spec.name, spec.task, spec.queue, spec.args_json(), spec.cron, every_ms, spec.tz, spec.missed.value,
-                  spec.catch_up_limit, spec.grace_sec, spec.lock_key, spec.priority, spec.max_attempts,
-                  spec.lease_ttl_sec, spec.paused, next_run_at)
-        row = await self.pool.fetchrow(sql("schedules/insert_schedule"), *params)
+        row = await self.pool.fetchrow(sql("schedules/insert_schedule"), *_spec_params(spec, next_run_at))
         return None if row is None else Schedule.from_row(row)
 
     async def upsert_declared(self, spec: ScheduleSpec, next_run_at: datetime) -> bool | None:
         """Upsert a code-declared schedule: True inserted, False updated, None left as it was."""
-        every_ms = spec.timing().every_ms
-        params = (spec.name, spec.task, spec.queue, spec.args_json(), spec.cron, every_ms, spec.tz, spec.missed.value,
-                  spec.catch_up_limit, spec.grace_sec, spec.lock_key, spec.priority, spec.max_attempts,
-                  spec.lease_ttl_sec, spec.paused, next_run_at)
-        row = await self.pool.fetchrow(sql("schedules/upsert_declared"), *params)
+        row = await self.pool.fetchrow(sql("schedules/upsert_declared"), *_spec_params(spec, next_run_at))
         return None if row is None else bool(row["inserted"])
 
     async def get(self, name: str) -> Schedule | None:
@@ -95,3 +88,10 @@ class ScheduleRepository:
                                    [t.job_id for t in fired], [t.lag_sec for t in fired],
                                    [t.skipped_before for t in fired])
             return fired
+
+
+def _spec_params(spec: ScheduleSpec, next_run_at: datetime) -> tuple[Any, ...]:
+    """$1..$16 of insert_schedule.sql and upsert_declared.sql (insert_schedule.sql's header)."""
+    return (spec.name, spec.task, spec.queue, spec.args_json(), spec.cron, spec.timing().every_ms, spec.tz,
+            spec.missed.value, spec.catch_up_limit, spec.grace_sec, spec.lock_key, spec.priority, spec.max_attempts,
+            spec.lease_ttl_sec, spec.paused, next_run_at)

@@ -24,6 +24,18 @@ def filter_params(f: JobFilter) -> tuple[Any, ...]:
             f.lock_key_prefix, f.held)
 
 
+async def count_matches(conn: asyncpg.Connection, f: JobFilter, at_most: int | None, *,
+                        created_until: datetime | None = None) -> int:
+    """search/count.sql on `conn` (in a transaction begun with `begin_count`): the jobs matching
+    `f`, at most `at_most` (None: all); `created_until` caps the filter's created_to (a bulk
+    operation's snapshot)."""
+    queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
+    if created_until is not None and (c_to is None or c_to > created_until):
+        c_to = created_until
+    return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from, f_to,
+                               contains, path, prefix, held, at_most)
+
+
 async def begin_count(conn: asyncpg.Connection, timeout_sec: float | None) -> None:
     """The settings of a count's transaction: custom plans, and its own statement timeout when
     given (the API's count timeout; None keeps the connection's)."""
@@ -47,11 +59,9 @@ class SearchRepository:
         return [Job.from_row(row) for row in rows]
 
     async def count(self, f: JobFilter, *, at_most: int | None = None) -> int:
-        queues, tasks, statuses, error, c_from, c_to, f_from, f_to, contains, path, prefix, held = filter_params(f)
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             await begin_count(conn, self.count_timeout_sec)
-            return await conn.fetchval(sql("search/count"), queues, tasks, statuses, error, c_from, c_to, f_from,
-                                       f_to, contains, path, prefix, held, at_most)
+            return await count_matches(conn, f, at_most)
 
     async def check_jsonpath(self, path: str) -> str | None:
         """None when PostgreSQL parses `path`; else its complaint."""

@@ -13,8 +13,7 @@ import asyncpg
 
 from dataloader import metrics
 from dataloader.maintenance.waiting import Backoff
-from dataloader.storage.db import connect, is_connection_error
-from dataloader.storage.queries import sql
+from dataloader.storage.db import connect, is_connection_error, ping
 
 log = logging.getLogger("dataloader.notifier")
 
@@ -88,7 +87,7 @@ class Notifier:
                 waiter.cancel()
             if not lost.is_set() and not self._stopping.is_set():
                 # A half-open TCP connection never reports its death: probe it now and then.
-                await asyncio.wait_for(conn.fetchval(sql("listener_ping")), timeout=10)
+                await asyncio.wait_for(ping(conn), timeout=10)
         if lost.is_set():
             log.warning("listener lost its database connection; reconnecting")
 

@@ -19,7 +19,7 @@ from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import JobSummary
 from dataloader.jobs.manager import MAX_LIST_LIMIT
 from dataloader.model.job_filter import JobFilter
-from dataloader.model.operation import DryRun
+from dataloader.model.operation import STATES, DryRun
 from dataloader.operations.manager import MAX_BATCH_SIZE, MAX_OPERATIONS_LIMIT, OperationManager
 
 router = APIRouter(prefix="/api/v1", tags=["operations"], dependencies=[Depends(require_token)])
@@ -73,7 +73,7 @@ async def search(runtime: Annotated[Runtime, Depends(get_runtime)],
 # --- bulk operations ------------------------------------------------------------------------------
 
 OperationKind = Literal["requeue", "cancel", "delete", "set_priority"]
-OperationState = Literal["running", "paused", "canceled", "finished", "failed"]
+OperationState = Literal[STATES]  # the states of model/operation.py, in their order
 Actor = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")]
 
 

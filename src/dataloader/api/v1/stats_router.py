@@ -29,6 +29,7 @@ from dataloader.api.v1.exceptions import ApiError, error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import check_rfc3339, check_utc_representable
 from dataloader.config import Settings
+from dataloader.model.job import FINISHED_STATUS_NAMES
 
 router = APIRouter(prefix="/api/v1", tags=["stats"], dependencies=[Depends(require_token)])
 
@@ -38,7 +39,7 @@ MAX_RANGE = timedelta(days=366)
 Time = Annotated[AwareDatetime, BeforeValidator(check_rfc3339), AfterValidator(check_utc_representable)]
 QueueName = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]*$",
                                         description="One queue; all queues when absent")]
-FinishedStatus = Literal["succeeded", "canceled", "failed", "lost"]
+FinishedStatus = Literal[FINISHED_STATUS_NAMES]  # the statuses of model/job.py, in their order
 
 
 class Timing(BaseModel):

@@ -1,5 +1,8 @@
 -- Enqueue many jobs in one statement (arrays of equal length), each with its 'queued' journal row.
 -- A NULL job_id gets a generated one. Jobs whose idempotency_key already exists are skipped.
+-- $1..$11: the jobs' columns as arrays, one element per job: $1 job_id, $2 queue, $3 task, $4 args,
+-- $5 idempotency_key, $6 lock_key, $7 partition_key, $8 priority, $9 available_at, $10 max_attempts,
+-- $11 lease_ttl_sec. $12: the producer of them all.
 -- $13: each job's run-time limit in seconds (NULL: none of its own). $14: the HTTP request id
 -- (NULL from Python), stored on every job and in its journal row as a single trigger's is.
 -- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also

@@ -3,12 +3,7 @@
 -- order (the primary key's), at most $7. The cursor moves past every id examined, so a process is
 -- never handled twice, and processes created after the operation started are left alone.
 SELECT id
-FROM dl_processes
-WHERE ns = $1
-  AND ($2::text[] IS NULL OR status = ANY ($2::text[]))
-  AND ($3::text[] IS NULL OR id = ANY ($3::text[]))
-  AND ($4::text IS NULL OR detail ILIKE $4::text)
-  AND created_at <= $5::timestamptz
+-- @include processes/select_filter
   AND ($6::text IS NULL OR id > $6::text)
 ORDER BY id
 LIMIT $7

@@ -1,0 +1,29 @@
+"""Statements of the retention pruner (retention/pruner.py): which queues have finished jobs, and
+the batched deletes of old finished jobs and of the processes' event feed. Statements in
+`queries/retention/`."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from dataloader.storage.queries import sql
+
+
+async def finished_queues(pool: asyncpg.Pool) -> list[str]:
+    """The queues with finished jobs (a loose index scan)."""
+    return [row["queue"] for row in await pool.fetch(sql("retention/finished_queues"))]
+
+
+async def count_prunable(pool: asyncpg.Pool, queue: str, status: str, older_than_sec: float) -> int:
+    """How many jobs a prune of (queue, status) past `older_than_sec` would delete (the dry run)."""
+    return await pool.fetchval(sql("retention/count_prunable"), queue, status, older_than_sec)
+
+
+async def prune_batch(pool: asyncpg.Pool, queue: str, status: str, older_than_sec: float, batch_size: int) -> int:
+    """Delete at most `batch_size` such jobs (their journal with them); how many were deleted."""
+    return await pool.fetchval(sql("retention/prune_batch"), queue, status, older_than_sec, batch_size)
+
+
+async def prune_feed_batch(pool: asyncpg.Pool, older_than_sec: float, batch_size: int) -> int:
+    """Delete one batch from the head of the processes' event feed; how many rows."""
+    return await pool.fetchval(sql("retention/prune_feed_batch"), older_than_sec, batch_size)
