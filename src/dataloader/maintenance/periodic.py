@@ -30,7 +30,7 @@ log = logging.getLogger("dataloader.maintenance")
 
 
 class LoopService(Service):
-    """Runs `prepare()` once per run, `tick()` at start, then again after `next_delay()` seconds or
+    """Runs `set_up()` once per run, `tick()` at start, then again after `next_delay()` seconds or
     sooner when woken (`wake()`, a NOTIFY on `channel` when a `dsn` is given, a stop), until stopped.
 
     Per-run state is reset in `on_start()`; what must not outlive a run is undone in `on_stop()`."""
@@ -50,7 +50,7 @@ class LoopService(Service):
         self.last_tick_ok = True  # whether the last tick succeeded (a failed one may retry sooner)
         self.last_result: Any = None  # what the last successful tick returned
         self._wake = asyncio.Event()
-        self._prepared = False
+        self._set_up_done = False
 
     @abstractmethod
     async def tick(self) -> object:
@@ -60,7 +60,7 @@ class LoopService(Service):
     def next_delay(self) -> float:
         """Seconds to wait after a tick, unless woken sooner."""
 
-    async def prepare(self) -> None:
+    async def set_up(self) -> None:
         """Work due once per run before the first tick; it fails like a tick and is tried again
         before the next one until it succeeded."""
 
@@ -82,7 +82,7 @@ class LoopService(Service):
         self._wake = asyncio.Event()
         if self.stopping.is_set():
             self._wake.set()
-        self._prepared = False
+        self._set_up_done = False
         self.on_start()
         listener = (WakeListener(self.dsn, self.channel, self.wake, application_name=self.listener_name)
                     if self.channel is not None and self.dsn is not None else None)
@@ -104,9 +104,9 @@ class LoopService(Service):
         """One guarded tick; True when it succeeded."""
         started = self.clock.monotonic()
         try:
-            if not self._prepared:
-                await self.prepare()
-                self._prepared = True
+            if not self._set_up_done:
+                await self.set_up()
+                self._set_up_done = True
             self.last_result = await self.tick()
         except asyncio.CancelledError:
             raise

@@ -90,10 +90,10 @@ class Scheduler(LoopService):
         self._last_prune: float | None = None
         self.passes = 0  # completed passes (tests, diagnostics)
 
-    # The loop is LoopService's: `prepare` declares the code's schedules once per run, `tick` is
+    # The loop is LoopService's: `set_up` declares the code's schedules once per run, `tick` is
     # one pass, and the wait is until the next due tick (the NOTIFY of a change wakes it sooner).
 
-    async def prepare(self) -> None:
+    async def set_up(self) -> None:
         await self.upsert_declared()
 
     def next_delay(self) -> float:
