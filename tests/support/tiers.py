@@ -5,7 +5,7 @@ A test gets exactly one tier marker, the most expensive that applies:
 
 - ``unit``: needs no database (no ``dsn``/``pg_server`` fixture, directly or through ``pool``, ``db``...);
 - ``db``: uses the test database (``dsn``, ``pool``, ``db``, ``pg_server``...);
-- ``process``: starts processes (the ``workers``, ``subprocess_env`` or ``python`` fixture, or marked);
+- ``process``: starts processes (the ``workers``, ``subprocess_env``, ``python`` or ``restart`` fixture, or marked);
 - ``chaos``: the chaos runs: tests in tests/chaos that start processes.
 
 Orthogonal to the tiers, ``slow`` marks the tests that take many seconds of CPU although they start no
@@ -38,7 +38,7 @@ import pytest
 
 TIERS = ("unit", "db", "process", "chaos")
 DB_FIXTURES = frozenset({"dsn", "pg_server"})
-PROCESS_FIXTURES = frozenset({"workers", "subprocess_env", "python"})
+PROCESS_FIXTURES = frozenset({"workers", "subprocess_env", "python", "restart"})  # restart: pg_ctl
 CHAOS_DIR = Path(__file__).resolve().parent.parent / "chaos"
 SPAWNED = "spawned_process"
 TIER_KEY = pytest.StashKey[str]()
