@@ -26,8 +26,10 @@ rows (self-tested in test_chaos_short.py with planted violations).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -293,7 +295,7 @@ class Capabilities:
             "examples": {**proc["examples"], **obs["examples"], **(sched["examples"] if sched else {}),
                          **(opc["examples"] if opc else {})},
             "processes": {**proc["counts"], "tasks": dict(Counter(f"{t['task_type']}:{t['status']}" for t in tasks)),
-                          "call_requests": sum(p.requests for p in self.processes)},
+                          "calls_sent": sum(p.requests for p in self.processes)},
             "observers": obs["counts"],
             "schedule": sched["counts"] if sched else None,
             "operation": {**(opc["counts"] if opc else {}),
@@ -396,8 +398,25 @@ def check_observers(names: list[str], runs: list[dict[str, Any]], rows: list[dic
         "examples": {"observers": [*overlaps[:5], *refused[:5], *not_running[:5]]},
         "counts": {"observers": len(names), "runs": len(runs), "moves": sum(r["moves"] for r in rows),
                    "killed_runs": sum(1 for r in runs if r["ended_at"] is None),
-                   "probe_reconnects": sum(r["probe_lost"] for r in runs)},
+                   "probe_reconnects": sum(r["probe_lost"] for r in runs),
+                   "gap_sec": _gaps(runs)},
     }
+
+
+def _gaps(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """From the end of a run (its last beat when it was killed) to the start of the next run of the
+    same observer: how long it was not running, per move."""
+    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        by_name[r["name"]].append(r)
+    gaps = []
+    for items in by_name.values():
+        items.sort(key=lambda r: r["started_at"])
+        gaps += [(b["started_at"] - (a["ended_at"] or a["last_beat_at"])).total_seconds()
+                 for a, b in itertools.pairwise(items)]
+    if not gaps:
+        return {"moves": 0, "median": None, "max": None}
+    return {"moves": len(gaps), "median": round(statistics.median(gaps), 2), "max": round(max(gaps), 2)}
 
 
 def key_tick(key: str, schedule: str | None) -> datetime:

@@ -147,7 +147,9 @@ def test_observer_checks_fail_on_two_copies_a_refused_probe_and_an_observer_not_
     runs = [run(1, 0, 3, None), run(2, 4, 8, 8), run(3, 9, 20, None)]
     rows = [{"name": "o", "state": "processing", "epoch": 3, "moves": 2}]
     since = t + 15 * s
-    assert _failing(check_observers(["o"], runs, rows, since)["checks"]) == set()
+    ok = check_observers(["o"], runs, rows, since)
+    assert _failing(ok["checks"]) == set()
+    assert ok["counts"]["gap_sec"] == {"moves": 2, "median": 1.0, "max": 1.0}  # last beat 3 -> 4, end 8 -> 9
     assert overlapping_observer_runs([*runs, run(4, 7, 7, None)]) == [("o", 2, 4)]  # beat inside epoch 2's life
     assert _failing(check_observers(["o"], [run(1, 0, 5, None), run(2, 4, 20, None)], [{**rows[0], "epoch": 2}],
                                     since)["checks"]) == {"overlapping_observer_runs"}
