@@ -151,7 +151,7 @@ def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, he
     env.update({
         "DL_DB_DSN": dsn,
         "WORKERS_JSON": json.dumps([{"queue": queue, "concurrency": concurrency}]),
-        "DL_PIPELINE_MODULES": "tests.chaos.pipelines",
+        "DL_PIPELINE_MODULES": "tests.chaos.pipelines,tests.chaos.node_capabilities",
         "DL_HEARTBEAT_SEC": str(heartbeat_sec),
         "DL_REAPER_PERIOD_SEC": str(reaper_period_sec),
         "DL_SHUTDOWN_TIMEOUT_SEC": str(shutdown_timeout_sec),

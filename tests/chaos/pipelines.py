@@ -23,8 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader import JobContext, ObserverContext, observer, pipeline
-from dataloader.processes import Intent, Process, ProcessTask, RetryPolicy, SetTimer, processor
+from dataloader import JobContext, pipeline
 
 # int4 class id of the probe's lock space ("chaos" on a phone keypad: 24267).
 PROBE_CLASS_ID = 24267
@@ -177,6 +176,10 @@ async def chaos_work(ctx: JobContext):
 
 # -- the other capabilities under the same chaos (processes, observers) ----------------------------
 #
+# Their code is in node_capabilities.py, loaded by the nodes only (DL_PIPELINE_MODULES): importing it
+# registers a processor and an observer kind, which would change every App.running() of a test
+# process that imported it (its queues, its kinds). Here only the names and the table.
+#
 # Processes: namespace "chaos". Every step holds the probe lock of its process ("process:chaos:<id>",
 # the same key as the task's lock_key, in the probe's lock space) and records itself in chaos_runs
 # like a job's run (job_id = the task's id), so "one running step per process at a time" is checked
@@ -207,81 +210,3 @@ CREATE TABLE IF NOT EXISTS chaos_observer_runs (
     reprobe_failed int NOT NULL DEFAULT 0
 );
 """
-
-
-def process_lock_key(process_id: str) -> str:
-    return f"process:{PROCESS_NS}:{process_id}"
-
-
-@processor(PROCESS_NS, retry=RetryPolicy(initial_timeout=0.2, backoff_coefficient=2, max_timeout=1, max_attempts=25),
-           concurrency=4, lease_ttl_sec=4)
-async def chaos_process(task: ProcessTask, process: Process, ctx: Any) -> Intent:
-    """One step: probe the process's key, record the run, apply the task, record its end."""
-    args = task.args if isinstance(task.args, dict) else {}
-    probe = Probe(chaos_dsn(args), process_lock_key(ctx.process_id))
-    await probe.ensure_held()
-    run_id = await probe.fetchval(
-        "INSERT INTO chaos_runs (job_id, lock_key, attempt, pid, node, started_at, probe_ok) "
-        "VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING id",
-        ctx.task_id, probe.lock_key, ctx.attempt, os.getpid(), os.environ.get("DL_NODE_NAME", "in-process"),
-        bool(probe.probe_ok))
-    outcome = "stopped"
-    try:
-        await asyncio.sleep(float(args.get("step_sec", STEP_SEC)))  # a step long enough to overlap
-        await probe.ensure_held()
-        state = dict(process.aux_state) if isinstance(process.aux_state, dict) else {}
-        kind = task.type.value
-        if kind == "init":
-            state = {"calls": 0, "timers": 0, "timer_sec": float(args.get("timer_sec", 1.0))}
-            intent = Intent(events=[{"kind": "init"}], aux_state=state, response={"calls": 0},
-                            action=SetTimer(after=state["timer_sec"]))
-        elif kind == "call":
-            state["calls"] = state.get("calls", 0) + 1
-            intent = Intent(events=[{"kind": "call", "seq": args["seq"]}], aux_state=state,
-                            response={"calls": state["calls"], "seq": args["seq"]})
-        elif kind == "timeout":
-            state["timers"] = state.get("timers", 0) + 1
-            intent = Intent(events=[{"kind": "timer", "n": state["timers"]}], aux_state=state,
-                            action=SetTimer(after=state.get("timer_sec", 1.0)))
-        else:
-            intent = Intent(events=[{"kind": kind}])
-        outcome = "completed"
-        return intent
-    finally:
-        try:
-            await probe.fetchval(
-                "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
-                "reprobe_failed = $4 WHERE id = $1 RETURNING id",
-                run_id, outcome, lambda: probe.lost, lambda: probe.reprobe_failed)
-        finally:
-            await probe.close()
-
-
-@observer(OBSERVER_KIND)
-async def chaos_watch(ctx: ObserverContext) -> None:
-    """Beat every BEAT_SEC until asked to stop. A beat is written only by a run that is alive at that
-    moment (database clock); the end is written only on the run's own connection, never after a
-    reconnect that might come late, so a run's interval never claims more than it really lived."""
-    probe = Probe(chaos_dsn(ctx.args), f"observer:{ctx.name}")
-    await probe.ensure_held()
-    run_id = await probe.fetchval(
-        "INSERT INTO chaos_observer_runs (name, epoch, node, started_at, last_beat_at, probe_ok) "
-        "VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), $4) RETURNING id",
-        ctx.name, ctx.epoch, ctx.node_name, bool(probe.probe_ok))
-    try:
-        while not await ctx.sleep(BEAT_SEC):
-            await probe.ensure_held()
-            await probe.fetchval(
-                "UPDATE chaos_observer_runs SET last_beat_at = clock_timestamp(), beats = beats + 1, "
-                "probe_lost = $2, reprobe_failed = $3 WHERE id = $1 RETURNING id",
-                run_id, lambda: probe.lost, lambda: probe.reprobe_failed)
-    finally:
-        conn = probe.conn
-        try:
-            if conn is not None and not conn.is_closed():
-                await conn.execute("UPDATE chaos_observer_runs SET ended_at = clock_timestamp(), "
-                                   "last_beat_at = clock_timestamp() WHERE id = $1", run_id, timeout=2)
-        except CONNECTION_ERRORS:
-            pass
-        finally:
-            await probe.close()
