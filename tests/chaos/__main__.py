@@ -38,6 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burst", type=int, nargs=2, default=(20, 80), metavar=("MIN", "MAX"))
     p.add_argument("--lease-ttl", type=int, default=5)
     p.add_argument("--drain-timeout", type=float, default=180)
+    p.add_argument("--processes", type=int, default=8, help="processes taking calls and firing timers (0: none)")
+    p.add_argument("--observers", type=int, default=5, help="observers of kind chaos.watch (0: none)")
+    p.add_argument("--tick-every", type=float, default=1.0, help="the schedule's interval in seconds (0: no schedule)")
+    p.add_argument("--timer", type=float, default=1.0, help="seconds between a process's timer firings")
+    p.add_argument("--operation-jobs", type=int, default=3000, help="delayed jobs the bulk cancel covers (0: none)")
+    p.add_argument("--operation-batch", type=int, default=20, help="the bulk operation's batch size")
     p.add_argument("--no-restart", action="store_true", help="skip the PostgreSQL restart")
     p.add_argument("--no-sigterm", action="store_true", help="skip the SIGTERM")
     p.add_argument("--seed", type=int, default=None)
@@ -100,7 +106,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 kill_interval=tuple(args.kill_every), hot_keys=args.hot_keys, hot_share=args.hot_share,
                 burst=tuple(args.burst), lease_ttl_sec=args.lease_ttl, drain_timeout_sec=args.drain_timeout,
                 restart=not args.no_restart, sigterm=not args.no_sigterm, seed=args.seed,
-                log_level=args.log_level, submit_timeout_sec=180)
+                log_level=args.log_level, submit_timeout_sec=180, processes=args.processes,
+                observers=args.observers, tick_every_sec=args.tick_every, timer_sec=args.timer,
+                operation_jobs=args.operation_jobs, operation_batch=args.operation_batch, settle_timeout_sec=180)
             git = git_state()
             logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
             report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()

@@ -14,7 +14,11 @@ own account:
 - the journal (`dl_job_events`) tells the same story as `dl_jobs`: a well-formed sequence per job
   whose `picked` count matches `attempt`, ending in `done`;
 - the SIGTERMed node exits 0 and leaves nothing for the reaper (its jobs went back with
-  `reason: shutdown` or finished).
+  `reason: shutdown` or finished);
+- and, on the same nodes under the same chaos, the other capabilities (capabilities.py): every
+  acknowledged process call applied once, one step at a time per process, timers firing; never two
+  copies of an observer, all running at the end; one job per schedule tick; a bulk operation whose
+  runner is killed mid-batch ends with exact counts, each job changed once.
 
 Used by tests/chaos/test_chaos_short.py (a short run in the suite) and by `python -m tests.chaos`
 (the long run, see docs/chaos.md).
@@ -38,8 +42,9 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
+from tests.chaos.capabilities import Capabilities
 from tests.chaos.nodes import NodeError, NodeSlot, free_port, node_env
-from tests.chaos.pipelines import CONNECTION_ERRORS, RUNS_DDL, TASK
+from tests.chaos.pipelines import CONNECTION_ERRORS, OBSERVER_RUNS_DDL, RUNS_DDL, TASK
 
 ROOT = Path(__file__).resolve().parents[2]
 RestartFn = Callable[[], Awaitable[str]]
@@ -73,6 +78,15 @@ class ChaosConfig:
     sigterm: bool = True
     seed: int | None = None
     log_level: str = "WARNING"
+    # the other capabilities (capabilities.py); 0 turns one off
+    processes: int = 4
+    observers: int = 3
+    tick_every_sec: float = 1.0
+    timer_sec: float = 1.0
+    call_pause: tuple[float, float] = (0.2, 0.8)
+    operation_jobs: int = 600
+    operation_batch: int = 20
+    settle_timeout_sec: float = 90.0
 
 
 @dataclass
@@ -146,6 +160,7 @@ class ChaosRun:
         self.timings: dict[str, float] = {}
         self._bringups: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
+        self.caps = Capabilities(self)
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -154,6 +169,7 @@ class ChaosRun:
         conn = await asyncpg.connect(self.dsn)
         try:
             await conn.execute(RUNS_DDL)
+            await conn.execute(OBSERVER_RUNS_DDL)
         finally:
             await conn.close()
         limits = httpx.Limits(max_connections=self.cfg.http_parallel * 2, max_keepalive_connections=0)
@@ -163,6 +179,7 @@ class ChaosRun:
                 for slot in self.slots:
                     slot.start()
                 await asyncio.gather(*(self._wait_ready(s) for s in self.slots))
+                await self.caps.setup()
                 self.timings["startup_sec"] = time.monotonic() - t0
                 t1 = time.monotonic()
                 producer = asyncio.create_task(self._produce())
@@ -170,10 +187,14 @@ class ChaosRun:
                 self.timings["chaos_sec"] = time.monotonic() - t1
                 await asyncio.wait_for(producer, timeout=self.cfg.submit_timeout_sec + 60)
                 self.timings["enqueue_sec"] = time.monotonic() - t1
+                await self.caps.stop_calls()
                 await self._all_up()
                 t2 = time.monotonic()
                 drained = await self._drain()
                 self.timings["drain_sec"] = time.monotonic() - t2
+                t3 = time.monotonic()
+                await self.caps.settle()
+                self.timings["settle_sec"] = time.monotonic() - t3
                 await self._stop_all()
             finally:
                 for task in self._bringups:
@@ -247,6 +268,7 @@ class ChaosRun:
         cfg = self.cfg
         restart_at = cfg.kills // 2 if cfg.restart else -1
         sigterm_at = (3 * cfg.kills) // 4 if cfg.sigterm else -1
+        operation_at = cfg.kills // 3
         t0 = time.time()
         for k in range(cfg.kills):
             await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))  # the schedule's pace
@@ -258,7 +280,8 @@ class ChaosRun:
             if k == sigterm_at:
                 await self._sigterm(t0)
                 await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
-            victim = await self._ready_slot()
+            # the bulk operation starts at its kill, and that kill takes the node running it
+            victim = (await self.caps.start_operation() if k == operation_at else None) or await self._ready_slot()
             inc = victim.kill9()
             self.kills.append({"n": k + 1, "node": inc.name, "at": inc.ended_at,
                                "t_sec": round(inc.ended_at - t0, 2) if inc.ended_at else None})
@@ -382,7 +405,14 @@ class ChaosRun:
             "SELECT r.job_id::text, r.lock_key, r.attempt, r.node, r.started_at, r.ended_at, r.outcome, "
             "r.probe_ok, r.probe_lost, r.reprobe_failed "
             "FROM chaos_runs r JOIN dl_jobs j ON j.job_id = r.job_id WHERE j.queue = $1", self.queue)
-        return build_report(self, jobs, events, runs, drained)
+        report = build_report(self, jobs, events, runs, drained)
+        caps = await self.caps.report()
+        checks = {**report["checks"], **caps.pop("checks")}
+        report["checks"] = checks
+        report["failures"] = {k: v for k, v in checks.items() if v}
+        report["examples"].update(caps.pop("examples"))
+        report["capabilities"] = caps
+        return report
 
 
 def _payload(value: Any) -> dict[str, Any]:
@@ -599,6 +629,8 @@ def format_table(report: dict[str, Any]) -> str:
         ("SIGTERM", json.dumps(report["sigterm"])),
         ("HTTP", json.dumps(report["http"])),
         ("timings (s)", json.dumps(report["timings_sec"])),
+        *[(f"{name}", json.dumps(value, default=str))
+          for name, value in report.get("capabilities", {}).items()],
         ("node logs", report["config"]["logs"]),
     ]
     lines += [f"{k:<42}  {v}" for k, v in rows]

@@ -151,11 +151,20 @@ def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, he
     env.update({
         "DL_DB_DSN": dsn,
         "WORKERS_JSON": json.dumps([{"queue": queue, "concurrency": concurrency}]),
-        "DL_PIPELINE_MODULES": "tests.chaos.pipelines",
+        "DL_PIPELINE_MODULES": "tests.chaos.pipelines,tests.chaos.node_capabilities",
         "DL_HEARTBEAT_SEC": str(heartbeat_sec),
         "DL_REAPER_PERIOD_SEC": str(reaper_period_sec),
         "DL_SHUTDOWN_TIMEOUT_SEC": str(shutdown_timeout_sec),
         "DL_CLAIM_BACKOFF_SEC": str(claim_backoff_sec),
+        # observers move within dead_after + heartbeat (7 s); fence_after = 6 - 2 - 1 = 3 s
+        "DL_NODE_HEARTBEAT_SEC": "1",
+        "DL_NODE_DEAD_AFTER_SEC": "6",
+        "DL_OBSERVER_STOP_GRACE_SEC": "2",
+        # a killed runner's operation is taken over after 3 s; its batches are throttled so that
+        # the operation is still running when its node is killed
+        "DL_OPERATIONS_LEASE_SEC": "3",
+        "DL_OPERATIONS_BATCH_PAUSE_SEC": "0.2",
+        "DL_OPERATIONS_PERIOD_SEC": "2",
         "DL_LOG_FORMAT": "json",
         "DL_LOG_LEVEL": log_level,
         "PYTHONUNBUFFERED": "1",

@@ -172,3 +172,41 @@ async def chaos_work(ctx: JobContext):
                 run_id, outcome, lambda: probe.lost, lambda: probe.reprobe_failed)
         finally:
             await probe.close()
+
+
+# -- the other capabilities under the same chaos (processes, observers) ----------------------------
+#
+# Their code is in node_capabilities.py, loaded by the nodes only (DL_PIPELINE_MODULES): importing it
+# registers a processor and an observer kind, which would change every App.running() of a test
+# process that imported it (its queues, its kinds). Here only the names and the table.
+#
+# Processes: namespace "chaos". Every step holds the probe lock of its process ("process:chaos:<id>",
+# the same key as the task's lock_key, in the probe's lock space) and records itself in chaos_runs
+# like a job's run (job_id = the task's id), so "one running step per process at a time" is checked
+# exactly like "one holder per lock_key". A call appends {"kind": "call", "seq": n} and counts it in
+# aux_state; the timer re-arms itself every `timer_sec` and counts its firings.
+#
+# Observers: kind "chaos.watch". Each run holds the probe lock of "observer:<name>" and records a
+# row of chaos_observer_runs (name, epoch, node) with a heartbeat (`last_beat_at`, database clock)
+# every BEAT_SEC; the harness checks that no two runs of one name overlap in time.
+
+PROCESS_NS = "chaos"
+OBSERVER_KIND = "chaos.watch"
+STEP_SEC = 0.05
+BEAT_SEC = 0.25
+
+OBSERVER_RUNS_DDL = """
+CREATE TABLE IF NOT EXISTS chaos_observer_runs (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL,
+    epoch bigint NOT NULL,
+    node text NOT NULL,
+    started_at timestamptz NOT NULL,
+    last_beat_at timestamptz NOT NULL,
+    ended_at timestamptz,                  -- NULL: the process died (or could not write it)
+    beats int NOT NULL DEFAULT 1,
+    probe_ok boolean NOT NULL,
+    probe_lost int NOT NULL DEFAULT 0,
+    reprobe_failed int NOT NULL DEFAULT 0
+);
+"""

@@ -1,7 +1,10 @@
 """The chaos suite in the test run: a short run (~60 s: 2 nodes, a few hundred jobs, ~9 kill -9s,
 one PostgreSQL restart, one SIGTERM) that fails on any lost, doubled, stuck or failed job, any
-overlap of one lock_key, or any journal that disagrees with its row; plus the self-tests that
-show the probe and the checks can fail (a check that cannot fail proves nothing).
+overlap of one lock_key, or any journal that disagrees with its row — and, in the same run, on a
+lost or doubled process call, two steps of one process at once, a timer that stopped, two copies of
+an observer, a doubled or missed schedule tick, or a bulk operation that did not change each job
+exactly once; plus the self-tests that show the probe and every check can fail (a check that
+cannot fail proves nothing).
 
 The restart is real (`pg_ctl restart`) on the embedded server, and on an external one when
 DL_TEST_RESTART_CMD says how to restart it. On an external server without it, the harness can only
@@ -21,6 +24,14 @@ import asyncpg
 import pytest
 
 from tests.chaos import pipelines
+from tests.chaos.capabilities import (
+    check_observers,
+    check_operation,
+    check_processes,
+    check_schedule,
+    key_tick,
+    overlapping_observer_runs,
+)
 from tests.chaos.harness import ChaosConfig, ChaosRun, _restart_label, check_journal, format_table, overlapping_runs
 from tests.conftest import wait_until
 from tests.support.database import restart_server
@@ -79,6 +90,107 @@ def test_checks_fail_on_overlap_and_on_a_journal_that_disagrees() -> None:
     assert check_journal({**job, "attempt": 3}, good, []) is not None  # attempt disagrees
     assert check_journal(job, good[:-1], []) is not None  # no 'done' for a succeeded row
     assert check_journal(job, [good[0], good[1], good[3], good[6]], []) is not None  # picked twice
+
+
+def _failing(checks: dict[str, int]) -> set[str]:
+    return {name.split(" ")[0] for name, value in checks.items() if value}
+
+
+def test_process_checks_fail_on_a_lost_or_doubled_call_an_overlap_and_a_silent_timer() -> None:
+    t = datetime(2030, 1, 1, tzinfo=UTC)
+    s = timedelta(seconds=1)
+    stopped = t + 10 * s
+
+    def ev(pid: str, kind: str, at: datetime, **payload: object) -> dict[str, object]:
+        return {"process_id": pid, "payload": {"kind": kind, **payload}, "ts": at}
+
+    def step(task: str, start: datetime, end: datetime | None, ok: bool = True) -> dict[str, object]:
+        return {"lock_key": "process:chaos:p", "job_id": task, "attempt": 1, "started_at": start, "ended_at": end,
+                "outcome": "completed" if end else None, "probe_ok": ok, "reprobe_failed": 0}
+
+    good_events = [ev("p", "init", t), ev("p", "call", t + s, seq=1), ev("p", "timer", t + 2 * s, n=1),
+                   ev("p", "call", t + 3 * s, seq=2), ev("p", "timer", t + 11 * s, n=2)]
+    good_row = {"id": "p", "status": "running", "aux_state": {"calls": 2, "timers": 2}}
+    good_steps = [step("a", t, t + s), step("b", t + s, t + 2 * s), step("killed", t, None)]
+    good = check_processes({"p": [1, 2]}, [], [good_row], good_events, good_steps, stopped)
+    assert _failing(good["checks"]) == set()
+
+    def failing(acked=None, unacked=(), rows=None, events=None, steps=None) -> set[str]:
+        found = check_processes(acked or {"p": [1, 2]}, list(unacked), rows or [good_row],
+                                good_events if events is None else events,
+                                good_steps if steps is None else steps, stopped)
+        return _failing(found["checks"])
+
+    assert failing(acked={"p": [1, 2, 3]}) == {"lost_calls"}  # acked, never applied
+    doubled = [*good_events, ev("p", "call", t + 4 * s, seq=2)]
+    assert failing(events=doubled) == {"doubled_calls", "process_state_mismatches"}
+    assert failing(unacked=["p call 3: HTTP 409"]) == {"unacked_calls"}
+    assert failing(rows=[{**good_row, "status": "error"}]) == {"processes_not_running"}
+    assert failing(rows=[{**good_row, "aux_state": {"calls": 3, "timers": 2}}]) == {"process_state_mismatches"}
+    no_late_timer = [e for e in good_events if e["ts"] < stopped]
+    assert failing(events=no_late_timer, rows=[{**good_row, "aux_state": {"calls": 2, "timers": 1}}]) == {
+        "timers_not_fired"}
+    assert failing(steps=[*good_steps, step("c", t + s / 2, t + 3 * s)]) == {"overlapping_steps"}
+    assert failing(steps=[*good_steps, step("c", t + 5 * s, t + 6 * s, ok=False)]) == {"step_probe_violations"}
+
+
+def test_observer_checks_fail_on_two_copies_a_refused_probe_and_an_observer_not_running() -> None:
+    t = datetime(2030, 1, 1, tzinfo=UTC)
+    s = timedelta(seconds=1)
+
+    def run(epoch: int, start: int, beat: int, end: int | None, ok: bool = True) -> dict[str, object]:
+        return {"name": "o", "epoch": epoch, "node": "n", "started_at": t + start * s, "last_beat_at": t + beat * s,
+                "ended_at": t + end * s if end is not None else None, "probe_ok": ok, "reprobe_failed": 0,
+                "probe_lost": 0}
+
+    # epoch 1 killed (last beat at 3), epoch 2 stopped cleanly at 8, epoch 3 running at the end
+    runs = [run(1, 0, 3, None), run(2, 4, 8, 8), run(3, 9, 20, None)]
+    rows = [{"name": "o", "state": "processing", "epoch": 3, "moves": 2}]
+    since = t + 15 * s
+    ok = check_observers(["o"], runs, rows, since)
+    assert _failing(ok["checks"]) == set()
+    assert ok["counts"]["gap_sec"] == {"moves": 2, "median": 1.0, "max": 1.0}  # last beat 3 -> 4, end 8 -> 9
+    assert overlapping_observer_runs([*runs, run(4, 7, 7, None)]) == [("o", 2, 4)]  # beat inside epoch 2's life
+    assert _failing(check_observers(["o"], [run(1, 0, 5, None), run(2, 4, 20, None)], [{**rows[0], "epoch": 2}],
+                                    since)["checks"]) == {"overlapping_observer_runs"}
+    assert _failing(check_observers(["o"], [*runs[:2], run(3, 9, 20, None, ok=False)], rows, since)["checks"]) == {
+        "observer_probe_violations"}
+    assert _failing(check_observers(["o"], runs, [{**rows[0], "state": "created"}], since)["checks"]) == {
+        "observers_not_running"}
+    assert _failing(check_observers(["o"], runs[:2], [{**rows[0], "epoch": 2}], since)["checks"]) == {
+        "observers_not_running"}  # processing, but no beat after the chaos
+    assert _failing(check_observers(["o", "never"], runs, rows, since)["checks"]) == {"observers_not_running"}
+
+
+def test_schedule_checks_fail_on_a_doubled_a_missed_tick_and_a_stall() -> None:
+    t = datetime(2030, 1, 1, tzinfo=UTC)
+    s = timedelta(seconds=1)
+    assert key_tick("schedule:chaos-tick-x:2030-01-01T00:00:05Z", "chaos-tick-x") == t + 5 * s
+    window = {"created_at": t + s / 2, "stopped_at": t + 30 * s}
+    ticks = [t + i * s for i in range(2, 30)]
+    assert _failing(check_schedule(ticks, 1.0, window)["checks"]) == set()
+    assert _failing(check_schedule([*ticks, t + 7 * s], 1.0, window)["checks"]) == {"doubled_ticks"}
+    assert _failing(check_schedule([x for x in ticks if x != t + 7 * s], 1.0, window)["checks"]) == {"missed_ticks"}
+    assert _failing(check_schedule(ticks[1:], 1.0, window)["checks"]) == {"missed_ticks"}  # the first one
+    assert _failing(check_schedule(ticks[:10], 1.0, window)["checks"]) == {"schedule_stalled"}
+    assert _failing(check_schedule([], 1.0, window)["checks"]) == {"schedule_stalled"}
+
+
+def test_operation_checks_fail_on_wrong_counts_a_job_changed_twice_and_no_kill() -> None:
+    op = {"state": "finished", "total": 3, "done": 3, "changed": 3}
+    jobs = [{"job_id": str(i), "status": "canceled", "by_op": 1} for i in range(3)]
+    killed = {"id": "x", "killed_runner": {"node": "n1.2", "done": 1, "total": 3}}
+    assert _failing(check_operation(op, jobs, 3, killed)["checks"]) == set()
+    assert _failing(check_operation({**op, "state": "running"}, jobs, 3, killed)["checks"]) == {
+        "operation_not_finished"}
+    assert _failing(check_operation({**op, "changed": 2}, jobs, 3, killed)["checks"]) == {
+        "operation_count_mismatches"}
+    twice = [*jobs[:2], {**jobs[2], "by_op": 2}]
+    assert _failing(check_operation(op, twice, 3, killed)["checks"]) == {"operation_jobs_not_once"}
+    queued = [*jobs[:2], {**jobs[2], "status": "queued", "by_op": 0}]
+    assert _failing(check_operation(op, queued, 3, killed)["checks"]) == {"operation_jobs_not_once"}
+    assert _failing(check_operation(op, jobs, 3, {"id": "x", "killed_runner": None})["checks"]) == {
+        "missing_operation_kill"}
 
 
 def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:
