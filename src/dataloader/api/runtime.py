@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 
 from dataloader.api.v1.exceptions import ApiError
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.service import ApiJobService
+from dataloader.api.v1.service import JobResponses
 from dataloader.config import Settings
 
 if TYPE_CHECKING:
@@ -43,8 +43,8 @@ async def get_runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-async def get_job_api(runtime: Runtime = Depends(get_runtime)) -> ApiJobService:
-    return ApiJobService(runtime.require_app().jobs, runtime.served_queues)
+async def get_job_api(runtime: Runtime = Depends(get_runtime)) -> JobResponses:
+    return JobResponses(runtime.require_app().jobs, runtime.served_queues)
 
 
 def token_matches(expected: str, header_value: str | None) -> bool:

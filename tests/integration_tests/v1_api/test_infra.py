@@ -246,12 +246,12 @@ async def test_logged_args_are_masked(client, db, json_log):
 
 
 async def test_unexpected_error_is_a_logged_500_json(client, db, json_log, monkeypatch):
-    from dataloader.api.v1.service import ApiJobService
+    from dataloader.api.v1.service import JobResponses
 
     async def broken(self, job_id):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(ApiJobService, "status", broken)
+    monkeypatch.setattr(JobResponses, "status", broken)
     response = await client.get("/api/v1/jobs/00000000-0000-0000-0000-000000000001/status",
                                 headers={"X-Request-ID": "boom-1"})
     assert response.status_code == 500

@@ -20,7 +20,7 @@ from dataloader.api.v1.schemas import (
     TriggerRequest,
     TriggerResponse,
 )
-from dataloader.api.v1.service import ApiJobService
+from dataloader.api.v1.service import JobResponses
 from dataloader.jobs.manager import MAX_LIST_LIMIT
 from dataloader.logger.context_vars import request_id_var
 
@@ -28,7 +28,7 @@ from dataloader.logger.context_vars import request_id_var
 router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(require_token)])
 
 JobId = Annotated[uuid.UUID, Path(description="The job_id returned by trigger")]
-Api = Annotated[ApiJobService, Depends(get_job_api)]
+Api = Annotated[JobResponses, Depends(get_job_api)]
 # Filters are plain text; a NUL would reach PostgreSQL as an encoding error, so refuse it here.
 FilterText = Annotated[str | None, Query(min_length=1, max_length=512, pattern=r"^[^\x00]*$")]
 

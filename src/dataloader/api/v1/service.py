@@ -1,4 +1,5 @@
-"""The API's view of the job service: turns service results into response bodies.
+"""The HTTP face of jobs: turns JobManager results into response bodies (003 §3 names this module
+service.py; the class is JobResponses, since "service" means a background duty here).
 
 Business rules (validation of a job, idempotency, cancel semantics, paging) live in
 `dataloader.jobs.manager.JobManager`; this layer only adds what is about HTTP or about this
@@ -50,7 +51,7 @@ def _warn_unserved(queue: str, served_queues: frozenset[str]) -> None:
                 "every 10 minutes)", extra={"queue": queue, "served_queues": sorted(served_queues)})
 
 
-class ApiJobService:
+class JobResponses:
     def __init__(self, jobs: JobManager, served_queues: frozenset[str]) -> None:
         self.jobs = jobs
         self.served_queues = served_queues
