@@ -45,6 +45,7 @@ async def test_http_pause_list_resume_and_the_metric(client, db):
     paused = await client.post(f"/api/v1/queues/{queue}/pause")
     assert paused.status_code == 200, paused.text
     assert paused.json()["paused"] is True and paused.json()["paused_at"]
+    assert (paused.json()["running"], paused.json()["queued"]) == (0, 1)
     assert (await client.post(f"/api/v1/queues/{slashed}/pause")).json()["queue"] == slashed
 
     listed = {q["queue"]: q for q in (await client.get("/api/v1/queues")).json()["queues"]}

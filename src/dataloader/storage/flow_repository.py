@@ -15,13 +15,19 @@ class FlowRepository:
 
     async def pause(self, queue: str) -> QueueFlow:
         row = await self.pool.fetchrow(sql("flow/pause_queue"), queue)
-        return QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"])
+        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
 
     async def resume(self, queue: str) -> QueueFlow:
         row = await self.pool.fetchrow(sql("flow/resume_queue"), queue)
         if row is None:  # never paused: nothing to change, nothing to wake
-            return QueueFlow(queue=queue, paused=False)
-        return QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"])
+            return await self._with_use(QueueFlow(queue=queue, paused=False))
+        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
+
+    async def _with_use(self, flow: QueueFlow) -> QueueFlow:
+        """The state a change left the queue in, with its current use (read after the change)."""
+        use = await self.pool.fetchrow(sql("flow/queue_use"), flow.queue)
+        return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
+                         queued=use["queued"])
 
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
