@@ -47,6 +47,8 @@ async def test_http_pause_list_resume_and_the_metric(client, db):
     assert paused.json()["paused"] is True and paused.json()["paused_at"]
     assert (paused.json()["running"], paused.json()["queued"]) == (0, 1)
     assert (await client.post(f"/api/v1/queues/{slashed}/pause")).json()["queue"] == slashed
+    lined = f"{queue}\nline"  # a line break too: Starlette's own `path` convertor stops at one
+    assert (await client.post(f"/api/v1/queues/{lined.replace(chr(10), '%0A')}/pause")).json()["queue"] == lined
 
     listed = {q["queue"]: q for q in (await client.get("/api/v1/queues")).json()["queues"]}
     assert listed[queue] == {"queue": queue, "paused": True, "paused_at": paused.json()["paused_at"],
@@ -86,3 +88,20 @@ async def test_cli_pause_list_resume(db, cli_env):
     bad = await asyncio.to_thread(run, ["queues", "pause", " "], cli_env)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["dataloader: validation_error: queue: must not be blank"]
+
+
+async def test_a_hand_written_flow_row_with_extreme_times_breaks_no_face(client, db):
+    """Promise 9 for dl_queue_flow: times the column can hold (±infinity, the far ends of the range)
+    are read by the listing, the metric and a resume without an error."""
+    queues = [f"flow-x{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    for queue, extreme in zip(queues, ["-infinity", "infinity", "294276-12-31 23:59:59+00",
+                                       "4713-01-01 00:00:00+00 BC"], strict=True):
+        await db.execute("INSERT INTO dl_queue_flow (queue, paused, paused_at, updated_at) "
+                         "VALUES ($1, true, $2::text::timestamptz, $2::text::timestamptz)", queue, extreme)
+    listing = await client.get("/api/v1/queues")
+    assert listing.status_code == 200, listing.text
+    assert {q["queue"] for q in listing.json()["queues"] if q["paused"]} >= set(queues)
+    metrics = (await client.get("/metrics")).text
+    assert all(paused_metric(metrics, q) == 1.0 for q in queues)
+    for queue in queues:
+        assert (await client.post(f"/api/v1/queues/{queue}/resume")).json()["paused"] is False

@@ -10,11 +10,28 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
+from starlette.convertors import Convertor, register_url_convertor
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.flow.manager import FlowManager
 from dataloader.model.flow import QueueFlow
+
+
+class QueueNameConvertor(Convertor[str]):
+    """Any queue name a job can have, slashes and line breaks included (Starlette's `path`
+    convertor is `.*`, which stops at a newline; the default one stops at a slash)."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("dl_queue", QueueNameConvertor())
 
 router = APIRouter(prefix="/api/v1/queues", tags=["queues"], dependencies=[Depends(require_token)])
 
@@ -24,9 +41,10 @@ async def get_flow_manager(runtime: Runtime = Depends(get_runtime)) -> FlowManag
 
 
 Api = Annotated[FlowManager, Depends(get_flow_manager)]
-# `:path` so a queue name with a slash in it (allowed in a job's queue) still names one queue; the
-# name's rules are the manager's (one check for every face).
-QueueName = Annotated[str, PathParam(description="The queue's name (1 to 200 characters, as a job's `queue`)")]
+# `:dl_queue` so every name a job's queue may have (a slash, a line break) still names one queue;
+# the name's rules are the manager's (one check for every face), the schema states its length.
+QueueName = Annotated[str, PathParam(min_length=1, max_length=200,
+                                     description="The queue's name (1 to 200 characters, as a job's `queue`)")]
 
 
 class QueueResponse(BaseModel):
@@ -53,7 +71,7 @@ async def list_queues(api: Api) -> QueueListResponse:
     return QueueListResponse(queues=[_view(q) for q in await api.list()])
 
 
-@router.post("/{queue:path}/pause", response_model=QueueResponse, summary="Pause a queue on every node",
+@router.post("/{queue:dl_queue}/pause", response_model=QueueResponse, summary="Pause a queue on every node",
              responses=error_responses())
 async def pause_queue(queue: QueueName, api: Api) -> QueueResponse:
     """Running jobs finish; no job of the queue starts on any node from this call's answer on, until
@@ -61,7 +79,7 @@ async def pause_queue(queue: QueueName, api: Api) -> QueueResponse:
     return _view(await api.pause(queue))
 
 
-@router.post("/{queue:path}/resume", response_model=QueueResponse, summary="Resume a paused queue",
+@router.post("/{queue:dl_queue}/resume", response_model=QueueResponse, summary="Resume a paused queue",
              responses=error_responses())
 async def resume_queue(queue: QueueName, api: Api) -> QueueResponse:
     """Wakes the queue's workers on every node at once. Idempotent (a queue never paused is open)."""
