@@ -7,6 +7,7 @@ of the queue (this process's metrics) must have counted claims made after the pa
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -104,5 +105,34 @@ async def test_a_paused_queue_wakes_no_worker_for_its_delayed_jobs(dsn, db):
             assert await QueueConnection(conn).next_due_in(queue) == nothing_due
             await app.resume_queue(queue)
             assert await QueueConnection(conn).next_due_in(queue) < 31
+    finally:
+        await app.close()
+
+
+def _idle(manager) -> bool:
+    """Every queue worker answered all hints of work and has nothing due (as in test_fallback_poll)."""
+    return all(w._settled_generation == w._work_generation and not w._has_work_now() and not w.running
+               for w in manager.workers.values())
+
+
+async def test_a_paused_queue_with_a_backlog_leaves_its_worker_idle(dsn, db):
+    """Promise 6 while paused: runnable and delayed jobs of a paused queue do not make its worker
+    claim again and again; it goes idle and makes no claim through a window that contains the delayed
+    job's due time (the fallback poll is 10 s in these settings)."""
+    queue = f"flow-{uuid.uuid4().hex[:8]}"
+    app = await App(Settings(db_dsn=dsn, workers=[])).open()
+    try:
+        await app.pause_queue(queue)
+        runnable = [await enqueue(db, "dl.noop", queue=queue) for _ in range(3)]
+        delayed = await enqueue(db, "dl.noop", queue=queue, available_at=datetime.now(UTC) + timedelta(seconds=1.5))
+        async with running_engine(dsn, db, {queue: 2}, run_reaper=False) as manager:
+            await wait_until(lambda: _idle(manager), timeout=10, message="the worker to go idle")
+            before = claims(queue)
+            # a measuring window past the delayed job's due time, not a wait for an event
+            await asyncio.sleep(3.0)
+            assert claims(queue) == before
+            assert await statuses(db, [*runnable, delayed]) == {"queued": 4}
+            await app.resume_queue(queue)
+            await wait_until(now_in(db, [*runnable, delayed], {"succeeded": 4}), timeout=5, message="resumed")
     finally:
         await app.close()
