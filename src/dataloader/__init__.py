@@ -56,6 +56,7 @@ from dataloader.exceptions import (
 from dataloader.jobs.manager import JobRequest
 from dataloader.jobs.search import SearchPage
 from dataloader.model.chain import Stage, Then
+from dataloader.model.flow import QueueFlow
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import Operation
@@ -138,6 +139,7 @@ __all__ = [
     "ProcessTimeout",
     "ProcessWrongStatus",
     "Queue",
+    "QueueFlow",
     "RestartConflict",
     "RestartNotPossible",
     "Retry",

@@ -31,10 +31,12 @@ from typing_extensions import Unpack
 from dataloader import node
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
+from dataloader.flow.manager import FlowManager
 from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
 from dataloader.logger import ensure_visible
+from dataloader.model.flow import QueueFlow
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
@@ -51,6 +53,7 @@ from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
+from dataloader.storage.flow_repository import FlowRepository
 from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 from dataloader.storage.operation_repository import OperationRepository
@@ -458,6 +461,25 @@ class App:
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
                 idle_sec=self.settings.process_idle_sec)
         return self._processes
+
+    @property
+    def flow(self) -> FlowManager:
+        """Flow control's rules (docs/flow-control.md); `pause_queue`, `resume_queue` and `queues`
+        are the short forms."""
+        return FlowManager(FlowRepository(self.pool))
+
+    async def pause_queue(self, queue: str) -> QueueFlow:
+        """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue
+        still works. Holds for every claim that starts after this call returns. Idempotent."""
+        return await self.flow.pause(queue)
+
+    async def resume_queue(self, queue: str) -> QueueFlow:
+        """Resume `queue` and wake its workers on every node. Idempotent."""
+        return await self.flow.resume(queue)
+
+    async def queues(self) -> list[QueueFlow]:
+        """Every queue that is paused or has queued or running jobs: paused or not, and its use."""
+        return await self.flow.list()
 
     async def _close_capabilities(self) -> None:
         processes, self._processes = self._processes, None

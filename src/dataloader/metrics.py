@@ -212,3 +212,8 @@ PROCESSES_IDLE = Gauge(
     ["ns"],
 )
 PROCESSES = Gauge("dl_processes", "Processes by namespace and status (read at scrape time)", ["ns", "status"])
+QUEUE_PAUSED = Gauge(
+    "dl_queue_paused",
+    "1 while a queue is paused (flow control, all nodes; read at scrape time), 0 once resumed",
+    ["queue"],
+)

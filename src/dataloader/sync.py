@@ -45,6 +45,7 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
+from dataloader.model.flow import QueueFlow
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -216,6 +217,20 @@ class SyncApp:
     def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
         """The job's journal, oldest first."""
         return self._call(self.app.events(job_id, after=after, limit=limit))
+
+    # -- flow control (docs/flow-control.md) -----------------------------------------------------
+
+    def pause_queue(self, queue: str) -> QueueFlow:
+        """`App.pause_queue`: nothing new of `queue` starts on any node; running jobs finish."""
+        return self._call(self.app.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> QueueFlow:
+        """`App.resume_queue`."""
+        return self._call(self.app.resume_queue(queue))
+
+    def queues(self) -> list[QueueFlow]:
+        """`App.queues`."""
+        return self._call(self.app.queues())
 
     # -- working ---------------------------------------------------------------------------------
 

@@ -322,3 +322,26 @@ async def test_bad_configuration_is_the_same_config_error_in_python_and_the_cli(
     result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_NODE_DEAD_AFTER_SEC": "1"})
     assert result.exit_code == 2
     assert error_line(result) == f"dataloader: configuration error: {caught.value}"
+
+
+# Flow control (issue 21): a queue name the job request would refuse, refused the same way by pause
+# and resume in every face, before anything is written.
+BAD_QUEUES: list[tuple[str, str, str]] = [
+    ("blank", "   ", "%20%20%20"),
+    ("too long", "q" * 201, "q" * 201),
+    ("NUL", "a\x00b", "a%00b"),
+]
+
+
+@pytest.mark.parametrize("action", ["pause", "resume"])
+@pytest.mark.parametrize(("name", "url_name"), [row[1:] for row in BAD_QUEUES], ids=[row[0] for row in BAD_QUEUES])
+async def test_a_bad_queue_name_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, dsn, db, action,
+                                                                                     name, url_name):
+    before = await db.fetchval("SELECT count(*) FROM dl_queue_flow")
+    with pytest.raises(DataloaderError) as caught:
+        await getattr(py_app, f"{action}_queue")(name)
+    codes = {"python": caught.value.code,
+             "http": await http_code(http, "POST", f"/api/v1/queues/{url_name}/{action}"),
+             "cli": await cli_code(dsn, ["queues", action, name])}
+    assert codes == dict.fromkeys(codes, "validation_error")
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow") == before

@@ -21,6 +21,7 @@ from dataloader.api.v1.observers_router import nodes_router
 from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
 from dataloader.api.v1.processes_router import router as processes_router
+from dataloader.api.v1.queues_router import router as queues_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
@@ -48,6 +49,7 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(operations_router)
     app.include_router(observers_router)
     app.include_router(nodes_router)
+    app.include_router(queues_router)
     app.include_router(os_router.router)
     app.include_router(metric_router.router)
 

@@ -84,6 +84,11 @@ async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
                 await runtime.app.processes.refresh_metrics()
         except Exception as exc:
             log.warning("metrics: process counts unavailable", extra={"error": repr(exc)})
+        try:  # dl_queue_paused: flow control (issue 21), the database's state on every node
+            async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
+                await runtime.app.flow.refresh_metrics()
+        except Exception as exc:
+            log.warning("metrics: queue flow state unavailable", extra={"error": repr(exc)})
     # No await between setting and generating: no other scrape can interleave on this loop.
     QUEUE_STATS.snapshot = rows
     try:

@@ -19,6 +19,7 @@ from dataloader.cli.jobs import jobs_app
 from dataloader.cli.observers import nodes_command, observers_app
 from dataloader.cli.operations import ops_app
 from dataloader.cli.processes import processes_app
+from dataloader.cli.queues import queues_app
 from dataloader.cli.retention import jobs_prune, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
@@ -44,6 +45,7 @@ app.add_typer(schedules_app, name="schedules")
 app.add_typer(ops_app, name="ops")
 app.add_typer(observers_app, name="observers")
 app.add_typer(processes_app, name="processes")
+app.add_typer(queues_app, name="queues")
 
 
 def main(argv: list[str] | None = None) -> None:

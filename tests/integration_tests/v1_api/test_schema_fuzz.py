@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import asyncpg
@@ -43,6 +44,7 @@ from tests.integration_tests.v1_api.conftest import api_settings, tables_content
 from tests.integration_tests.v1_api.constants import TRIGGER, job_body
 
 BASE_URL = "http://dataloader.test"
+CONVERTOR = re.compile(r":\w+}")  # {queue:path} -> {queue}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance]
 # Per operation and generation mode (13 tests). The long run (issue 26; time grows with the count):
@@ -141,7 +143,8 @@ def test_the_fuzzed_schema_covers_every_route():
     labels = {op.label for op in OPERATIONS}
     # every route the app serves, counted from its routes (not from the schema under test)
     app = create_app(api_settings("postgresql://unused@127.0.0.1:1/unused"))
-    routed = {f"{method} {route.path}" for route in flat_routes(app.routes)
+    # a path convertor ({queue:path}) is the router's business: the schema names the parameter plainly
+    routed = {f"{method} {CONVERTOR.sub('}', route.path)}" for route in flat_routes(app.routes)
               if getattr(route, "include_in_schema", False)
               for method in getattr(route, "methods", ()) if method != "HEAD"}
     assert labels == routed

@@ -42,6 +42,11 @@ WITH candidate AS (
       AND q.queue = $1
       AND q.available_at <= now()
       AND NOT q.key_parked
+      -- A paused queue (dl_queue_flow, 0019; docs/flow-control.md) starts nothing: uncorrelated,
+      -- so one probe of the table's primary key per claim (an InitPlan gating the walk), and an
+      -- empty table when nothing was ever paused. Read in this statement's snapshot, so a pause
+      -- holds for every claim that starts after it committed, on every node.
+      AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f WHERE f.queue = $1 AND f.paused)
       -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
       -- with a hot key's 100,000 parked rows, the column's most common value is the running key,
       -- so PostgreSQL expected this to reject 99 % of the walk, costed the walk of

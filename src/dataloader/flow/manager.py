@@ -1,0 +1,60 @@
+"""Pause, resume and list queues — the rules behind `app.pause_queue`/`resume_queue`/`queues`,
+the HTTP API (`/api/v1/queues`) and the CLI (`dataloader queues`).
+
+A pause is a row in `dl_queue_flow` (migration 0019). It is enforced by the claim statement itself
+(claim_jobs.sql reads the row in its own snapshot), so it holds on every node from the moment the
+pause commits: the bound is the claim statements already executing at that instant, which may
+still start the jobs they are claiming. Nothing is cached on a node, so there is nothing to go
+stale across restarts or nodes. Running jobs are never touched; enqueue keeps working. A resume
+NOTIFYs the queue's workers on every node, as an enqueue does.
+
+Input: a queue name is checked as the job request checks `queue` (1 to 200 characters, not
+blank, no NUL), before anything is written (promise 8): a pause of a name no job could have would
+otherwise leave a row nobody can see a reason for."""
+
+from __future__ import annotations
+
+from dataloader import metrics
+from dataloader.exceptions import ValidationFailed
+from dataloader.model.flow import QUEUE_NAME_MAX, QueueFlow
+from dataloader.storage.flow_repository import FlowRepository
+
+
+def check_queue_name(queue: object) -> str:
+    """The queue name, or ValidationFailed (the job request's rule for `queue`)."""
+    problem = None
+    if not isinstance(queue, str):
+        problem = "must be a string"
+    elif not 1 <= len(queue) <= QUEUE_NAME_MAX:
+        problem = f"must be 1 to {QUEUE_NAME_MAX} characters"
+    elif not queue.strip():
+        problem = "must not be blank"
+    elif "\x00" in queue:
+        problem = "must not contain NUL characters"
+    if problem is not None:
+        raise ValidationFailed(f"queue: {problem}", [{"loc": ["queue"], "msg": problem, "type": "value_error"}])
+    return queue  # type: ignore[return-value]
+
+
+class FlowManager:
+    def __init__(self, repo: FlowRepository) -> None:
+        self.repo = repo
+
+    async def pause(self, queue: str) -> QueueFlow:
+        """Pause `queue` on every node: no job of it starts until it is resumed. Idempotent."""
+        return await self.repo.pause(check_queue_name(queue))
+
+    async def resume(self, queue: str) -> QueueFlow:
+        """Resume `queue` and wake its workers. Idempotent (a queue never paused is left alone)."""
+        return await self.repo.resume(check_queue_name(queue))
+
+    async def list(self) -> list[QueueFlow]:
+        """Every queue that is paused or has queued or running jobs, with its current use."""
+        return await self.repo.list()
+
+    async def refresh_metrics(self) -> None:
+        """Set dl_queue_paused from the database: 1 for a paused queue, 0 for one resumed."""
+        states = await self.repo.paused_states()
+        metrics.QUEUE_PAUSED.clear()
+        for queue, paused in states.items():
+            metrics.QUEUE_PAUSED.labels(queue).set(1 if paused else 0)

@@ -1,0 +1,28 @@
+"""Flow control's values (issue 21): a queue's flow state as every layer sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dataloader.model.clock import iso
+
+QUEUE_NAME_MAX = 200  # the job request's limit on `queue` (jobs/manager.py JobRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFlow:
+    """One queue: paused or not, since when, and its current use on all nodes (running and queued
+    jobs). A queue with no flow state and no live job is not listed anywhere: it is simply open."""
+
+    queue: str
+    paused: bool
+    paused_at: datetime | None = None
+    running: int = 0
+    queued: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "paused": self.paused,
+                "paused_at": iso(self.paused_at) if self.paused_at is not None else None,
+                "running": self.running, "queued": self.queued}

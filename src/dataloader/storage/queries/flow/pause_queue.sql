@@ -1,0 +1,11 @@
+-- Pause queue $1: from this statement's commit on, no claim on any node starts a job of it
+-- (claim_jobs.sql leaves paused queues out). Running jobs are not touched; enqueue still works.
+-- Idempotent: pausing a paused queue keeps its paused_at. Returns the queue's flow row.
+-- $1 queue.
+INSERT INTO dl_queue_flow AS f (queue, paused, paused_at, updated_at)
+VALUES ($1, true, now(), now())
+ON CONFLICT (queue) DO UPDATE
+SET paused = true,
+    paused_at = CASE WHEN f.paused THEN f.paused_at ELSE now() END,
+    updated_at = now()
+RETURNING f.queue, f.paused, f.paused_at, f.updated_at;
