@@ -46,6 +46,7 @@ class ClaimedJob:
     # jobs of its lock_key are parked behind it (0017), or a backlog is (about to be parked): its
     # finish hands the key over (unparks the next one), so the worker claims in that finish's step
     key_parked_behind: bool = False
+    traceparent: str | None = None  # the enqueuing caller's span, W3C (0019; None: not traced)
 
     @property
     def attempts_left(self) -> int:
@@ -151,7 +152,7 @@ class QueueConnection:
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                     timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
-                    key_parked_behind=r["key_parked_behind"],
+                    key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
                 ))
             else:
                 skipped.append(SkippedCandidate(

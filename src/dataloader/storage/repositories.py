@@ -99,13 +99,14 @@ class JobRepository:
         self.pool = pool
         self.insert_group = insert_group
 
-    async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None) -> Inserted:
+    async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None,
+                         traceparent: str | None = None) -> Inserted:
         """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
-        caller's connection), inside the caller's transaction."""
+        caller's connection), inside the caller's transaction. `traceparent`: the caller's span (0019)."""
         job_id = job.job_id or new_id()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
-                  job.producer, request_id, job.timeout_sec, job.chain_next_json)
+                  job.producer, request_id, job.timeout_sec, job.chain_next_json, traceparent)
         existing_params = (job.idempotency_key, job.args_json)  # get_job_by_idempotency_key.sql
         if job.restartable:
             # insert_restartable_job.sql: created (a new job) or not (the queued one, updated)
@@ -119,7 +120,7 @@ class JobRepository:
                     return Inserted(Job.from_row(row), bool(row["created"]))
             existing_job = await self._queued_restartable(job.lock_key, conn)
             if existing_job is None:  # claimed between the two statements: trigger again
-                return await self.insert_job(job, request_id, conn=conn)
+                return await self.insert_job(job, request_id, conn=conn, traceparent=traceparent)
             return Inserted(existing_job, False)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
@@ -139,7 +140,7 @@ class JobRepository:
                 existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
                                                                    *existing_params)]
         if not existing:  # the conflicting row was deleted between the two statements
-            return await self.insert_job(job, request_id, conn=conn)
+            return await self.insert_job(job, request_id, conn=conn, traceparent=traceparent)
         # rows read on the pool are decoded by its codecs: no guessing needed
         job = _job(existing[0]) if conn is not None else Job.from_row(existing[0])
         return Inserted(job, False, bool(existing[0]["same_args"]))
@@ -166,11 +167,11 @@ class JobRepository:
 
     async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
                                  timeouts: list[int | None], *, conn: Any = None,
-                                 request_id: str | None = None) -> list[uuid.UUID]:
+                                 request_id: str | None = None, traceparent: str | None = None) -> list[uuid.UUID]:
         """insert_jobs_batch.sql with its arrays ($1..$11, $13) built by the caller."""
         ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
         params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                  producer, timeouts, request_id)
+                  producer, timeouts, request_id, traceparent)
         if not any(keys) and None not in ids:  # nothing can be skipped: the cheaper statement
             if conn is not None:
                 rows = await caller_connection.fetch(conn, sql("insert_jobs_batch_unkeyed"), *params)
