@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -26,6 +27,8 @@ from dataloader.api import create_app
 from dataloader.config import Settings
 from dataloader.logger.logger import JsonFormatter
 from dataloader.testing import drain
+from tests.conftest import wait_until
+from tests.support.engine import WorkerProcess
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -186,3 +189,57 @@ async def test_with_no_provider_nothing_is_traced_or_stored_and_jobs_run(app: Ap
     stored = await db.fetch("SELECT traceparent FROM dl_jobs WHERE job_id = ANY($1)", [job_id, job.id])
     assert [r["traceparent"] for r in stored] == [None, None]
     assert tracing.current_traceparent() is None and tracing.log_ids() == {}
+
+
+def printed_objects(text: str) -> list[dict[str, object]]:
+    """The JSON objects a worker printed: its one-line log records and the console exporter's
+    indented spans, in order."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) != -1:
+        try:
+            obj, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            at += 1
+            continue
+        found.append(obj)
+        at = end
+    return found
+
+
+@pytest.fixture
+def traced_worker(subprocess_env: dict[str, str]) -> Iterator[WorkerProcess]:
+    """`python -m dataloader worker` exporting its spans with OTEL_TRACES_EXPORTER=console."""
+    env = {**subprocess_env, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "dl-worker"}
+    worker = WorkerProcess(env, queues={"q": 2}, heartbeat_sec=0.2).start()
+    try:
+        yield worker
+    finally:
+        worker.close()
+
+
+async def test_a_trigger_and_its_run_in_a_worker_process_are_one_trace(app: App, db: asyncpg.Pool, spans,
+                                                                       traced_worker: WorkerProcess):
+    """The HTTP trigger in this process, the job's two attempts (the first fails) in a real
+    `python -m dataloader worker` that exports with OTEL_TRACES_EXPORTER=console."""
+    worker = traced_worker
+    job_id = await trigger(app, {"queue": "q", "task": "test.flaky", "args": {"succeed_on": 2}},
+                           {"traceparent": TRACEPARENT})
+    await wait_until(lambda: db.fetchval("SELECT status = 'succeeded' FROM dl_jobs WHERE job_id = $1", job_id),
+                     timeout=30, message="the worker process did not run the job")
+    worker.signal(signal.SIGTERM)
+    assert await worker.wait_exit() == 0, worker.log()
+
+    stored = await db.fetchval("SELECT traceparent FROM dl_jobs WHERE job_id = $1", job_id)
+    (server,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
+    printed = printed_objects(worker.log())
+    exported = [o for o in printed if "context" in o and "kind" in o]
+    attempts = sorted((s for s in exported if s["kind"] == "SpanKind.CONSUMER"),
+                      key=lambda s: s["attributes"]["dataloader.job.attempt"])
+    assert [(s["name"], s["attributes"]["dataloader.job.attempt"], s["attributes"]["dataloader.job.outcome"])
+            for s in attempts] == [("process q", 1, "retried"), ("process q", 2, "succeeded")]
+    assert {s["context"]["trace_id"] for s in exported} == {f"0x{CALLER_TRACE}"}
+    assert {s["parent_id"] for s in attempts} == {f"0x{stored.split('-')[2]}"}  # the trigger's span
+    assert f"{server.context.trace_id:032x}" == CALLER_TRACE
+    assert {s["resource"]["attributes"]["service.name"] for s in exported} == {"dl-worker"}
+    job_lines = [o for o in printed if o.get("job_id") == str(job_id)]
+    assert job_lines and {line["trace_id"] for line in job_lines} == {CALLER_TRACE}
