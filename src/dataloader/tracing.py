@@ -61,7 +61,14 @@ def current_traceparent() -> str | None:
     off or no span is current."""
     if not enabled():
         return None
-    context = _trace_module().get_current_span().get_span_context()
+    return traceparent_of(_trace_module().get_current_span())
+
+
+def traceparent_of(span: Any) -> str | None:
+    """`span`'s W3C traceparent (None for None or an invalid span)."""
+    if span is None:
+        return None
+    context = span.get_span_context()
     if not context.is_valid:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
@@ -88,22 +95,28 @@ def log_ids() -> dict[str, str]:
 
 @contextmanager
 def attempt_span(*, queue: str, job_id: str, task: str, attempt: int, traceparent: str | None,
-                 wait_sec: float) -> Iterator[Any]:
+                 wait_sec: float, previous: str | None = None) -> Iterator[Any]:
     """The span of one attempt (CONSUMER, a child of the enqueue's context), current in the block,
-    with a `wait` child covering the time the job waited to be claimed. Yields None when off."""
+    with a `wait` child covering the time the job waited to be claimed, and a link to `previous`
+    (the span of the attempt that ended in this retry). Yields None when off."""
     if not enabled():
         yield None
         return
     import time
 
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import Link, SpanKind, get_current_span
 
+    links = []
+    if previous:
+        previous_context = get_current_span(_parent(previous)).get_span_context()
+        if previous_context.is_valid:
+            links.append(Link(previous_context, {"dataloader.link": "previous_attempt"}))
     attributes = {ATTR_SYSTEM: SYSTEM, ATTR_OPERATION: "process", ATTR_DESTINATION: queue,
                   ATTR_MESSAGE_ID: job_id, ATTR_TASK: task, ATTR_ATTEMPT: attempt}
     now_ns = time.time_ns()
     claimed_at = now_ns - int(max(0.0, wait_sec) * 1e9)
     with tracer().start_as_current_span(f"process {queue}", context=_parent(traceparent), kind=SpanKind.CONSUMER,
-                                        attributes=attributes, start_time=claimed_at) as span:
+                                        attributes=attributes, links=links, start_time=claimed_at) as span:
         tracer().start_span("wait", attributes={"dataloader.job.wait_sec": wait_sec},
                             start_time=claimed_at).end(end_time=now_ns)
         yield span

@@ -1,7 +1,8 @@
 """OpenTelemetry traces (issue 23), recorded with the SDK's in-memory exporter: the caller's span is
 stored with the job at enqueue (HTTP `traceparent` header, or the current span in Python), each
 attempt is a CONSUMER span in that trace with `wait`, `run` and `finish` children, a retry's next
-attempt is another such span in the same trace, and a job's log lines carry the trace id. With no
+attempt is another such span in the same trace linked to the failed one, and a job's log lines
+carry the trace id. With no
 provider configured nothing is recorded or stored and the job runs as before."""
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ async def test_a_retried_job_has_one_span_per_attempt_in_the_producers_trace(app
     assert first.attributes["dataloader.job.outcome"] == "retried" and first.status.status_code == StatusCode.ERROR
     assert second.attributes["dataloader.job.outcome"] == "succeeded"
     assert first.end_time <= second.start_time
+    # the retry's attempt links to the attempt that failed (the link was stored by its finish)
+    assert not first.links
+    (link,) = second.links
+    assert (link.context.trace_id, link.context.span_id) == (first.context.trace_id, first.context.span_id)
+    assert link.attributes == {"dataloader.link": "previous_attempt"}
     failed_run = children(first, finished)["run test.flaky"]
     assert failed_run.status.status_code == StatusCode.ERROR
     assert [e.name for e in failed_run.events] == ["exception"]  # the pipeline's error, recorded
@@ -239,6 +245,7 @@ async def test_a_trigger_and_its_run_in_a_worker_process_are_one_trace(app: App,
             for s in attempts] == [("process q", 1, "retried"), ("process q", 2, "succeeded")]
     assert {s["context"]["trace_id"] for s in exported} == {f"0x{CALLER_TRACE}"}
     assert {s["parent_id"] for s in attempts} == {f"0x{stored.split('-')[2]}"}  # the trigger's span
+    assert [link["context"]["span_id"] for link in attempts[1]["links"]] == [attempts[0]["context"]["span_id"]]
     assert f"{server.context.trace_id:032x}" == CALLER_TRACE
     assert {s["resource"]["attributes"]["service.name"] for s in exported} == {"dl-worker"}
     job_lines = [o for o in printed if o.get("job_id") == str(job_id)]

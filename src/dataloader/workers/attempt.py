@@ -108,7 +108,8 @@ class Attempt:
                 await self._run()
             return
         with tracing.attempt_span(queue=job.queue, job_id=str(job.job_id), task=job.task, attempt=job.attempt,
-                                  traceparent=job.traceparent, wait_sec=job.wait_sec) as self._span, \
+                                  traceparent=job.traceparent, wait_sec=job.wait_sec,
+                                  previous=job.previous_span) as self._span, \
                 bind_job(**fields):
             await self._run()
 
@@ -385,7 +386,7 @@ class Attempt:
         request = FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
             error=error, fatal=fatal, max_attempts=max_attempts, delay_sec=delay_sec, reason=reason,
-            result_json=result_json, next_json=next_json,
+            result_json=result_json, next_json=next_json, span=tracing.traceparent_of(self._span),
         )
         if self._span is None:
             return await self._finisher(request)
