@@ -103,7 +103,7 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        c.request_id,
        -- the caller's trace context (0019): the attempt's span is its child
        c.traceparent,
-       -- the span of its previous traced attempt (0019): the new attempt's span links to it
+       -- the span of its previous traced attempt (0020): the new attempt's span links to it
        c.attempt_span,
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,

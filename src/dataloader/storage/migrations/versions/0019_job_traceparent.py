@@ -1,5 +1,4 @@
-"""The trace context of the call that enqueued a job, on the job (issue 23): `traceparent text`, and
-the span of its last traced attempt: `attempt_span text`.
+"""The trace context of the call that enqueued a job, on the job (issue 23): `traceparent text`.
 
 Why: a job's run is a span of the trace that enqueued it (an HTTP trigger, a producer's span), also
 when another process runs it. The enqueue statements write the caller's W3C traceparent
@@ -9,12 +8,7 @@ UPDATE, as 0018 does for the request id: no look-up per claimed job.
 What: `traceparent text`, nullable, no default (not a spec column; catalog-only). NULL when tracing
 is off or the caller had no span: a NULL costs no bytes in a row that already has a null bitmap, so
 an untraced enqueue writes the same row as before. Written once at enqueue (insert_job,
-insert_job_group, insert_restartable_job, insert_jobs_batch*); a retry keeps it (the same row).
-Not yet written by the process task inserts, nor for a chain's next stage (inserted by the finish).
-
-`attempt_span` (same format): the span of the attempt whose finish sent the job back to the queue
-(a retry), written by that finish (finish_jobs.sql) when the attempt was traced; the claim returns it
-and the next attempt's span links to it. NULL when tracing is off: the finish writes the row anyway.
+insert_job_group, insert_restartable_job, insert_jobs_batch*); a retry or a chain stage keeps it.
 
 Revision ID: 0019_job_traceparent
 Revises: 0018_job_request_id
@@ -30,9 +24,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("ALTER TABLE dl_jobs ADD COLUMN IF NOT EXISTS traceparent text")
-    op.execute("ALTER TABLE dl_jobs ADD COLUMN IF NOT EXISTS attempt_span text")
 
 
 def downgrade() -> None:
-    op.execute("ALTER TABLE dl_jobs DROP COLUMN IF EXISTS attempt_span")
     op.execute("ALTER TABLE dl_jobs DROP COLUMN IF EXISTS traceparent")
