@@ -8,7 +8,9 @@ UPDATE, as 0018 does for the request id: no look-up per claimed job.
 What: `traceparent text`, nullable, no default (not a spec column; catalog-only). NULL when tracing
 is off or the caller had no span: a NULL costs no bytes in a row that already has a null bitmap, so
 an untraced enqueue writes the same row as before. Written once at enqueue (insert_job,
-insert_job_group, insert_restartable_job, insert_jobs_batch*); a retry or a chain stage keeps it.
+insert_job_group, insert_restartable_job, insert_jobs_batch*, and a process caller's task:
+insert_task, enqueue_caller); a retry keeps it (the same row); a chain's next stage (inserted by the
+finish) does not carry it yet.
 
 Revision ID: 0019_job_traceparent
 Revises: 0018_job_request_id
