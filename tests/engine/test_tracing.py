@@ -20,7 +20,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from dataloader import App, Queue, tracing
+from dataloader import App, Queue, Stage, tracing
 from dataloader.api import create_app
 from dataloader.config import Settings
 from dataloader.logger.logger import JsonFormatter
@@ -229,3 +229,17 @@ async def test_a_trigger_and_its_run_in_a_worker_process_are_one_trace(app: App,
     assert {s["resource"]["attributes"]["service.name"] for s in exported} == {"dl-worker"}
     job_lines = [o for o in printed if o.get("job_id") == str(job_id)]
     assert job_lines and {line["trace_id"] for line in job_lines} == {CALLER_TRACE}
+
+
+async def test_a_chains_next_stage_runs_as_a_child_of_the_attempt_that_enqueued_it(app: App, db: asyncpg.Pool,
+                                                                                   spans):
+    with tracing.tracer().start_as_current_span("producer") as producer:
+        first = await app.enqueue("dl.noop", queue="q", then=[Stage("dl.noop")])
+    result = await drain(app, "q", timeout=30)
+    assert len(result.succeeded) == 2
+
+    runs = {s.attributes["messaging.message.id"]: s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER}
+    (stage_id,) = set(runs) - {str(first.id)}
+    assert runs[str(first.id)].parent.span_id == producer.get_span_context().span_id
+    assert runs[stage_id].parent.span_id == runs[str(first.id)].context.span_id
+    assert {s.context.trace_id for s in runs.values()} == {producer.get_span_context().trace_id}

@@ -220,11 +220,11 @@ class JobRepository:
 
     @staticmethod
     async def finish_in_transaction(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int,
-                                    next_json: str | None = None) -> bool:
+                                    next_json: str | None = None, span: str | None = None) -> bool:
         """Mark the attempt's job succeeded in `conn`'s open transaction (the pipeline's), with the
-        jobs its success enqueues (`next_json`, chains). False: the attempt was fenced off and the
-        caller must roll the transaction back."""
-        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt, next_json) is not None
+        jobs its success enqueues (`next_json`, chains; `span`: the attempt's, their traceparent).
+        False: the attempt was fenced off and the caller must roll the transaction back."""
+        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt, next_json, span) is not None
 
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))

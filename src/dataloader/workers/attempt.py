@@ -358,7 +358,8 @@ class Attempt:
         try:
             async with self.env.pool.acquire() as conn, conn.transaction():
                 yield conn
-                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt, next_json):
+                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt, next_json,
+                                                                 tracing.traceparent_of(self._span)):
                     raise AttemptFenced(f"job {job.job_id} attempt {job.attempt} is no longer running "
                                         "(its lease expired and it was taken back); the transaction "
                                         "was rolled back")

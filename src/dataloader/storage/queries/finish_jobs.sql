@@ -17,7 +17,8 @@
 -- set, journaled 'failed' with held: true); $14 error-text prefixes held at once without the retries
 -- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/model/hold.py)
 -- $15 span: the attempt's own span (W3C traceparent, 0020; NULL when not traced): kept on the row as
--- attempt_span, so the next attempt's span links to it.
+-- attempt_span, so the next attempt's span links to it; a chain's next stages get it as their
+-- traceparent (their runs are children of the attempt that enqueued them).
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
 -- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (
@@ -85,16 +86,16 @@ WITH input AS (
     FROM target t
     WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
-              t.fatal, t.reason, j.chain_id, t.next, j.held_reason
+              t.fatal, t.reason, j.chain_id, t.next, j.held_reason, t.span
 ), next_jobs AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
                          available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
-                         parent_job_id, chain_next)
+                         parent_job_id, chain_next, traceparent)
     SELECT (n->>'job_id')::uuid, n->>'queue', n->>'task', n->'args', n->>'idempotency_key', n->>'lock_key',
            n->>'partition_key', (n->>'priority')::int,
            now() + make_interval(secs => (n->>'delay_sec')::float8), (n->>'max_attempts')::int,
            (n->>'lease_ttl_sec')::int, 'chain', (n->>'timeout_sec')::int, e.chain_id, e.job_id,
-           NULLIF(n->'chain_next', 'null'::jsonb)
+           NULLIF(n->'chain_next', 'null'::jsonb), e.span
     FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
     WHERE e.status = 'succeeded' AND e.next IS NOT NULL
     ON CONFLICT (idempotency_key) DO NOTHING

@@ -9,8 +9,8 @@ What: `traceparent text`, nullable, no default (not a spec column; catalog-only)
 is off or the caller had no span: a NULL costs no bytes in a row that already has a null bitmap, so
 an untraced enqueue writes the same row as before. Written once at enqueue (insert_job,
 insert_job_group, insert_restartable_job, insert_jobs_batch*, and a process caller's task:
-insert_task, enqueue_caller); a retry keeps it (the same row); a chain's next stage (inserted by the
-finish) does not carry it yet.
+insert_task, enqueue_caller); a retry keeps it (the same row); a chain's next stage gets the span of
+the attempt whose finish inserts it (finish_jobs, finish_in_transaction).
 
 Revision ID: 0019_job_traceparent
 Revises: 0018_job_request_id
