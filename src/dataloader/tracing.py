@@ -9,7 +9,7 @@ check is one dict look-up and nothing is imported; when it was imported (FastAPI
 but no SDK provider is set, the check is one more call and an isinstance, and no span object is made.
 
 What is traced (docs/observability.md): the caller's span context is stored on the job at enqueue
-(`traceparent`, W3C format, migration 0019); each attempt of the job is a CONSUMER span
+(`traceparent`, W3C format, migration 0020); each attempt of the job is a CONSUMER span
 `process <queue>`, a child of that context (so an HTTP trigger and the run are one trace, across
 processes), with child spans `wait` (queued → claimed, from the claim's own timing), `run <task>`
 (the pipeline) and `finish` (the fenced write of its outcome). The HTTP API's SERVER span per request

@@ -123,7 +123,7 @@ class NewTask:
     due_at: datetime | None = None
     producer: str | None = None
     request_id: str | None = None
-    traceparent: str | None = None  # the caller's span, W3C (0019; None: not traced)
+    traceparent: str | None = None  # the caller's span, W3C (0020; None: not traced)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,8 @@ class ClaimedJob:
     # jobs of its lock_key are parked behind it (0017), or a backlog is (about to be parked): its
     # finish hands the key over (unparks the next one), so the worker claims in that finish's step
     key_parked_behind: bool = False
-    traceparent: str | None = None  # the enqueuing caller's span, W3C (0019; None: not traced)
-    previous_span: str | None = None  # the span of its last traced attempt (0020; None: none)
+    traceparent: str | None = None  # the enqueuing caller's span, W3C (0020; None: not traced)
+    previous_span: str | None = None  # the span of its last traced attempt (0021; None: none)
 
     @property
     def attempts_left(self) -> int:
@@ -107,7 +107,7 @@ class FinishRequest:
     lock_hash: int | None = None
     # The jobs a success enqueues (workers/chaining.py's JSON array); None: none.
     next_json: str | None = None
-    # The attempt's span, W3C (0020; None: not traced): the next attempt's span links to it.
+    # The attempt's span, W3C (0021; None: not traced): the next attempt's span links to it.
     span: str | None = None
 
 

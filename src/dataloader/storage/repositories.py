@@ -102,7 +102,7 @@ class JobRepository:
     async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None,
                          traceparent: str | None = None) -> Inserted:
         """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
-        caller's connection), inside the caller's transaction. `traceparent`: the caller's span (0019)."""
+        caller's connection), inside the caller's transaction. `traceparent`: the caller's span (0020)."""
         job_id = job.job_id or new_id()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,

@@ -101,9 +101,9 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        -- the HTTP request that enqueued the job, so worker log lines carry its request id (a
        -- column written at enqueue, 0018: no look-up of the 'queued' journal row per job)
        c.request_id,
-       -- the caller's trace context (0019): the attempt's span is its child
+       -- the caller's trace context (0020): the attempt's span is its child
        c.traceparent,
-       -- the span of its previous traced attempt (0020): the new attempt's span links to it
+       -- the span of its previous traced attempt (0021): the new attempt's span links to it
        c.attempt_span,
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,

@@ -16,7 +16,7 @@
 -- $13 hold: this queue holds jobs whose attempts ran out (held jobs, 0014: `failed` with held_at
 -- set, journaled 'failed' with held: true); $14 error-text prefixes held at once without the retries
 -- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/model/hold.py)
--- $15 span: the attempt's own span (W3C traceparent, 0020; NULL when not traced): kept on the row as
+-- $15 span: the attempt's own span (W3C traceparent, 0021; NULL when not traced): kept on the row as
 -- attempt_span, so the next attempt's span links to it; a chain's next stages get it as their
 -- traceparent (their runs are children of the attempt that enqueued them).
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);

@@ -2,7 +2,7 @@
 -- (the caller then reads the existing job). $1..$15 as in JobRepository.insert_job ($14: the job's
 -- run-time limit in seconds, NULL for none of its own; $15: the stages planned after it, JSON
 -- text or NULL: a job with a plan starts a chain, its own id the chain's; $16: the caller's W3C
--- traceparent, NULL when tracing is off, 0019); $4 (args) is
+-- traceparent, NULL when tracing is off, 0020); $4 (args) is
 -- JSON text, so the statement also runs on a caller's connection that has no jsonb codec of ours.
 -- It returns only what the database decided (the id is given; the rest the caller sent, or is a
 -- column default: repositories.inserted_job builds the Job from both), not the row's ~34 columns.

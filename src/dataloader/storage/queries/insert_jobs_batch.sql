@@ -5,7 +5,7 @@
 -- $11 lease_ttl_sec. $12: the producer of them all.
 -- $13: each job's run-time limit in seconds (NULL: none of its own). $14: the HTTP request id
 -- (NULL from Python), stored on every job and in its journal row as a single trigger's is. $15: the
--- caller's W3C traceparent (NULL when tracing is off, 0019), stored on every job.
+-- caller's W3C traceparent (NULL when tracing is off, 0020), stored on every job.
 -- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also
 -- runs on a caller's connection that has no jsonb codec of ours.
 WITH input AS (

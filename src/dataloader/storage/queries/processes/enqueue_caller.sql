@@ -6,7 +6,7 @@
 -- $1 task_id, $2 ns, $3 process_id, $4 task type, $5 args (JSON text), $6 history range (JSON text
 -- or NULL), $7 idempotency key, $8 queue, $9 lock_key, $10 priority, $11 max_attempts,
 -- $12 lease_ttl_sec, $13 producer, $14 request id, ($15 above), $16 the caller's W3C traceparent (NULL:
--- not traced, 0019). Due at clock_timestamp(): callers are claimed in
+-- not traced, 0020). Due at clock_timestamp(): callers are claimed in
 -- the order their tasks were inserted. Returns the status found (NULL: no such process), whether
 -- the process was created and whether the task was queued (not: wrong status, id taken, or a known
 -- idempotency key, which the caller then reads).

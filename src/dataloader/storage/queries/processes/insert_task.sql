@@ -2,7 +2,7 @@
 -- in one statement. $1 task_id, $2 ns, $3 process_id, $4 task type, $5 args (JSON text), $6 history
 -- range (JSON text or NULL), $7 idempotency key (NULL: none), $8 due time (NULL: now), $9 queue,
 -- $10 lock_key, $11 priority, $12 max_attempts, $13 lease_ttl_sec, $14 producer, $15 request id,
--- $16 the caller's W3C traceparent (NULL: not traced, 0019).
+-- $16 the caller's W3C traceparent (NULL: not traced, 0020).
 -- A known idempotency key inserts nothing and returns no row: the caller reads the existing task.
 -- The job's args only name the task; the task's own args live in dl_process_tasks (one copy).
 -- Due "now" is clock_timestamp(), not the transaction start: callers are claimed in the order

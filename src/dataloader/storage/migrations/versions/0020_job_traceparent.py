@@ -12,14 +12,14 @@ insert_job_group, insert_restartable_job, insert_jobs_batch*, and a process call
 insert_task, enqueue_caller); a retry keeps it (the same row); a chain's next stage gets the span of
 the attempt whose finish inserts it (finish_jobs, finish_in_transaction).
 
-Revision ID: 0019_job_traceparent
-Revises: 0018_job_request_id
+Revision ID: 0020_job_traceparent
+Revises: 0019_queue_flow
 """
 
 from alembic import op
 
-revision = "0019_job_traceparent"
-down_revision = "0018_job_request_id"
+revision = "0020_job_traceparent"
+down_revision = "0019_queue_flow"
 branch_labels = None
 depends_on = None
 
