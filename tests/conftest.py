@@ -211,3 +211,30 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, m
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
         await asyncio.sleep(interval)
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """A real OpenTelemetry SDK provider recording into an in-memory exporter (yielded), for this test
+    only: the global provider can be set once per process, so it is swapped back afterwards and every
+    other test runs with tracing off (docs/observability.md)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.util._once import Once
+
+    from dataloader import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    saved = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace.set_tracer_provider(provider)
+    assert tracing.enabled()
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved

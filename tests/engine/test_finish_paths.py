@@ -41,7 +41,7 @@ async def test_the_success_only_finish_writes_what_the_general_finish_writes(db)
                                               result_json=result)])
         rows = await conn.fetch(sql("finish_jobs"), [general.job_id], [general.attempt], ["succeeded"], [None],
                                 [False], [7], [0.0], [None], [general.lock_key], [True], [result], [None],
-                                False, None)
+                                False, None, [None])
         assert done[fast.job_id].status == rows[0]["status"] == "succeeded"
         assert not await _held(conn, fast.lock_key) and not await _held(conn, general.lock_key)
         fenced = await qc.finish([FinishRequest(job_id=fast.job_id, attempt=fast.attempt, outcome="succeeded",

@@ -236,3 +236,18 @@ async def _failures_at_least(api, name, n):
 
 async def _ticks_above(api, name, ticks):
     return (await api.get(name)).checkpoint["ticks"] > ticks
+
+
+async def test_an_observer_run_is_a_span_ended_when_it_stops(odb, make_app, dsn, spans):
+    """Issue 23: one span per run on a node, with the observer's name, kind, epoch and how it ended."""
+    app = make_app("solo")
+    async with app, app.running():
+        api = app.observers
+        await api.create(api.spec(name="traced", kind="test.probe", args={"dsn": dsn, "tick_sec": 0.05}))
+        await wait_until(lambda: starts(odb, "traced"), timeout=10, message="probe started")
+        assert (await api.stop("traced", wait=10)).state is ObserverState.DELETED
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "observe test.probe"]
+    assert run.parent is None  # a trace of its own
+    assert dict(run.attributes) == {"dataloader.observer.name": "traced", "dataloader.observer.kind": "test.probe",
+                                    "dataloader.observer.epoch": 1, "dataloader.observer.moves": 0,
+                                    "dataloader.observer.end": "stop"}  # the stop reason

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dataloader import tracing
 from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _settings, new_event_loop
 from dataloader.config import Settings
 from dataloader.exceptions import DataloaderError, exit_code
@@ -40,7 +41,12 @@ def serve(
     settings = _settings()
     from dataloader.api.server import run_server
 
-    code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
+    traced = tracing.configure_from_env()  # OTEL_TRACES_EXPORTER set: spans of requests and jobs
+    try:
+        code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
+    finally:
+        if traced:
+            tracing.shutdown()
     _exit(code)
 
 
@@ -49,7 +55,13 @@ def worker(
 ) -> None:
     """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
     settings = _settings()
-    _exit(run_until_stopped(_run_worker(settings, reaper)))
+    traced = tracing.configure_from_env()  # OTEL_TRACES_EXPORTER set: spans of the jobs it runs
+    try:
+        code = run_until_stopped(_run_worker(settings, reaper))
+    finally:
+        if traced:
+            tracing.shutdown()
+    _exit(code)
 
 
 def run_until_stopped(main: Any) -> int:

@@ -26,7 +26,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.base import StrictModel
 from dataloader.exceptions import (
     ArgsTooLarge,
@@ -358,7 +358,7 @@ class JobManager:
         made for this call (the job's own id), so a replay is not compared on it."""
         lock_key_given = lock_key_given and req.lock_key is not None
         new_job = self.to_new_job(req, producer, job_id)
-        inserted = await self.repo.insert_job(new_job, request_id, conn=conn)
+        inserted = await self.repo.insert_job(new_job, request_id, conn=conn, traceparent=tracing.current_traceparent())
         job = inserted.job
         if inserted.created:
             metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
@@ -379,7 +379,7 @@ class JobManager:
             return []
         batch = self.batch_columns(reqs)
         ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
-                                                 request_id=request_id)
+                                                 request_id=request_id, traceparent=tracing.current_traceparent())
         batch.count_enqueued(ids)
         return ids
 

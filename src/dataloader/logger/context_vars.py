@@ -1,4 +1,5 @@
-"""Context carried into every log line: the HTTP request id and the job being worked on."""
+"""Context carried into every log line: the HTTP request id, the job being worked on, and the current
+trace and span ids when tracing is on."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+
+from dataloader import tracing
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 job_var: ContextVar[dict[str, Any] | None] = ContextVar("job", default=None)
@@ -56,4 +59,6 @@ def current_context() -> dict[str, Any]:
     job = job_var.get()
     if job:
         data.update(job)
+    if tracing.enabled():  # the current span's ids (issue 23): a job's lines carry its trace
+        data.update(tracing.log_ids())
     return data

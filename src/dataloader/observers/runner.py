@@ -16,10 +16,11 @@ import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.exceptions import ObserverFenced
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.observers import policy
@@ -115,6 +116,29 @@ class ObserverRunner:
 
     async def _run(self, entry: Running) -> None:
         ctx = entry.ctx
+        # One span per run on this node (issue 23; nothing when tracing is off), current for the
+        # observer's own code (an async one's task, a sync one's thread), ended when the run ends.
+        with tracing.child_span(f"observe {ctx.kind}", {
+                "dataloader.observer.name": ctx.name, "dataloader.observer.kind": ctx.kind,
+                "dataloader.observer.epoch": ctx.epoch, "dataloader.observer.moves": ctx.moves}) as span:
+            error = await self._watch(entry)
+            ended = ctx.stop_reason or ("raised" if error is not None else "returned")
+            tracing.set_attribute(span, "dataloader.observer.end", ended)
+            if error is not None and span is not None:
+                span.record_exception(error)
+                tracing.mark_error(span, f"{type(error).__name__}: {error}")
+        try:
+            await self._record_end(entry, error)
+        finally:
+            self.running.pop(ctx.name, None)
+            metrics.OBSERVERS_RUNNING.set(len(self.running))
+            entry.done.set()
+            self.wake.set()  # a place is free
+
+    async def _watch(self, entry: Running) -> BaseException | None:
+        """Run the observer until it ends; returns the error it raised (None: it returned, or was
+        stopped)."""
+        ctx = entry.ctx
         error: BaseException | None = None
         try:
             if entry.kind.is_async:
@@ -134,13 +158,7 @@ class ObserverRunner:
         if entry.thread_done is not None and not entry.thread_done.done():
             # A stuck sync observer keeps its place (and its copy) until its thread really ends.
             await asyncio.wait([entry.thread_done])
-        try:
-            await self._record_end(entry, error)
-        finally:
-            self.running.pop(ctx.name, None)
-            metrics.OBSERVERS_RUNNING.set(len(self.running))
-            entry.done.set()
-            self.wake.set()  # a place is free
+        return error
 
     async def _in_thread(self, entry: Running) -> None:
         """A sync observer in a thread of its own (not the default executor: a fleet of them would
@@ -162,7 +180,9 @@ class ObserverRunner:
             loop.call_soon_threadsafe(settle, error)
 
         entry.thread_done = finished
-        entry.thread = threading.Thread(target=target, name=f"observer:{entry.ctx.name}", daemon=True)
+        # in this task's context (the run's span, log context), as asyncio.to_thread would
+        entry.thread = threading.Thread(target=copy_context().run, args=(target,),
+                                        name=f"observer:{entry.ctx.name}", daemon=True)
         entry.thread.start()
         await asyncio.shield(finished)
 

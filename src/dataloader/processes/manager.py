@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.exceptions import (
     ArgsTooLarge,
     IdempotencyConflict,
@@ -162,7 +162,8 @@ class ProcessManager:
                        queue=processor.queue, priority=CALLER_PRIORITY, max_attempts=CALLER_MAX_ATTEMPTS,
                        lease_ttl_sec=processor.lease_ttl_sec or self.default_lease_ttl_sec,
                        history_range_json=dumps(history_range.to_dict()) if history_range else None,
-                       idempotency_key=key, producer="process", request_id=request_id)
+                       idempotency_key=key, producer="process", request_id=request_id,
+                       traceparent=tracing.current_traceparent())
 
     # -- starting and calling ----------------------------------------------------------------------
 

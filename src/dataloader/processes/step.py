@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.exceptions import FatalError, InvalidIntent, Retry, Snooze
 from dataloader.model.process import (
     CALLER_PRIORITY,
@@ -127,7 +127,11 @@ async def _run_step(ctx: JobContext, processor: Processor) -> None:
         return  # the process was removed (its tasks with it), or this task already ended
     step = _Step(ctx, repo, processor, row)
     try:
-        await step.run()
+        # a span of the step (issue 23), in the attempt's trace: `init orders`, `call orders`...
+        with tracing.child_span(f"{step.type.value} {step.ns}", {
+                "dataloader.process.ns": step.ns, "dataloader.process.id": step.pid,
+                "dataloader.process.task_type": step.type.value, "dataloader.process.task_id": str(step.task_id)}):
+            await step.run()
     except _Superseded:
         # Its caller must not wait on a task nothing will end: it ends cancelled (a removed
         # process took the task row with it, so this changes nothing then).

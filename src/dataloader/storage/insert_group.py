@@ -127,11 +127,11 @@ class InsertGroup:
             else:
                 (job_ids, queues, tasks, args_json, idempotency_keys, lock_keys, partition_keys, priorities,
                  available_at, max_attempts, lease_ttl_sec, producers, request_ids, timeouts, chain_next,
-                 ) = (list(column) for column in zip(*(item.args for item in group), strict=True))
+                 traceparents) = (list(column) for column in zip(*(item.args for item in group), strict=True))
                 inserted = {row["job_id"]: row for row in await conn.fetch(
                     sql("insert_job_group"), job_ids, queues, tasks, args_json, idempotency_keys, lock_keys,
                     partition_keys, priorities, available_at, max_attempts, lease_ttl_sec, producers,
-                    request_ids, timeouts, chain_next)}
+                    request_ids, timeouts, chain_next, traceparents)}
                 rows = [inserted.get(job_id) for job_id in job_ids]
         except Exception as exc:
             if len(group) > 1 and not is_connection_error(exc):

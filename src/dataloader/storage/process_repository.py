@@ -123,6 +123,7 @@ class NewTask:
     due_at: datetime | None = None
     producer: str | None = None
     request_id: str | None = None
+    traceparent: str | None = None  # the caller's span, W3C (0020; None: not traced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,7 @@ class ProcessRepository:
             sql("processes/insert_task"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
             task.history_range_json, task.idempotency_key, task.due_at, task.queue,
             lock_key_of(task.ns, task.process_id), task.priority, task.max_attempts, task.lease_ttl_sec,
-            task.producer, task.request_id)
+            task.producer, task.request_id, task.traceparent)
         return row is not None
 
     @staticmethod
@@ -169,7 +170,8 @@ class ProcessRepository:
         return await conn.fetchrow(
             sql("processes/enqueue_caller"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
             task.history_range_json, task.idempotency_key, task.queue, lock_key_of(task.ns, task.process_id),
-            task.priority, task.max_attempts, task.lease_ttl_sec, task.producer, task.request_id, needed_status)
+            task.priority, task.max_attempts, task.lease_ttl_sec, task.producer, task.request_id, needed_status,
+            task.traceparent)
 
     # -- reading -----------------------------------------------------------------------------------
 

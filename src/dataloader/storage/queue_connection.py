@@ -46,6 +46,8 @@ class ClaimedJob:
     # jobs of its lock_key are parked behind it (0017), or a backlog is (about to be parked): its
     # finish hands the key over (unparks the next one), so the worker claims in that finish's step
     key_parked_behind: bool = False
+    traceparent: str | None = None  # the enqueuing caller's span, W3C (0020; None: not traced)
+    previous_span: str | None = None  # the span of its last traced attempt (0021; None: none)
 
     @property
     def attempts_left(self) -> int:
@@ -105,6 +107,8 @@ class FinishRequest:
     lock_hash: int | None = None
     # The jobs a success enqueues (workers/chaining.py's JSON array); None: none.
     next_json: str | None = None
+    # The attempt's span, W3C (0021; None: not traced): the next attempt's span links to it.
+    span: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,8 @@ class QueueConnection:
                     max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                     timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
-                    key_parked_behind=r["key_parked_behind"],
+                    key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
+                    previous_span=r["attempt_span"],
                 ))
             else:
                 skipped.append(SkippedCandidate(
@@ -213,6 +218,7 @@ class QueueConnection:
             [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests],
             [r.next_json for r in requests],
             bool(hold and hold.exhausted), list(hold.errors) if hold and hold.errors else None,
+            [r.span for r in requests],
         )
         return _finish_results(rows)
 

@@ -99,13 +99,14 @@ class JobRepository:
         self.pool = pool
         self.insert_group = insert_group
 
-    async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None) -> Inserted:
+    async def insert_job(self, job: NewJob, request_id: str | None = None, *, conn: Any = None,
+                         traceparent: str | None = None) -> Inserted:
         """Insert a job, or find the existing one with the same idempotency_key. With `conn` (the
-        caller's connection), inside the caller's transaction."""
+        caller's connection), inside the caller's transaction. `traceparent`: the caller's span (0020)."""
         job_id = job.job_id or new_id()
         params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
-                  job.producer, request_id, job.timeout_sec, job.chain_next_json)
+                  job.producer, request_id, job.timeout_sec, job.chain_next_json, traceparent)
         existing_params = (job.idempotency_key, job.args_json)  # get_job_by_idempotency_key.sql
         if job.restartable:
             # insert_restartable_job.sql: created (a new job) or not (the queued one, updated)
@@ -119,7 +120,7 @@ class JobRepository:
                     return Inserted(Job.from_row(row), bool(row["created"]))
             existing_job = await self._queued_restartable(job.lock_key, conn)
             if existing_job is None:  # claimed between the two statements: trigger again
-                return await self.insert_job(job, request_id, conn=conn)
+                return await self.insert_job(job, request_id, conn=conn, traceparent=traceparent)
             return Inserted(existing_job, False)
         if conn is not None:
             rows = await caller_connection.fetch(conn, sql("insert_job"), *params)
@@ -139,7 +140,7 @@ class JobRepository:
                 existing = [dict(r) for r in await pool_conn.fetch(sql("get_job_by_idempotency_key"),
                                                                    *existing_params)]
         if not existing:  # the conflicting row was deleted between the two statements
-            return await self.insert_job(job, request_id, conn=conn)
+            return await self.insert_job(job, request_id, conn=conn, traceparent=traceparent)
         # rows read on the pool are decoded by its codecs: no guessing needed
         job = _job(existing[0]) if conn is not None else Job.from_row(existing[0])
         return Inserted(job, False, bool(existing[0]["same_args"]))
@@ -166,11 +167,11 @@ class JobRepository:
 
     async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
                                  timeouts: list[int | None], *, conn: Any = None,
-                                 request_id: str | None = None) -> list[uuid.UUID]:
+                                 request_id: str | None = None, traceparent: str | None = None) -> list[uuid.UUID]:
         """insert_jobs_batch.sql with its arrays ($1..$11, $13) built by the caller."""
         ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
         params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
-                  producer, timeouts, request_id)
+                  producer, timeouts, request_id, traceparent)
         if not any(keys) and None not in ids:  # nothing can be skipped: the cheaper statement
             if conn is not None:
                 rows = await caller_connection.fetch(conn, sql("insert_jobs_batch_unkeyed"), *params)
@@ -219,11 +220,11 @@ class JobRepository:
 
     @staticmethod
     async def finish_in_transaction(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int,
-                                    next_json: str | None = None) -> bool:
+                                    next_json: str | None = None, span: str | None = None) -> bool:
         """Mark the attempt's job succeeded in `conn`'s open transaction (the pipeline's), with the
-        jobs its success enqueues (`next_json`, chains). False: the attempt was fenced off and the
-        caller must roll the transaction back."""
-        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt, next_json) is not None
+        jobs its success enqueues (`next_json`, chains; `span`: the attempt's, their traceparent).
+        False: the attempt was fenced off and the caller must roll the transaction back."""
+        return await conn.fetchval(sql("finish_in_transaction"), job_id, attempt, next_json, span) is not None
 
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))

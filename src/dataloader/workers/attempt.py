@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.exceptions import AttemptFenced, JobStopped
 from dataloader.logger.context_vars import bind_job
 from dataloader.model.chain import Stage, Then
@@ -67,6 +67,7 @@ class Attempt:
         # thread was left running past it (its lock_key stays held until the thread ends).
         self.timed_out: float | None = None
         self._abandoned = False
+        self._span: Any = None  # the attempt's span (None: tracing off)
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
@@ -102,7 +103,14 @@ class Attempt:
         fields = {"job_id": str(job.job_id), "queue": job.queue, "task": job.task, "attempt": job.attempt}
         if job.request_id:
             fields["request_id"] = job.request_id
-        with bind_job(**fields):
+        if not tracing.enabled():
+            with bind_job(**fields):
+                await self._run()
+            return
+        with tracing.attempt_span(queue=job.queue, job_id=str(job.job_id), task=job.task, attempt=job.attempt,
+                                  traceparent=job.traceparent, wait_sec=job.wait_sec,
+                                  previous=job.previous_span) as self._span, \
+                bind_job(**fields):
             await self._run()
 
     async def _run(self) -> None:
@@ -259,6 +267,13 @@ class Attempt:
     async def _call_pipeline(self, pipeline: Pipeline, ctx: JobContext) -> Any:
         """Run the pipeline; a plain function or coroutine's return value is returned (a generator's
         is not: an async generator cannot return one, and a chunked pipeline has no last value)."""
+        if self._span is None:
+            return await self._run_pipeline(pipeline, ctx)
+        # its own task's context: the pipeline's spans (and its thread's) are children of `run`
+        with tracing.child_span(f"run {pipeline.name}"):
+            return await self._run_pipeline(pipeline, ctx)
+
+    async def _run_pipeline(self, pipeline: Pipeline, ctx: JobContext) -> Any:
         func = pipeline.func
         if pipeline.kind == "async":
             return await func(ctx)
@@ -343,7 +358,8 @@ class Attempt:
         try:
             async with self.env.pool.acquire() as conn, conn.transaction():
                 yield conn
-                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt, next_json):
+                if not await self.env.repo.finish_in_transaction(conn, job.job_id, job.attempt, next_json,
+                                                                 tracing.traceparent_of(self._span)):
                     raise AttemptFenced(f"job {job.job_id} attempt {job.attempt} is no longer running "
                                         "(its lease expired and it was taken back); the transaction "
                                         "was rolled back")
@@ -368,11 +384,19 @@ class Attempt:
                       reason: str | None = None, result_json: str | None = None,
                       next_json: str | None = None) -> FinishResult:
         job = self.job
-        return await self._finisher(FinishRequest(
+        request = FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
             error=error, fatal=fatal, max_attempts=max_attempts, delay_sec=delay_sec, reason=reason,
-            result_json=result_json, next_json=next_json,
-        ))
+            result_json=result_json, next_json=next_json, span=tracing.traceparent_of(self._span),
+        )
+        if self._span is None:
+            return await self._finisher(request)
+        with tracing.child_span("finish", {"dataloader.job.finish": outcome}) as span:
+            result = await self._finisher(request)
+            tracing.set_attribute(span, "dataloader.job.status", result.status or "fenced")
+            return result
 
     def _count(self, outcome: str) -> None:
         metrics.JOBS_FINISHED.labels(self.job.queue, self.job.task, outcome).inc()
+        if self._span is not None:
+            tracing.end_attempt(self._span, outcome)

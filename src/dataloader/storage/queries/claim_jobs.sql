@@ -83,7 +83,8 @@ WITH candidate AS (
         restart_key = NULL
     WHERE j.job_id = ANY (ARRAY(SELECT l.job_id FROM locked l))
     RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
-              j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id
+              j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id,
+              j.traceparent, j.attempt_span
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
@@ -105,6 +106,10 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        -- the HTTP request that enqueued the job, so worker log lines carry its request id (a
        -- column written at enqueue, 0018: no look-up of the 'queued' journal row per job)
        c.request_id,
+       -- the caller's trace context (0020): the attempt's span is its child
+       c.traceparent,
+       -- the span of its previous traced attempt (0021): the new attempt's span links to it
+       c.attempt_span,
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,
        COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,

@@ -16,6 +16,9 @@
 -- $13 hold: this queue holds jobs whose attempts ran out (held jobs, 0014: `failed` with held_at
 -- set, journaled 'failed' with held: true); $14 error-text prefixes held at once without the retries
 -- left (text[], NULL: none). A FatalError is held only by a prefix. (dataloader/model/hold.py)
+-- $15 span: the attempt's own span (W3C traceparent, 0021; NULL when not traced): kept on the row as
+-- attempt_span, so the next attempt's span links to it; a chain's next stages get it as their
+-- traceparent (their runs are children of the attempt that enqueued them).
 -- 'committed': the pipeline's ctx.transaction() already finished the job (finish_in_transaction.sql);
 -- the row is left alone and only its lock is released and its key's waiters woken.
 WITH input AS (
@@ -23,11 +26,12 @@ WITH input AS (
                  AND EXISTS (SELECT 1 FROM unnest($14::text[]) AS p(prefix) WHERE starts_with(u.error, p.prefix)))
                 AS held_error
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::int[], $7::float8[],
-                $8::text[], $9::text[], $10::bool[], $11::text[], $12::text[])
+                $8::text[], $9::text[], $10::bool[], $11::text[], $12::text[], $15::text[])
          AS u(job_id, attempt, outcome, error, fatal, max_attempts, delay_sec, reason, lock_key, unlock,
-              result, next)
+              result, next, span)
 ), target AS (
     SELECT j.job_id, i.attempt, i.outcome, i.error, i.fatal, i.delay_sec, i.reason, i.result, i.next, i.held_error,
+           i.span,
            COALESCE(i.max_attempts, j.max_attempts) AS max_attempts,
            CASE
                WHEN i.outcome = 'succeeded' THEN 'succeeded'
@@ -73,6 +77,7 @@ WITH input AS (
         chain_id = CASE WHEN t.new_status = 'succeeded' AND t.next IS NOT NULL
                         THEN COALESCE(j.chain_id, j.job_id) ELSE j.chain_id END,
         finished_at = CASE WHEN t.new_status = 'queued' THEN NULL ELSE now() END,
+        attempt_span = COALESCE(t.span, j.attempt_span),
         held_at = CASE WHEN t.new_status = 'failed' AND t.outcome = 'error' AND (t.held_error OR ($13::boolean AND NOT t.fatal))
                        THEN now() ELSE j.held_at END,
         held_reason = CASE WHEN t.new_status = 'failed' AND t.outcome = 'error' AND t.held_error THEN 'held_error'
@@ -81,16 +86,16 @@ WITH input AS (
     FROM target t
     WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
-              t.fatal, t.reason, j.chain_id, t.next, j.held_reason
+              t.fatal, t.reason, j.chain_id, t.next, j.held_reason, t.span
 ), next_jobs AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
                          available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
-                         parent_job_id, chain_next)
+                         parent_job_id, chain_next, traceparent)
     SELECT (n->>'job_id')::uuid, n->>'queue', n->>'task', n->'args', n->>'idempotency_key', n->>'lock_key',
            n->>'partition_key', (n->>'priority')::int,
            now() + make_interval(secs => (n->>'delay_sec')::float8), (n->>'max_attempts')::int,
            (n->>'lease_ttl_sec')::int, 'chain', (n->>'timeout_sec')::int, e.chain_id, e.job_id,
-           NULLIF(n->'chain_next', 'null'::jsonb)
+           NULLIF(n->'chain_next', 'null'::jsonb), e.span
     FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
     WHERE e.status = 'succeeded' AND e.next IS NOT NULL
     ON CONFLICT (idempotency_key) DO NOTHING

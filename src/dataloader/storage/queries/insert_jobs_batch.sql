@@ -4,7 +4,8 @@
 -- $5 idempotency_key, $6 lock_key, $7 partition_key, $8 priority, $9 available_at, $10 max_attempts,
 -- $11 lease_ttl_sec. $12: the producer of them all.
 -- $13: each job's run-time limit in seconds (NULL: none of its own). $14: the HTTP request id
--- (NULL from Python), stored on every job and in its journal row as a single trigger's is.
+-- (NULL from Python), stored on every job and in its journal row as a single trigger's is. $15: the
+-- caller's W3C traceparent (NULL when tracing is off, 0020), stored on every job.
 -- Returns the inserted job ids in input order. $4 (args) is JSON text per job, so the statement also
 -- runs on a caller's connection that has no jsonb codec of ours.
 WITH input AS (
@@ -16,9 +17,9 @@ WITH input AS (
                               priority, available_at, max_attempts, lease_ttl_sec, timeout_sec, n)
 ), inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, request_id)
+                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, request_id, traceparent)
     SELECT job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12, timeout_sec, $14::text
+           priority, COALESCE(available_at, now()), max_attempts, lease_ttl_sec, $12, timeout_sec, $14::text, $15::text
     FROM input
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, task

@@ -5,10 +5,10 @@
 -- Parameters as insert_jobs_batch.sql's ($5, the keys, all NULL).
 WITH inserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
-                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, request_id)
+                         priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, request_id, traceparent)
     SELECT t.job_id, t.queue, t.task, t.args, t.idempotency_key, t.lock_key, t.partition_key,
            t.priority, COALESCE(t.available_at, now()), t.max_attempts, t.lease_ttl_sec, $12, t.timeout_sec,
-           $14::text
+           $14::text, $15::text
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::text[], $7::text[],
                 $8::int[], $9::timestamptz[], $10::int[], $11::int[], $13::int[])
          AS t(job_id, queue, task, args, idempotency_key, lock_key, partition_key,

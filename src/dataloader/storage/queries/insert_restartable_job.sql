@@ -12,9 +12,9 @@
 WITH upserted AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key,
                          priority, available_at, max_attempts, lease_ttl_sec, producer, timeout_sec,
-                         chain_next, chain_id, restart_key, request_id)
+                         chain_next, chain_id, restart_key, request_id, traceparent)
     VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, COALESCE($9, now()), $10, $11, $12, $14::int,
-            $15::text::jsonb, CASE WHEN $15::text IS NOT NULL THEN $1::uuid END, $6, $13::text)
+            $15::text::jsonb, CASE WHEN $15::text IS NOT NULL THEN $1::uuid END, $6, $13::text, $16::text)
     ON CONFLICT (restart_key) WHERE status = 'queued' AND restart_key IS NOT NULL
     DO UPDATE SET args = EXCLUDED.args,
                   available_at = EXCLUDED.available_at,

@@ -5,7 +5,8 @@
 -- step checks again when it runs: a status changed in between ends the task with an error).
 -- $1 task_id, $2 ns, $3 process_id, $4 task type, $5 args (JSON text), $6 history range (JSON text
 -- or NULL), $7 idempotency key, $8 queue, $9 lock_key, $10 priority, $11 max_attempts,
--- $12 lease_ttl_sec, $13 producer, $14 request id. Due at clock_timestamp(): callers are claimed in
+-- $12 lease_ttl_sec, $13 producer, $14 request id, ($15 above), $16 the caller's W3C traceparent (NULL:
+-- not traced, 0020). Due at clock_timestamp(): callers are claimed in
 -- the order their tasks were inserted. Returns the status found (NULL: no such process), whether
 -- the process was created and whether the task was queued (not: wrong status, id taken, or a known
 -- idempotency key, which the caller then reads).
@@ -29,9 +30,9 @@ WITH existing AS (
     RETURNING task_id, scheduled_at
 ), job AS (
     INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, priority, available_at, max_attempts,
-                         lease_ttl_sec, producer, request_id)
+                         lease_ttl_sec, producer, request_id, traceparent)
     SELECT t.task_id, $8, 'dl.process', jsonb_build_object('ns', $2::text, 'id', $3::text, 'type', $4::text),
-           $9, $10, t.scheduled_at, $11, $12, $13, $14::text
+           $9, $10, t.scheduled_at, $11, $12, $13, $14::text, $16::text
     FROM task t
     RETURNING job_id, queue
 ), journal AS (

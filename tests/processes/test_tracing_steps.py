@@ -1,0 +1,35 @@
+"""Process steps in traces (issue 23): a caller's `init` / `call` stores its span with the task, so
+the step's attempt is a child of it, and the step itself is a span (`init <ns>`, `call <ns>`) with
+the process's ns, id, task type and task id."""
+
+from __future__ import annotations
+
+from opentelemetry.trace import SpanKind
+
+from dataloader import App, tracing
+from tests.processes.processors import register
+
+
+async def test_init_and_call_are_steps_in_their_callers_traces(app: App, ns: str, spans):
+    register(ns)
+    async with app.running():
+        with tracing.tracer().start_as_current_span("caller init") as init_caller:
+            await app.processes.init(ns, "p1", {"n": 1})
+        with tracing.tracer().start_as_current_span("caller call") as call_caller:
+            await app.processes.call(ns, "p1", {"n": 2})
+
+    finished = list(spans.get_finished_spans())
+    by_id = {s.context.span_id: s for s in finished}
+    steps = {s.name: s for s in finished if s.attributes.get("dataloader.process.ns") == ns}
+    assert set(steps) == {f"init {ns}", f"call {ns}"}
+    for kind, caller in (("init", init_caller), ("call", call_caller)):
+        step = steps[f"{kind} {ns}"]
+        assert step.attributes["dataloader.process.id"] == "p1"
+        assert step.attributes["dataloader.process.task_type"] == kind
+        run = by_id[step.parent.span_id]
+        assert run.name == "run dl.process"
+        attempt = by_id[run.parent.span_id]
+        assert attempt.kind == SpanKind.CONSUMER and attempt.name == f"process process:{ns}"
+        assert attempt.attributes["messaging.message.id"] == step.attributes["dataloader.process.task_id"]
+        assert attempt.parent.span_id == caller.get_span_context().span_id
+        assert attempt.context.trace_id == caller.get_span_context().trace_id
