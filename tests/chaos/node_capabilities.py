@@ -10,7 +10,6 @@ App.running() would then serve `process:chaos` and offer `chaos.watch`).
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from dataloader import ObserverContext, observer
@@ -37,11 +36,7 @@ async def chaos_process(task: ProcessTask, process: Process, ctx: Any) -> Intent
     args = task.args if isinstance(task.args, dict) else {}
     probe = Probe(chaos_dsn(args), process_lock_key(ctx.process_id))
     await probe.ensure_held()
-    run_id = await probe.fetchval(
-        "INSERT INTO chaos_runs (job_id, lock_key, attempt, pid, node, started_at, probe_ok) "
-        "VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING id",
-        ctx.task_id, probe.lock_key, ctx.attempt, os.getpid(), os.environ.get("DL_NODE_NAME", "in-process"),
-        bool(probe.probe_ok))
+    run_id = await probe.record_start(ctx.task_id, ctx.attempt)
     outcome = "stopped"
     try:
         await asyncio.sleep(float(args.get("step_sec", STEP_SEC)))  # a step long enough to overlap

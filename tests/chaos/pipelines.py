@@ -105,6 +105,14 @@ class Probe:
         elif not got:
             self.reprobe_failed += 1
 
+    async def record_start(self, run_of: Any, attempt: int) -> int:
+        """The run's `chaos_runs` row (database clock), written on the probe connection: its id."""
+        return await self.fetchval(
+            "INSERT INTO chaos_runs (job_id, lock_key, attempt, pid, node, started_at, probe_ok) "
+            "VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING id",
+            run_of, self.lock_key, attempt, os.getpid(), os.environ.get("DL_NODE_NAME", "in-process"),
+            bool(self.probe_ok))
+
     async def fetchval(self, sql: str, *args: Any) -> Any:
         """One statement on the probe connection, retried across reconnects. An argument may be a
         callable, evaluated per try (counters that a reconnect in this very call may change)."""
@@ -151,11 +159,7 @@ async def chaos_work(ctx: JobContext):
     chunk_sec = float(ctx.args.get("chunk_ms", 100)) / 1000
     probe = Probe(chaos_dsn(ctx.args), ctx.lock_key)
     await probe.ensure_held()
-    run_id = await probe.fetchval(
-        "INSERT INTO chaos_runs (job_id, lock_key, attempt, pid, node, started_at, probe_ok) "
-        "VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6) RETURNING id",
-        ctx.job_id, ctx.lock_key, ctx.attempt, os.getpid(), os.environ.get("DL_NODE_NAME", "in-process"),
-        bool(probe.probe_ok))
+    run_id = await probe.record_start(ctx.job_id, ctx.attempt)
     outcome = "stopped"
     try:
         for chunk in range(chunks):
