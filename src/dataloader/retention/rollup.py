@@ -88,7 +88,7 @@ async def rollup(pool: asyncpg.Pool, *, lag_sec: float, keep_sec: float, stoppin
 
 
 async def read_stats(pool: asyncpg.Pool, *, queue: str | None, start: datetime, end: datetime) -> dict[str, Any]:
-    """The report of services/stats.build_report for hours in [start, end) (start floored to the hour)."""
+    """The report of retention/stats.build_report for hours in [start, end) (start floored to the hour)."""
     start = hour_floor(start)
     async with pool.acquire() as conn:
         hourly = await stats_repository.read_hourly(conn, queue, start, end)
