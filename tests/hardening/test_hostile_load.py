@@ -65,6 +65,9 @@ TABLES = "dl_jobs, dl_job_events, dl_observers, dl_nodes"
 
 
 @pytest.mark.slow  # seeds 60,000 rows and runs 30 worst-case scans: a load test
+# alone on the machine: it proves the node's own limits keep its heartbeat going under its own API's
+# worst load; three other test workers saturating the 2 cores starved a heartbeat past its 2 s fence
+@pytest.mark.exclusive
 async def test_worst_case_searches_cannot_stall_the_node(pool: asyncpg.Pool, dsn: str) -> None:
     await pool.execute(f"TRUNCATE {TABLES} CASCADE")
     await pool.execute(SEED, ROWS)
