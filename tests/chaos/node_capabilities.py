@@ -60,13 +60,7 @@ async def chaos_process(task: ProcessTask, process: Process, ctx: Any) -> Intent
         outcome = "completed"
         return intent
     finally:
-        try:
-            await probe.fetchval(
-                "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
-                "reprobe_failed = $4 WHERE id = $1 RETURNING id",
-                run_id, outcome, lambda: probe.lost, lambda: probe.reprobe_failed)
-        finally:
-            await probe.close()
+        await probe.record_end_and_close(run_id, outcome)
 
 
 @observer(OBSERVER_KIND)

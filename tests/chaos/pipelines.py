@@ -113,6 +113,16 @@ class Probe:
             run_of, self.lock_key, attempt, os.getpid(), os.environ.get("DL_NODE_NAME", "in-process"),
             bool(self.probe_ok))
 
+    async def record_end_and_close(self, run_id: int, outcome: str) -> None:
+        """The run's end and what its probe saw (database clock), then the probe connection closes."""
+        try:
+            await self.fetchval(
+                "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
+                "reprobe_failed = $4 WHERE id = $1 RETURNING id",
+                run_id, outcome, lambda: self.lost, lambda: self.reprobe_failed)
+        finally:
+            await self.close()
+
     async def fetchval(self, sql: str, *args: Any) -> Any:
         """One statement on the probe connection, retried across reconnects. An argument may be a
         callable, evaluated per try (counters that a reconnect in this very call may change)."""
@@ -169,13 +179,7 @@ async def chaos_work(ctx: JobContext):
             yield
         outcome = "completed"
     finally:
-        try:
-            await probe.fetchval(
-                "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
-                "reprobe_failed = $4 WHERE id = $1 RETURNING id",
-                run_id, outcome, lambda: probe.lost, lambda: probe.reprobe_failed)
-        finally:
-            await probe.close()
+        await probe.record_end_and_close(run_id, outcome)
 
 
 # -- the other capabilities under the same chaos (processes, observers) ----------------------------
