@@ -14,8 +14,11 @@ otherwise leave a row nobody can see a reason for."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataloader import metrics
 from dataloader.exceptions import ValidationFailed
+from dataloader.flow.fair_share import check_fair_share, check_fair_weights
 from dataloader.model.flow import QUEUE_NAME_MAX, QueueFlow
 from dataloader.storage.flow_repository import FlowRepository
 
@@ -47,6 +50,17 @@ class FlowManager:
     async def resume(self, queue: str) -> QueueFlow:
         """Resume `queue` and wake its workers. Idempotent (a queue never paused is left alone)."""
         return await self.repo.resume(check_queue_name(queue))
+
+    async def set_fair_share(self, queue: str, fair_share: Any = None, fair_weights: Any = ...) -> QueueFlow:
+        """Fair share of `queue` on or off (None: unchanged) and its weights (partition_key ->
+        weight; `...`: unchanged, None: every key weighs 1). Everything is checked before anything
+        is written; from the commit on, every claim on every node uses the new order."""
+        check_queue_name(queue)
+        if fair_share is not None:
+            check_fair_share(fair_share)
+        set_weights = fair_weights is not ...
+        weights = check_fair_weights(fair_weights) if set_weights else None
+        return await self.repo.set_fair_share(queue, fair_share, weights, set_weights)
 
     async def list(self) -> list[QueueFlow]:
         """Every queue that is paused or has queued or running jobs, with its current use."""

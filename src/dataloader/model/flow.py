@@ -21,8 +21,13 @@ class QueueFlow:
     paused_at: datetime | None = None
     running: int = 0
     queued: int = 0
+    # claims go round-robin across the jobs' partition keys (0024), each key by its weight (a key
+    # not named weighs 1; None: every key weighs 1)
+    fair_share: bool = False
+    fair_weights: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"queue": self.queue, "paused": self.paused,
                 "paused_at": iso(self.paused_at) if self.paused_at is not None else None,
-                "running": self.running, "queued": self.queued}
+                "running": self.running, "queued": self.queued, "fair_share": self.fair_share,
+                "fair_weights": self.fair_weights}

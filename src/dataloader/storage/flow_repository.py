@@ -3,6 +3,8 @@ that enforces a pause is not here: it is one `NOT EXISTS` in the claim (claim_jo
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 
 from dataloader.model.flow import QueueFlow
@@ -15,25 +17,43 @@ class FlowRepository:
 
     async def pause(self, queue: str) -> QueueFlow:
         row = await self.pool.fetchrow(sql("flow/pause_queue"), queue)
-        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
+        return await self._with_use(_flow(row))
 
     async def resume(self, queue: str) -> QueueFlow:
         row = await self.pool.fetchrow(sql("flow/resume_queue"), queue)
         if row is None:  # never paused: nothing to change, nothing to wake
             return await self._with_use(QueueFlow(queue=queue, paused=False))
-        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
+        return await self._with_use(_flow(row))
+
+    async def set_fair_share(self, queue: str, fair_share: bool | None, weights: dict[str, float] | None,
+                             set_weights: bool) -> QueueFlow:
+        """Fair share on or off (None: unchanged) and, when `set_weights`, the weights (0024)."""
+        row = await self.pool.fetchrow(sql("flow/set_fair_share"), queue, fair_share, weights, set_weights)
+        return await self._with_use(_flow(row))
 
     async def _with_use(self, flow: QueueFlow) -> QueueFlow:
         """The state a change left the queue in, with its current use (read after the change)."""
         use = await self.pool.fetchrow(sql("flow/queue_use"), flow.queue)
         return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
-                         queued=use["queued"])
+                         queued=use["queued"], fair_share=flow.fair_share, fair_weights=flow.fair_weights)
 
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
-        return [QueueFlow(queue=r["queue"], paused=r["paused"], paused_at=r["paused_at"], running=r["running"],
-                          queued=r["queued"]) for r in rows]
+        return [_flow(r, running=r["running"], queued=r["queued"]) for r in rows]
 
     async def paused_states(self) -> dict[str, bool]:
         """Every queue with flow state: paused or not."""
         return {r["queue"]: r["paused"] for r in await self.pool.fetch(sql("flow/paused_queues"))}
+
+
+def _weights(value: Any) -> dict[str, float] | None:
+    """fair_weights as stored; a hand-written value that is not an object reads as none (the claim
+    reads it the same way: every key weighs 1)."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def _flow(row: asyncpg.Record, running: int = 0, queued: int = 0) -> QueueFlow:
+    keys = row.keys()
+    return QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"], running=running,
+                     queued=queued, fair_share=row["fair_share"] if "fair_share" in keys else False,
+                     fair_weights=_weights(row["fair_weights"]) if "fair_weights" in keys else None)

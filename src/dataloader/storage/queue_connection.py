@@ -128,9 +128,19 @@ def _finish_results(rows: list[asyncpg.Record]) -> dict[uuid.UUID, FinishResult]
 @cache
 def claim_sql(limit: int) -> str:
     """claim_jobs.sql with a constant LIMIT (see the note in the file)."""
-    if not isinstance(limit, int) or limit < 1:
+    return sql("claim_jobs").replace("{limit}", _limit(limit))
+
+
+@cache
+def fair_claim_sql(limit: int) -> str:
+    """claim_jobs_fair.sql (the claim of a fair queue, 0024) with a constant LIMIT, likewise."""
+    return sql("claim_jobs_fair").replace("{limit}", _limit(limit))
+
+
+def _limit(limit: int) -> str:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"claim limit must be a positive int, got {limit!r}")
-    return sql("claim_jobs").replace("{limit}", str(limit))
+    return str(limit)
 
 
 class QueueConnection:
@@ -140,11 +150,16 @@ class QueueConnection:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
 
-    async def claim(self, queue: str, worker: str, limit: int = 1) -> ClaimBatch:
-        """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection."""
+    async def claim(self, queue: str, worker: str, limit: int = 1, fair: bool = False) -> ClaimBatch:
+        """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection.
+        `fair`: the fair-share claim (round-robin across partition keys), which claims only from a
+        queue configured fair; the default claim claims only from one that is not."""
         claimed: list[ClaimedJob] = []
         skipped: list[SkippedCandidate] = []
-        rows = await self.conn.fetch(in_epoch(claim_sql(limit)), queue, worker)
+        if fair:
+            rows = await self.conn.fetch(in_epoch(fair_claim_sql(limit)), queue, worker)
+        else:
+            rows = await self.conn.fetch(in_epoch(claim_sql(limit)), queue, worker)
         if rows:
             observe_table_pages(rows[0]["table_pages"])
         for r in rows:
@@ -187,7 +202,14 @@ class QueueConnection:
 
     async def next_due_in(self, queue: str) -> float | None:
         """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""
-        return await self.conn.fetchval(in_epoch(sql("next_due_in")), queue)
+        return (await self.after_empty_claim(queue))[0]
+
+    async def after_empty_claim(self, queue: str) -> tuple[float | None, bool]:
+        """After a claim that found nothing: (seconds until the next delayed job is due, None:
+        nothing delayed; whether the queue wants the fair claim now)."""
+        row = await self.conn.fetchrow(in_epoch(sql("next_due_in")), queue)
+        assert row is not None
+        return row["due_in"], row["fair"]
 
     async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
         """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""

@@ -82,6 +82,9 @@ class QueueWorker:
         # running attempts with jobs of their lock_key parked behind them: their finish unparks the
         # next one, which the same step then claims (no NOTIFY round trip in a hot key's handoff)
         self._holds_parked: set[uuid.UUID] = set()
+        # the queue is fair (0024): claim with claim_jobs_fair.sql. Learnt from the database after
+        # a claim that found nothing (each claim statement finds nothing in a queue of the other kind)
+        self._fair = False
 
     @property
     def held_locks(self) -> dict[int, uuid.UUID]:
@@ -214,16 +217,22 @@ class QueueWorker:
         want = min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
-        batch = await queue_conn.claim(self.queue, self.env.worker_name, want)
+        batch = await queue_conn.claim(self.queue, self.env.worker_name, want, self._fair)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        if batch.candidates < want:
-            # The queue had no more runnable jobs than these: sleep until a new hint. (Skipped
-            # candidates do not count as settled work: a full batch with skips claims again.)
-            self._settled_generation = generation
+        # The queue had no more runnable jobs than these: sleep until a new hint. (Skipped
+        # candidates do not count as settled work: a full batch with skips claims again.) The fair
+        # claim reads a bounded number of each tenant's jobs, so only an empty one settles.
+        if batch.candidates < want and not (self._fair and batch.candidates):
+            settled = True
             if not batch.candidates:
-                due_in = await queue_conn.next_due_in(self.queue)
-                if due_in is not None:
+                due_in, fair = await queue_conn.after_empty_claim(self.queue)
+                if fair != self._fair:
+                    # fair share was switched on or off: claim again at once with the other statement
+                    self._fair, settled = fair, False
+                elif due_in is not None:
                     self.timer.schedule_in(due_in)
+            if settled:
+                self._settled_generation = generation
         ledger = self.control.ledger
         for job in batch.claimed:
             if self._stray_strikes:

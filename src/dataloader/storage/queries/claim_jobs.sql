@@ -45,8 +45,10 @@ WITH candidate AS (
       -- A paused queue (dl_queue_flow, 0019; docs/flow-control.md) starts nothing: uncorrelated,
       -- so one probe of the table's primary key per claim (an InitPlan gating the walk), and an
       -- empty table when nothing was ever paused. Read in this statement's snapshot, so a pause
-      -- holds for every claim that starts after it committed, on every node.
-      AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f WHERE f.queue = $1 AND f.paused)
+      -- holds for every claim that starts after it committed, on every node. A fair queue (0024)
+      -- is claimed by claim_jobs_fair.sql instead: the same probe leaves it out, so a worker that
+      -- has not yet seen the queue turn fair claims nothing by age (next_due_in.sql tells it).
+      AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f WHERE f.queue = $1 AND (f.paused OR f.fair_share))
       -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
       -- with a hot key's 100,000 parked rows, the column's most common value is the running key,
       -- so PostgreSQL expected this to reject 99 % of the walk, costed the walk of

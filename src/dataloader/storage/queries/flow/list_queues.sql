@@ -13,6 +13,8 @@ WITH use AS (
 SELECT COALESCE(f.queue, u.queue) AS queue,
        COALESCE(f.paused, false) AS paused,
        f.paused_at,
+       COALESCE(f.fair_share, false) AS fair_share,
+       f.fair_weights,
        COALESCE(u.running, 0)::bigint AS running,
        COALESCE(u.queued, 0)::bigint AS queued
 FROM dl_queue_flow f

@@ -8,4 +8,4 @@ ON CONFLICT (queue) DO UPDATE
 SET paused = true,
     paused_at = CASE WHEN f.paused THEN f.paused_at ELSE now() END,
     updated_at = now()
-RETURNING f.queue, f.paused, f.paused_at, f.updated_at;
+RETURNING f.queue, f.paused, f.paused_at, f.updated_at, f.fair_share, f.fair_weights;

@@ -7,9 +7,9 @@ WITH changed AS (
     UPDATE dl_queue_flow
     SET paused = false, paused_at = NULL, updated_at = now()
     WHERE queue = $1
-    RETURNING queue, paused, paused_at, updated_at
+    RETURNING queue, paused, paused_at, updated_at, fair_share, fair_weights
 ), signal AS (
     SELECT pg_notify('dl_jobs', c.queue) FROM changed c
 )
-SELECT c.queue, c.paused, c.paused_at, c.updated_at, (SELECT count(*) FROM signal) AS signaled
+SELECT c.queue, c.paused, c.paused_at, c.updated_at, c.fair_share, c.fair_weights, (SELECT count(*) FROM signal) AS signaled
 FROM changed c;

@@ -1,0 +1,149 @@
+-- The claim of a FAIR queue (dl_queue_flow.fair_share, 0024; docs/flow-control.md "Fair share"):
+-- claim_jobs.sql with another order. Up to {limit} runnable jobs of queue $1 for worker $2, taken
+-- round-robin (or by weight) across the queue's partition keys instead of strictly by age, so one
+-- tenant's backlog does not hold back the first job of every other. Every other rule is the
+-- default claim's, written the same way: pause, lock_key (no candidate whose key runs, one lock
+-- request per key, pg_try_advisory_lock on this connection), parked jobs, the attempt and lease,
+-- the 'picked' journal rows, and the same result columns (queue_connection.py reads both alike).
+--
+-- Order: a tenant's jobs by (priority, available_at, created_at), as the default claim orders a
+-- queue; across tenants by share = (the job's rank in its tenant) / (the tenant's weight), then
+-- the tenant that was served least recently first (dl_queue_partitions.served_at; never served
+-- first), then age. With equal weights a batch takes one job of each tenant before a second of
+-- any (round-robin), and the tenants this claim served are stamped, so the next claim on any node
+-- starts with the others.
+--
+-- Shape, and why:
+-- - `tenant`: a skip scan of ix_dl_jobs_fair over the queue's distinct partition keys (one index
+--   descent per tenant, whatever each tenant's backlog): 100,000 jobs of one tenant cost one
+--   descent, 1,000 tenants cost 1,000.
+-- - `head`: per tenant, its first runnable jobs from the same index, at most
+--   ceil(4 * {limit} / tenants) * weight (capped at 4 * {limit}): enough that a batch can take each
+--   tenant's share, and that three more claims racing this one (SKIP LOCKED) still find jobs.
+-- - `pick` orders them and keeps the first 4 * {limit} (also what tells the planner to fetch them
+--   by primary key); `candidate` locks the first {limit} with FOR UPDATE SKIP LOCKED (a row a
+--   racing claim holds is skipped; one it has claimed since our snapshot fails status = 'queued'
+--   on re-check). FOR UPDATE may not sit on a query with window functions, hence two steps.
+-- - The gate: the `flow` row must say fair and not paused; otherwise no tenant is read and the
+--   claim is empty, and the worker asks next_due_in.sql which claim the queue wants now.
+-- - A weight comes from fair_weights (partition_key -> number); anything but a number in
+--   (0, 1e6] reads as 1, so no hand-written value can make the claim fail.
+-- - The served stamp is this claim's time plus the tenant's first place in its order (in µs), so
+--   the tenants of one claim keep their turn in the next (a tie would hand it to the oldest
+--   heads again, and the last tenants of a round would wait behind the first ones forever). It
+--   upserts in partition_key order, so two claims stamping the same tenants
+--   lock their rows in one order (no deadlock); a racing claim waits for the other's commit only
+--   when both served a tenant.
+--
+-- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
+WITH RECURSIVE flow AS (
+    SELECT f.fair_weights AS weights
+    FROM dl_queue_flow f
+    WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
+), tenant AS (
+    (SELECT q.partition_key FROM dl_jobs q
+     WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND EXISTS (SELECT 1 FROM flow)
+     ORDER BY q.partition_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.partition_key FROM dl_jobs q
+            WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key > t.partition_key
+            ORDER BY q.partition_key LIMIT 1)
+    FROM tenant t
+    WHERE t.partition_key IS NOT NULL
+), weighted AS (
+    SELECT t.partition_key,
+           CASE WHEN jsonb_typeof(fl.weights -> t.partition_key) = 'number'
+                     AND (fl.weights ->> t.partition_key)::numeric > 0
+                     AND (fl.weights ->> t.partition_key)::numeric <= 1000000
+                THEN (fl.weights ->> t.partition_key)::float8 ELSE 1.0 END AS weight,
+           count(*) OVER () AS tenants
+    FROM tenant t CROSS JOIN flow fl
+    WHERE t.partition_key IS NOT NULL
+), head AS (
+    SELECT h.job_id, h.priority, h.available_at, h.created_at, w.partition_key, s.served_at,
+           row_number() OVER (PARTITION BY w.partition_key
+                              ORDER BY h.priority, h.available_at, h.created_at) / w.weight AS share
+    FROM weighted w
+    LEFT JOIN dl_queue_partitions s ON s.queue = $1 AND s.partition_key = w.partition_key
+    CROSS JOIN LATERAL (
+        SELECT q.job_id, q.priority, q.available_at, q.created_at
+        FROM dl_jobs q
+        WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key = w.partition_key
+          AND q.available_at <= now()
+          AND NOT EXISTS (
+              SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+              ORDER BY r.lock_key, r.status OFFSET 0
+          )
+        ORDER BY q.priority, q.available_at, q.created_at
+        LIMIT LEAST(4 * {limit}, ceil(4.0 * {limit} / w.tenants * GREATEST(w.weight, 1.0)))::int
+    ) h
+), pick AS MATERIALIZED (
+    SELECT hd.job_id,
+           row_number() OVER (ORDER BY hd.share, hd.served_at NULLS FIRST, hd.available_at, hd.created_at,
+                                       hd.partition_key) AS ord
+    FROM head hd
+    ORDER BY ord
+    LIMIT 4 * {limit}
+), candidate AS (
+    SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at, q.partition_key,
+           p.ord
+    FROM pick p JOIN dl_jobs q ON q.job_id = p.job_id
+    WHERE q.status = 'queued' AND NOT q.key_parked
+    ORDER BY p.ord
+    LIMIT {limit}
+    FOR UPDATE OF q SKIP LOCKED
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.lock_key ORDER BY c.ord) AS key_rank
+    FROM candidate c
+), locked AS MATERIALIZED (
+    SELECT r.job_id
+    FROM ranked r
+    WHERE CASE WHEN r.key_rank = 1 THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
+), claimed AS (
+    UPDATE dl_jobs j
+    SET status = 'running',
+        started_at = COALESCE(j.started_at, now()),
+        attempt = LEAST(j.attempt, 2147483646) + 1,
+        lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
+        heartbeat_at = now(),
+        heartbeat_journaled_at = NULL,
+        restart_key = NULL
+    WHERE j.job_id = ANY (ARRAY(SELECT l.job_id FROM locked l))
+    RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
+              j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id,
+              j.traceparent, j.attempt_span
+), journal AS (
+    INSERT INTO dl_job_events (job_id, queue, kind, payload)
+    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
+    FROM claimed c JOIN ranked r USING (job_id)
+), served AS (
+    INSERT INTO dl_queue_partitions AS s (queue, partition_key, served_at)
+    SELECT $1, d.partition_key, (SELECT clock_timestamp()) + d.ord * interval '1 microsecond'
+    FROM (SELECT c.partition_key, min(r.ord) AS ord FROM claimed c JOIN ranked r USING (job_id)
+          GROUP BY c.partition_key) d
+    ORDER BY d.partition_key
+    ON CONFLICT (queue, partition_key) DO UPDATE SET served_at = excluded.served_at
+)
+SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
+       c.max_attempts, c.attempts_before_retry, c.timeout_sec, c.chain_next,
+       extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
+                                           timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,
+       hashtext(r.lock_key) AS lock_hash,
+       c.request_id, c.traceparent, c.attempt_span,
+       c.job_id IS NOT NULL AS claimed,
+       COALESCE(k.backlog, false) AS key_backlog,
+       COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
+       r.key_rank = 1 AS asked_lock,
+       (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
+FROM ranked r LEFT JOIN claimed c USING (job_id)
+-- the key's other queued jobs, for a claimed job only: claim_jobs.sql's probe, unchanged
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
+    FROM (SELECT w.key_parked FROM dl_jobs w
+          WHERE c.job_id IS NOT NULL
+            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
+            AND (w.key_parked OR w.available_at <= now())
+          ORDER BY w.key_parked
+          LIMIT 16) w
+) k ON true
+ORDER BY r.ord;

@@ -1,0 +1,161 @@
+"""Fair share across partition keys (issue 21 part B, docs/flow-control.md "Fair share"), at the claim
+statement: a fair queue's claims go round-robin (or by weight) across its tenants instead of by age,
+while every other rule of the claim holds (pause, a running lock_key, priority within a tenant, the
+'picked' journal rows), and a queue that is not fair is claimed exactly as before. The bounds are
+asserted in claims (rounds), never in time."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import asyncpg
+import pytest
+
+from dataloader import App, Settings
+from dataloader.exceptions import ValidationFailed
+from dataloader.storage.queue_connection import QueueConnection
+
+
+async def add_jobs(db: asyncpg.Pool, queue: str, tenant: str, n: int, *, age_sec: float, priority: int = 100,
+                   lock_key: str | None = None) -> list[uuid.UUID]:
+    """`n` runnable jobs of one tenant, 1 ms apart, the first `age_sec` old (older = claimed first by age)."""
+    rows = await db.fetch(
+        "INSERT INTO dl_jobs (job_id, queue, task, lock_key, partition_key, priority, created_at, available_at) "
+        "SELECT gen_random_uuid(), $1, 'dl.noop', COALESCE($5, gen_random_uuid()::text), $2, $6, "
+        "now() - make_interval(secs => $3) + g * interval '1 ms', "
+        "now() - make_interval(secs => $3) + g * interval '1 ms' FROM generate_series(1, $4) g RETURNING job_id",
+        queue, tenant, age_sec, n, lock_key, priority)
+    return [r["job_id"] for r in rows]
+
+
+@pytest.fixture
+async def app(dsn, db):
+    app = await App(Settings(db_dsn=dsn, workers=[])).open()
+    yield app
+    await app.close()
+
+
+async def claim(db: asyncpg.Pool, queue: str, limit: int, fair: bool = True) -> list[str]:
+    """One claim statement in its own transaction; the tenants of the jobs it claimed, in its order."""
+    async with db.acquire() as conn:
+        batch = await QueueConnection(conn).claim(queue, "test", limit, fair)
+        await conn.execute("SELECT pg_advisory_unlock_all()")
+    return [j.partition_key for j in batch.claimed]
+
+
+async def test_a_hot_tenant_does_not_hold_back_the_first_job_of_the_others(app, db):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    await add_jobs(db, queue, "hot", 2000, age_sec=3600)
+    small = [f"t{i:02}" for i in range(20)]
+    for i, tenant in enumerate(small):
+        await add_jobs(db, queue, tenant, 10, age_sec=60 - i)
+
+    # Not fair: the default claim takes the hot backlog by age.
+    async with db.acquire() as conn:
+        by_age = await QueueConnection(conn).claim(queue, "test", 16)
+        await conn.execute("SELECT pg_advisory_unlock_all()")
+    assert {j.partition_key for j in by_age.claimed} == {"hot"}
+
+    flow = await app.flow.set_fair_share(queue, True)
+    assert flow.fair_share and flow.fair_weights is None
+    # The default claim now leaves the queue to the fair one (one probe it already made for pause).
+    assert await claim(db, queue, 16, fair=False) == []
+    async with db.acquire() as conn:
+        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is True
+
+    # 21 tenants, 16 per claim: every tenant has started a job within ceil(21 / 16) = 2 claims,
+    # each claim takes at most one job per tenant while others wait, and the second claim starts
+    # with the tenants the first did not serve.
+    first = await claim(db, queue, 16)
+    second = await claim(db, queue, 16)
+    assert len(first) == len(set(first)) == 16 and len(second) == len(set(second)) == 16
+    assert set(first) | set(second) == {"hot", *small}
+    assert set(second[:5]) == {"hot", *small} - set(first)
+    # Over a run, the starts per tenant stay within one of each other (round-robin).
+    starts = Counter(first + second)
+    for _ in range(8):
+        starts.update(await claim(db, queue, 16))
+    assert max(starts.values()) - min(starts.values()) <= 1, starts
+
+
+async def test_weights_share_a_batch_and_priority_orders_a_tenant(app, db):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    await add_jobs(db, queue, "a", 50, age_sec=100)
+    await add_jobs(db, queue, "b", 50, age_sec=200)
+    urgent = await add_jobs(db, queue, "a", 1, age_sec=1, priority=0)
+    await app.flow.set_fair_share(queue, True, {"a": 3})
+    claimed = Counter()
+    ids = []
+    for _ in range(4):
+        async with db.acquire() as conn:
+            batch = await QueueConnection(conn).claim(queue, "test", 8, True)
+            await conn.execute("SELECT pg_advisory_unlock_all()")
+        ids += [j.job_id for j in batch.claimed]
+        claimed.update(j.partition_key for j in batch.claimed)
+    assert claimed == {"a": 24, "b": 8}
+    assert ids[0] == urgent[0]  # a's priority-0 job first in its tenant, though the newest
+
+
+async def test_every_other_rule_of_the_claim_holds(app, db):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    held = await add_jobs(db, queue, "a", 1, age_sec=100, lock_key=f"{queue}-k")
+    await add_jobs(db, queue, "b", 1, age_sec=50, lock_key=f"{queue}-k")
+    await db.execute("UPDATE dl_jobs SET status = 'running' WHERE job_id = $1", held[0])
+    await app.flow.set_fair_share(queue, True)
+    assert await claim(db, queue, 4) == []  # b's key runs (a's job): not a candidate
+    await db.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now() WHERE job_id = $1", held[0])
+    await add_jobs(db, queue, "c", 2, age_sec=10, lock_key=f"{queue}-k2")
+
+    await app.pause_queue(queue)
+    assert await claim(db, queue, 4) == []
+    async with db.acquire() as conn:
+        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is True  # still fair: no switch
+    await app.resume_queue(queue)
+
+    # c's two jobs share a key: one asks for the lock, the other stays queued untouched.
+    async with db.acquire() as conn:
+        batch = await QueueConnection(conn).claim(queue, "test", 4, True)
+        await conn.execute("SELECT pg_advisory_unlock_all()")
+    assert sorted(j.partition_key for j in batch.claimed) == ["b", "c"]
+    assert [s.lock_busy for s in batch.skipped] == [False]
+    picked = await db.fetch("SELECT e.kind, e.payload->>'attempt' AS attempt FROM dl_job_events e "
+                            "WHERE e.job_id = ANY($1::uuid[])", [j.job_id for j in batch.claimed])
+    assert sorted((r["kind"], r["attempt"]) for r in picked) == [("picked", "1"), ("picked", "1")]
+
+    # Switched off: the fair claim finds nothing, the worker is told to go back to the default one.
+    await add_jobs(db, queue, "d", 1, age_sec=5)
+    await app.flow.set_fair_share(queue, False)
+    assert await claim(db, queue, 4) == []
+    async with db.acquire() as conn:
+        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is False
+    assert await claim(db, queue, 4, fair=False) == ["d"]  # c's other job waits behind its running key
+
+
+async def test_odd_stored_weights_never_break_the_claim(app, db):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    for tenant in ("s", "n", "z", "h", "x"):
+        await add_jobs(db, queue, tenant, 3, age_sec=10)
+    await app.flow.set_fair_share(queue, True)
+    await db.execute("UPDATE dl_queue_flow SET fair_weights = $2::jsonb WHERE queue = $1", queue,
+                     '{"s": "heavy", "n": -2, "z": 0, "h": 1e400, "x": null}')
+    assert Counter(await claim(db, queue, 10)) == {t: 2 for t in ("s", "n", "z", "h", "x")}
+    await db.execute("UPDATE dl_queue_flow SET fair_weights = '[1, 2]'::jsonb WHERE queue = $1", queue)
+    assert len(await claim(db, queue, 5)) == 5
+    assert {q.queue: q.fair_weights for q in await app.queues()}[queue] is None
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"fair_share": "yes"}, "fair_share: must be true or false"),
+    ({"fair_weights": [1]}, "fair_weights: must be an object"),
+    ({"fair_weights": {"a": 0}}, "fair_weights: the weight of 'a' must be a number in (0, 1e+06]"),
+    ({"fair_weights": {"a": float("nan")}}, "fair_weights: the weight of 'a'"),
+    ({"fair_weights": {"a": True}}, "fair_weights: the weight of 'a'"),
+    ({"fair_weights": {"a" * 201: 1}}, "fair_weights: a partition key must be"),
+])
+async def test_bad_fair_share_settings_are_refused_and_write_nothing(app, db, fields, problem):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ValidationFailed) as err:
+        await app.flow.set_fair_share(queue, **fields)
+    assert str(err.value).startswith(problem)
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
