@@ -468,14 +468,15 @@ class App:
         are the short forms."""
         return FlowManager(FlowRepository(self.pool))
 
-    async def pause_queue(self, queue: str) -> QueueFlow:
+    async def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
         """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue
-        still works. Holds for every claim that starts after this call returns. Idempotent."""
-        return await self.flow.pause(queue)
+        still works. Holds for every claim that starts after this call returns. Idempotent. With
+        `task`, only that task of the queue pauses; its other tasks run on."""
+        return await self.flow.pause(queue, task)
 
-    async def resume_queue(self, queue: str) -> QueueFlow:
-        """Resume `queue` and wake its workers on every node. Idempotent."""
-        return await self.flow.resume(queue)
+    async def resume_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
+        """Resume `queue` (or one `task` of it) and wake its workers on every node. Idempotent."""
+        return await self.flow.resume(queue, task)
 
     async def queues(self) -> list[QueueFlow]:
         """Every queue that is paused or has queued or running jobs: paused or not, and its use."""

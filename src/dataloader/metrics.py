@@ -217,3 +217,8 @@ QUEUE_PAUSED = Gauge(
     "1 while a queue is paused (flow control, all nodes; read at scrape time), 0 once resumed",
     ["queue"],
 )
+TASK_PAUSED = Gauge(
+    "dl_task_paused",
+    "1 while one task of a queue is paused (flow control, all nodes; read at scrape time), 0 once resumed",
+    ["queue", "task"],
+)

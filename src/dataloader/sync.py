@@ -220,13 +220,14 @@ class SyncApp:
 
     # -- flow control (docs/flow-control.md) -----------------------------------------------------
 
-    def pause_queue(self, queue: str) -> QueueFlow:
-        """`App.pause_queue`: nothing new of `queue` starts on any node; running jobs finish."""
-        return self._call(self.app.pause_queue(queue))
+    def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
+        """`App.pause_queue`: nothing new of `queue` (or of its `task`) starts on any node; running
+        jobs finish."""
+        return self._call(self.app.pause_queue(queue, task=task))
 
-    def resume_queue(self, queue: str) -> QueueFlow:
+    def resume_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
         """`App.resume_queue`."""
-        return self._call(self.app.resume_queue(queue))
+        return self._call(self.app.resume_queue(queue, task=task))
 
     def queues(self) -> list[QueueFlow]:
         """`App.queues`."""

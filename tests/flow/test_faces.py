@@ -52,7 +52,8 @@ async def test_http_pause_list_resume_and_the_metric(client, db):
 
     listed = {q["queue"]: q for q in (await client.get("/api/v1/queues")).json()["queues"]}
     assert listed[queue] == {"queue": queue, "paused": True, "paused_at": paused.json()["paused_at"],
-                             "running": 0, "queued": 1}
+                             "running": 0, "queued": 1, "fair_share": False, "fair_weights": None,
+                             "paused_tasks": {}}
     assert listed[slashed]["paused"] is True and listed[slashed]["queued"] == 0
     metrics = (await client.get("/metrics")).text
     assert paused_metric(metrics, queue) == 1.0

@@ -159,3 +159,13 @@ async def test_bad_fair_share_settings_are_refused_and_write_nothing(app, db, fi
         await app.flow.set_fair_share(queue, **fields)
     assert str(err.value).startswith(problem)
     assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_a_paused_task_starts_nothing_in_a_fair_queue_either(app, db):
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    await add_jobs(db, queue, "a", 3, age_sec=10)
+    await app.flow.set_fair_share(queue, True)
+    await app.pause_queue(queue, task="dl.noop")
+    assert await claim(db, queue, 4) == []
+    await app.resume_queue(queue, task="dl.noop")
+    assert await claim(db, queue, 4) == ["a", "a", "a"]

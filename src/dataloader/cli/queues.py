@@ -11,7 +11,8 @@ from dataloader.cli.common import _print, _with_app
 if TYPE_CHECKING:
     from dataloader.app import App
 
-queues_app = typer.Typer(help="Queues: list (paused, current use), pause, resume.", no_args_is_help=True)
+queues_app = typer.Typer(help="Queues: list (paused, paused tasks, fair share, current use), pause, resume.",
+                         no_args_is_help=True)
 
 
 @queues_app.command("list")
@@ -24,27 +25,36 @@ def queues_list() -> None:
     _print(_with_app(run))
 
 
-@queues_app.command("pause")
-def queues_pause(queue: str) -> None:
-    """Pause a queue on every node: running jobs finish, nothing new starts, enqueue still works."""
-    from dataloader.flow.manager import check_queue_name
+TASK_OPTION = typer.Option(None, "--task", help="Only this task of the queue; its other tasks are not affected")
 
-    check_queue_name(queue)  # the service's own check, before any connection (exit 2, nothing written)
+
+def _check(queue: str, task: str | None) -> None:
+    """The service's own checks, before any connection (exit 2, nothing written)."""
+    from dataloader.flow.manager import check_queue_name, check_task_name
+
+    check_queue_name(queue)
+    if task is not None:
+        check_task_name(task)
+
+
+@queues_app.command("pause")
+def queues_pause(queue: str, task: str | None = TASK_OPTION) -> None:
+    """Pause a queue (or one task of it) on every node: running jobs finish, nothing new starts,
+    enqueue still works."""
+    _check(queue, task)
 
     async def run(app: App) -> dict[str, Any]:
-        return (await app.pause_queue(queue)).to_dict()
+        return (await app.pause_queue(queue, task=task)).to_dict()
 
     _print(_with_app(run))
 
 
 @queues_app.command("resume")
-def queues_resume(queue: str) -> None:
-    """Resume a paused queue; its workers on every node wake at once."""
-    from dataloader.flow.manager import check_queue_name
-
-    check_queue_name(queue)
+def queues_resume(queue: str, task: str | None = TASK_OPTION) -> None:
+    """Resume a paused queue (or one task of it); its workers on every node wake at once."""
+    _check(queue, task)
 
     async def run(app: App) -> dict[str, Any]:
-        return (await app.resume_queue(queue)).to_dict()
+        return (await app.resume_queue(queue, task=task)).to_dict()
 
     _print(_with_app(run))

@@ -19,7 +19,7 @@ from typing import Any
 from dataloader import metrics
 from dataloader.exceptions import ValidationFailed
 from dataloader.flow.fair_share import check_fair_share, check_fair_weights
-from dataloader.model.flow import QUEUE_NAME_MAX, QueueFlow
+from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow
 from dataloader.storage.flow_repository import FlowRepository
 
 
@@ -39,17 +39,41 @@ def check_queue_name(queue: object) -> str:
     return queue  # type: ignore[return-value]
 
 
+def check_task_name(task: object) -> str:
+    """The task name, or ValidationFailed (the job request's rule for `task`)."""
+    problem = None
+    if not isinstance(task, str):
+        problem = "must be a string"
+    elif not 1 <= len(task) <= TASK_NAME_MAX:
+        problem = f"must be 1 to {TASK_NAME_MAX} characters"
+    elif not task.strip():
+        problem = "must not be blank"
+    elif "\x00" in task:
+        problem = "must not contain NUL characters"
+    if problem is not None:
+        raise ValidationFailed(f"task: {problem}", [{"loc": ["task"], "msg": problem, "type": "value_error"}])
+    return task  # type: ignore[return-value]
+
+
 class FlowManager:
     def __init__(self, repo: FlowRepository) -> None:
         self.repo = repo
 
-    async def pause(self, queue: str) -> QueueFlow:
-        """Pause `queue` on every node: no job of it starts until it is resumed. Idempotent."""
-        return await self.repo.pause(check_queue_name(queue))
+    async def pause(self, queue: str, task: str | None = None) -> QueueFlow:
+        """Pause `queue` on every node: no job of it starts until it is resumed. Idempotent. With
+        `task`, only that task of the queue (0025): the queue's other tasks run on."""
+        check_queue_name(queue)
+        if task is not None:
+            return await self.repo.pause_task(queue, check_task_name(task))
+        return await self.repo.pause(queue)
 
-    async def resume(self, queue: str) -> QueueFlow:
-        """Resume `queue` and wake its workers. Idempotent (a queue never paused is left alone)."""
-        return await self.repo.resume(check_queue_name(queue))
+    async def resume(self, queue: str, task: str | None = None) -> QueueFlow:
+        """Resume `queue` (or one `task` of it) and wake its workers. Idempotent (what was never
+        paused is left alone). A task's resume does not resume a paused queue, nor the reverse."""
+        check_queue_name(queue)
+        if task is not None:
+            return await self.repo.resume_task(queue, check_task_name(task))
+        return await self.repo.resume(queue)
 
     async def set_fair_share(self, queue: str, fair_share: Any = None, fair_weights: Any = ...) -> QueueFlow:
         """Fair share of `queue` on or off (None: unchanged) and its weights (partition_key ->
@@ -67,8 +91,12 @@ class FlowManager:
         return await self.repo.list()
 
     async def refresh_metrics(self) -> None:
-        """Set dl_queue_paused from the database: 1 for a paused queue, 0 for one resumed."""
+        """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed."""
         states = await self.repo.paused_states()
         metrics.QUEUE_PAUSED.clear()
         for queue, paused in states.items():
             metrics.QUEUE_PAUSED.labels(queue).set(1 if paused else 0)
+        tasks = await self.repo.paused_tasks()
+        metrics.TASK_PAUSED.clear()
+        for (queue, task), (paused, _) in tasks.items():
+            metrics.TASK_PAUSED.labels(queue, task).set(1 if paused else 0)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
+from fastapi import Query
 from pydantic import BaseModel, Field
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -46,6 +47,11 @@ Api = Annotated[FlowManager, Depends(get_flow_manager)]
 QueueName = Annotated[str, PathParam(min_length=1, max_length=200,
                                      description="The queue's name (1 to 200 characters, as a job's `queue`)")]
 
+# `?task=`: one task of the queue (a task name may hold any character, so not a path segment)
+TaskName = Annotated[str | None, Query(min_length=1, max_length=200,
+                                       description="Only this task of the queue (1 to 200 characters, as a "
+                                                   "job's `task`); the queue's other tasks are not affected")]
+
 
 class QueueResponse(BaseModel):
     queue: str
@@ -53,6 +59,12 @@ class QueueResponse(BaseModel):
     paused_at: datetime | None = Field(description="When the current pause began (null when not paused)")
     running: int = Field(description="Jobs of the queue running now, all nodes")
     queued: int = Field(description="Jobs of the queue waiting (queued, runnable or delayed), all nodes")
+    fair_share: bool = Field(False, description="Claims go round-robin (or by weight) across the jobs' "
+                                                "partition keys instead of strictly by age")
+    fair_weights: dict[str, float] | None = Field(None, description="partition_key -> weight under fair share "
+                                                                    "(a key not named weighs 1; null: all weigh 1)")
+    paused_tasks: dict[str, datetime] = Field(default_factory=dict, description="The queue's paused tasks and "
+                                              "when each pause began: none of their jobs starts, the others run")
 
 
 class QueueListResponse(BaseModel):
@@ -61,7 +73,8 @@ class QueueListResponse(BaseModel):
 
 def _view(flow: QueueFlow) -> QueueResponse:
     return QueueResponse(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=flow.running,
-                         queued=flow.queued)
+                         queued=flow.queued, fair_share=flow.fair_share, fair_weights=flow.fair_weights,
+                         paused_tasks=flow.paused_tasks)
 
 
 @router.get("", response_model=QueueListResponse, summary="Queues: paused or not, and current use",
@@ -73,14 +86,16 @@ async def list_queues(api: Api) -> QueueListResponse:
 
 @router.post("/{queue:dl_queue}/pause", response_model=QueueResponse, summary="Pause a queue on every node",
              responses=error_responses())
-async def pause_queue(queue: QueueName, api: Api) -> QueueResponse:
-    """Running jobs finish; no job of the queue starts on any node from this call's answer on, until
-    it is resumed; enqueue still works. Durable (survives restarts). Idempotent."""
-    return _view(await api.pause(queue))
+async def pause_queue(queue: QueueName, api: Api, task: TaskName = None) -> QueueResponse:
+    """Running jobs finish; no job of the queue (with `task`: of that task of the queue) starts on
+    any node from this call's answer on, until it is resumed; enqueue still works. Durable (survives
+    restarts). Idempotent."""
+    return _view(await api.pause(queue, task))
 
 
 @router.post("/{queue:dl_queue}/resume", response_model=QueueResponse, summary="Resume a paused queue",
              responses=error_responses())
-async def resume_queue(queue: QueueName, api: Api) -> QueueResponse:
-    """Wakes the queue's workers on every node at once. Idempotent (a queue never paused is open)."""
-    return _view(await api.resume(queue))
+async def resume_queue(queue: QueueName, api: Api, task: TaskName = None) -> QueueResponse:
+    """Wakes the queue's workers on every node at once. Idempotent (a queue never paused is open).
+    With `task`, resumes that task of the queue (a paused queue stays paused)."""
+    return _view(await api.resume(queue, task))

@@ -49,6 +49,10 @@ WITH candidate AS (
       -- is claimed by claim_jobs_fair.sql instead: the same probe leaves it out, so a worker that
       -- has not yet seen the queue turn fair claims nothing by age (next_due_in.sql tells it).
       AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f WHERE f.queue = $1 AND (f.paused OR f.fair_share))
+      -- A paused task of the queue (dl_task_flow, 0025) starts nothing: the array of its paused
+      -- tasks is uncorrelated, so one probe of that table's primary key per claim (an InitPlan; an
+      -- empty table when no task was ever paused), and each candidate is compared with the array.
+      AND q.task <> ALL (ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused))
       -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
       -- with a hot key's 100,000 parked rows, the column's most common value is the running key,
       -- so PostgreSQL expected this to reject 99 % of the walk, costed the walk of

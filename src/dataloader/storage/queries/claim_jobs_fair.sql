@@ -2,7 +2,7 @@
 -- claim_jobs.sql with another order. Up to {limit} runnable jobs of queue $1 for worker $2, taken
 -- round-robin (or by weight) across the queue's partition keys instead of strictly by age, so one
 -- tenant's backlog does not hold back the first job of every other. Every other rule is the
--- default claim's, written the same way: pause, lock_key (no candidate whose key runs, one lock
+-- default claim's, written the same way: pause (of the queue and of a task), lock_key (no candidate whose key runs, one lock
 -- request per key, pg_try_advisory_lock on this connection), parked jobs, the attempt and lease,
 -- the 'picked' journal rows, and the same result columns (queue_connection.py reads both alike).
 --
@@ -40,6 +40,9 @@ WITH RECURSIVE flow AS (
     SELECT f.fair_weights AS weights
     FROM dl_queue_flow f
     WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
+), paused_task AS (
+    -- the queue's paused tasks (0025), read once: claim_jobs.sql's rule
+    SELECT ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused) AS tasks
 ), tenant AS (
     (SELECT q.partition_key FROM dl_jobs q
      WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND EXISTS (SELECT 1 FROM flow)
@@ -70,6 +73,7 @@ WITH RECURSIVE flow AS (
         FROM dl_jobs q
         WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key = w.partition_key
           AND q.available_at <= now()
+          AND q.task <> ALL ((SELECT pt.tasks FROM paused_task pt)::text[])
           AND NOT EXISTS (
               SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
               ORDER BY r.lock_key, r.status OFFSET 0

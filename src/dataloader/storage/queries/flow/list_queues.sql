@@ -1,6 +1,8 @@
--- Every queue with flow state or live jobs: paused or not, and its current use (running and
--- queued jobs, all nodes). An operator read (GET /api/v1/queues, `dataloader queues list`), not a
--- hot path: the counts come from the partial indexes of queued and running jobs.
+-- Every queue with flow state (its own, 0019/0024, or a task's, 0025) or live jobs: paused or not,
+-- fair share, its paused tasks, and its current use (running and queued jobs, all nodes). An
+-- operator read (GET /api/v1/queues, `dataloader queues list`), not a hot path: the counts come
+-- from the partial indexes of queued and running jobs; the flow tables hold a row per queue or
+-- task an operator ever configured.
 -- No parameters.
 WITH use AS (
     SELECT queue,
@@ -9,14 +11,22 @@ WITH use AS (
     FROM dl_jobs
     WHERE status IN ('queued', 'running')
     GROUP BY queue
+), named AS (
+    SELECT queue FROM dl_queue_flow
+    UNION SELECT queue FROM dl_task_flow
+    UNION SELECT queue FROM use
 )
-SELECT COALESCE(f.queue, u.queue) AS queue,
+SELECT n.queue,
        COALESCE(f.paused, false) AS paused,
        f.paused_at,
        COALESCE(f.fair_share, false) AS fair_share,
        f.fair_weights,
        COALESCE(u.running, 0)::bigint AS running,
-       COALESCE(u.queued, 0)::bigint AS queued
-FROM dl_queue_flow f
-FULL JOIN use u ON u.queue = f.queue
+       COALESCE(u.queued, 0)::bigint AS queued,
+       ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = n.queue AND t.paused ORDER BY t.task) AS paused_tasks,
+       ARRAY(SELECT t.paused_at FROM dl_task_flow t WHERE t.queue = n.queue AND t.paused ORDER BY t.task)
+           AS tasks_paused_at
+FROM named n
+LEFT JOIN dl_queue_flow f ON f.queue = n.queue
+LEFT JOIN use u ON u.queue = n.queue
 ORDER BY 1;

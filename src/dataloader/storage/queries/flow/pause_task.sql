@@ -1,0 +1,12 @@
+-- Pause task $2 of queue $1 (0025): from this statement's commit on, no claim on any node starts a
+-- job of that task in that queue (claim_jobs.sql and claim_jobs_fair.sql leave it out); the
+-- queue's other tasks run on, running jobs are not touched, enqueue still works. Idempotent:
+-- pausing a paused task keeps its paused_at. Returns the task's flow row.
+-- $1 queue, $2 task.
+INSERT INTO dl_task_flow AS t (queue, task, paused, paused_at, updated_at)
+VALUES ($1, $2, true, now(), now())
+ON CONFLICT (queue, task) DO UPDATE
+SET paused = true,
+    paused_at = CASE WHEN t.paused THEN t.paused_at ELSE now() END,
+    updated_at = now()
+RETURNING t.queue, t.task, t.paused, t.paused_at;
