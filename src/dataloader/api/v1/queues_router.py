@@ -7,9 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from fastapi import Query
 from pydantic import BaseModel, Field
 from starlette.convertors import Convertor, register_url_convertor
 
