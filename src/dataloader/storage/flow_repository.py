@@ -1,12 +1,20 @@
-"""SQL of flow control (`queries/flow/*.sql`) on the pool, returning `QueueFlow` values. The rule
-that enforces a pause is not here: it is one `NOT EXISTS` in the claim (claim_jobs.sql)."""
+"""SQL of flow control (`queries/flow/*.sql`) on the pool, returning `QueueFlow` values. The rules
+that enforce a pause and the limits are not here: they are in the claim (claim_jobs.sql)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import asyncpg
 
-from dataloader.model.flow import QueueFlow
+from dataloader.model.flow import QueueFlow, QueueSettings
 from dataloader.storage.queries import sql
+
+
+def _flow(row: Mapping[str, Any], running: int = 0, queued: int = 0) -> QueueFlow:
+    return QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"], running=running,
+                     queued=queued, settings=QueueSettings.from_row(row), settings_source=row["settings_source"])
 
 
 class FlowRepository:
@@ -14,25 +22,45 @@ class FlowRepository:
         self.pool = pool
 
     async def pause(self, queue: str) -> QueueFlow:
-        row = await self.pool.fetchrow(sql("flow/pause_queue"), queue)
-        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
+        return await self._with_use(_flow(await self.pool.fetchrow(sql("flow/pause_queue"), queue)))
 
     async def resume(self, queue: str) -> QueueFlow:
         row = await self.pool.fetchrow(sql("flow/resume_queue"), queue)
-        if row is None:  # never paused: nothing to change, nothing to wake
+        if row is None:  # no flow state: nothing to change, nothing to wake
             return await self._with_use(QueueFlow(queue=queue, paused=False))
-        return await self._with_use(QueueFlow(queue=row["queue"], paused=row["paused"], paused_at=row["paused_at"]))
+        return await self._with_use(_flow(row))
+
+    async def configure(self, queue: str, merge: Callable[[QueueSettings], QueueSettings]) -> QueueFlow:
+        """Lock the queue's row, merge a change into its settings (`merge` may raise: nothing is
+        written then) and write them back as a runtime setting, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            current = QueueSettings.from_row(await conn.fetchrow(sql("flow/lock_queue_settings"), queue))
+            new = merge(current)
+            await conn.fetchval(sql("flow/set_queue_settings"), queue, new.concurrency, new.partition_concurrency,
+                                new.rate_limit, new.rate_period_sec, new.partition_rate_limit,
+                                new.partition_rate_period_sec)
+        return await self.get(queue)
+
+    async def declare(self, queue: str, settings: QueueSettings) -> bool:
+        """Apply declared settings unless a runtime setting is in place; whether anything changed."""
+        s = settings
+        return await self.pool.fetchval(sql("flow/declare_queue_settings"), queue, s.concurrency,
+                                        s.partition_concurrency, s.rate_limit, s.rate_period_sec,
+                                        s.partition_rate_limit, s.partition_rate_period_sec)
+
+    async def get(self, queue: str) -> QueueFlow:
+        row = await self.pool.fetchrow(sql("flow/queue_row"), queue)
+        return await self._with_use(_flow(row) if row is not None else QueueFlow(queue=queue, paused=False))
 
     async def _with_use(self, flow: QueueFlow) -> QueueFlow:
         """The state a change left the queue in, with its current use (read after the change)."""
         use = await self.pool.fetchrow(sql("flow/queue_use"), flow.queue)
         return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
-                         queued=use["queued"])
+                         queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source)
 
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
-        return [QueueFlow(queue=r["queue"], paused=r["paused"], paused_at=r["paused_at"], running=r["running"],
-                          queued=r["queued"]) for r in rows]
+        return [_flow(r, r["running"], r["queued"]) for r in rows]
 
     async def paused_states(self) -> dict[str, bool]:
         """Every queue with flow state: paused or not."""
