@@ -36,7 +36,7 @@ from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
 from dataloader.logger import ensure_visible
-from dataloader.model.flow import QueueFlow
+from dataloader.model.flow import QueueFlow, QueueSettingsChanges
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
@@ -332,6 +332,7 @@ class App:
                                                                for q in queues]})
         manager = node.build_node(node.with_process_queues(settings), self.dsn, self.pool, self.registry,
                                   reaper=reaper, capabilities=True)
+        await self.flow.apply_declared(settings.declared_queue_settings())
         await manager.start()
         self._managers.append(manager)
         try:
@@ -478,8 +479,17 @@ class App:
         """Resume `queue` (or one `task` of it) and wake its workers on every node. Idempotent."""
         return await self.flow.resume(queue, task)
 
+    async def configure_queue(self, queue: str, **changes: Unpack[QueueSettingsChanges]) -> QueueFlow:
+        """Change `queue`'s limits across every node: `concurrency`, `partition_concurrency`,
+        `rate_limit` with `rate_period_sec`, `partition_rate_limit` with `partition_rate_period_sec`
+        (docs/flow-control.md). A partial update: a setting not named is kept, an explicit None
+        clears it. Runtime settings win over declared ones (`Queue(limits=...)`, DL_QUEUES_JSON) and
+        persist. Holds for every claim that starts after this call returns."""
+        return await self.flow.configure(queue, changes)
+
     async def queues(self) -> list[QueueFlow]:
-        """Every queue that is paused or has queued or running jobs: paused or not, and its use."""
+        """Every queue that is paused, has limits, or has queued or running jobs: its flow state,
+        limits and use."""
         return await self.flow.list()
 
     async def _close_capabilities(self) -> None:

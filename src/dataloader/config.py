@@ -18,6 +18,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
+from dataloader.model.flow import QueueSettings, settings_from_declaration
 from dataloader.model.job import FINISHED_STATUS_NAMES
 
 DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
@@ -25,12 +26,22 @@ DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
 class Queue(BaseModel):
     """A queue this process works on, and how many of its jobs run at once here (one entry of
-    WORKERS_JSON)."""
+    WORKERS_JSON). `limits` declares the queue's limits across every node (issue 21,
+    docs/flow-control.md): `Queue("load", 4, limits={"concurrency": 10, "rate": "50/1s"})` — the keys
+    of DL_QUEUES_JSON, applied at the node's start unless the queue's limits were set at run time."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     queue: str = Field(min_length=1, max_length=200)
     concurrency: int = Field(default=4, ge=1, le=1000)
+    limits: QueueSettings | None = None
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _parse_limits(cls, value: Any) -> Any:
+        if value is None or isinstance(value, QueueSettings):
+            return value
+        return settings_from_declaration(value)
 
     def __init__(self, queue: str | None = None, concurrency: int | None = None, **data: Any) -> None:
         # Positional form for code: Queue("load", 4); keyword and JSON forms work as for any model.
@@ -180,6 +191,11 @@ class Settings(BaseSettings):
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.
     operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
+    # Flow control (issue 21; docs/flow-control.md): limits per queue across every node, declared
+    # as {"load": {"concurrency": 5, "partition_concurrency": 1, "rate": "10/1s"}}; applied at a
+    # node's start unless set at run time. A queue named here and in a Queue(limits=...) takes these.
+    queues_json: Annotated[dict[str, QueueSettings], NoDecode] = Field(default_factory=dict)
+
     # Processes: a running process with no timer, no task and no change for this long is idle (the
     # dl_processes_idle gauge, and the consistency check's `idle` finding); 0: never.
     process_idle_sec: float = Field(default=86400, ge=0, le=3650 * 86400)
@@ -264,6 +280,30 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value
+
+    @field_validator("queues_json", mode="before")
+    @classmethod
+    def _parse_queues(cls, value: Any) -> Any:
+        value = _json_text(value, "{}")
+        if not isinstance(value, dict):
+            raise ValueError('must be a JSON object like {"load": {"concurrency": 5, "rate": "10/1s"}}')
+        parsed: dict[str, QueueSettings] = {}
+        for queue, declared in value.items():
+            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+                raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
+            try:
+                parsed[queue] = declared if isinstance(declared, QueueSettings) else settings_from_declaration(
+                    declared, queue)
+            except ValueError as exc:
+                raise ValueError(f"queue {queue!r}: {exc}") from None
+        return parsed
+
+    def declared_queue_settings(self) -> dict[str, QueueSettings]:
+        """The limits this node declares, by queue: its workers' `Queue(limits=...)`, then
+        DL_QUEUES_JSON over them (settings win over code for a queue named in both)."""
+        declared = {w.queue: w.limits for w in self.workers if w.limits is not None}
+        declared.update(self.queues_json)
+        return declared
 
     @field_validator("retention_queues_json", mode="before")
     @classmethod

@@ -57,8 +57,8 @@ async def test_a_hot_tenant_does_not_hold_back_the_first_job_of_the_others(app, 
         await conn.execute("SELECT pg_advisory_unlock_all()")
     assert {j.partition_key for j in by_age.claimed} == {"hot"}
 
-    flow = await app.flow.set_fair_share(queue, True)
-    assert flow.fair_share and flow.fair_weights is None
+    flow = await app.configure_queue(queue, fair_share=True)
+    assert flow.settings.fair_share and flow.settings.fair_weights is None
     # The default claim now leaves the queue to the fair one (one probe it already made for pause).
     assert await claim(db, queue, 16, fair=False) == []
     async with db.acquire() as conn:
@@ -84,7 +84,7 @@ async def test_weights_share_a_batch_and_priority_orders_a_tenant(app, db):
     await add_jobs(db, queue, "a", 50, age_sec=100)
     await add_jobs(db, queue, "b", 50, age_sec=200)
     urgent = await add_jobs(db, queue, "a", 1, age_sec=1, priority=0)
-    await app.flow.set_fair_share(queue, True, {"a": 3})
+    await app.configure_queue(queue, fair_share=True, fair_weights={"a": 3})
     claimed = Counter()
     ids = []
     for _ in range(4):
@@ -102,7 +102,7 @@ async def test_every_other_rule_of_the_claim_holds(app, db):
     held = await add_jobs(db, queue, "a", 1, age_sec=100, lock_key=f"{queue}-k")
     await add_jobs(db, queue, "b", 1, age_sec=50, lock_key=f"{queue}-k")
     await db.execute("UPDATE dl_jobs SET status = 'running' WHERE job_id = $1", held[0])
-    await app.flow.set_fair_share(queue, True)
+    await app.configure_queue(queue, fair_share=True)
     assert await claim(db, queue, 4) == []  # b's key runs (a's job): not a candidate
     await db.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now() WHERE job_id = $1", held[0])
     await add_jobs(db, queue, "c", 2, age_sec=10, lock_key=f"{queue}-k2")
@@ -125,7 +125,7 @@ async def test_every_other_rule_of_the_claim_holds(app, db):
 
     # Switched off: the fair claim finds nothing, the worker is told to go back to the default one.
     await add_jobs(db, queue, "d", 1, age_sec=5)
-    await app.flow.set_fair_share(queue, False)
+    await app.configure_queue(queue, fair_share=False)
     assert await claim(db, queue, 4) == []
     async with db.acquire() as conn:
         assert (await QueueConnection(conn).after_empty_claim(queue))[1] is False
@@ -136,13 +136,13 @@ async def test_odd_stored_weights_never_break_the_claim(app, db):
     queue = f"fair-{uuid.uuid4().hex[:8]}"
     for tenant in ("s", "n", "z", "h", "x"):
         await add_jobs(db, queue, tenant, 3, age_sec=10)
-    await app.flow.set_fair_share(queue, True)
+    await app.configure_queue(queue, fair_share=True)
     await db.execute("UPDATE dl_queue_flow SET fair_weights = $2::jsonb WHERE queue = $1", queue,
                      '{"s": "heavy", "n": -2, "z": 0, "h": 1e400, "x": null}')
     assert Counter(await claim(db, queue, 10)) == {t: 2 for t in ("s", "n", "z", "h", "x")}
     await db.execute("UPDATE dl_queue_flow SET fair_weights = '[1, 2]'::jsonb WHERE queue = $1", queue)
     assert len(await claim(db, queue, 5)) == 5
-    assert {q.queue: q.fair_weights for q in await app.queues()}[queue] is None
+    assert {q.queue: q.settings.fair_weights for q in await app.queues()}[queue] is None
 
 
 @pytest.mark.parametrize("fields, problem", [
@@ -156,7 +156,7 @@ async def test_odd_stored_weights_never_break_the_claim(app, db):
 async def test_bad_fair_share_settings_are_refused_and_write_nothing(app, db, fields, problem):
     queue = f"fair-{uuid.uuid4().hex[:8]}"
     with pytest.raises(ValidationFailed) as err:
-        await app.flow.set_fair_share(queue, **fields)
+        await app.configure_queue(queue, **fields)
     assert str(err.value).startswith(problem)
     assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
 
@@ -164,7 +164,7 @@ async def test_bad_fair_share_settings_are_refused_and_write_nothing(app, db, fi
 async def test_a_paused_task_starts_nothing_in_a_fair_queue_either(app, db):
     queue = f"fair-{uuid.uuid4().hex[:8]}"
     await add_jobs(db, queue, "a", 3, age_sec=10)
-    await app.flow.set_fair_share(queue, True)
+    await app.configure_queue(queue, fair_share=True)
     await app.pause_queue(queue, task="dl.noop")
     assert await claim(db, queue, 4) == []
     await app.resume_queue(queue, task="dl.noop")

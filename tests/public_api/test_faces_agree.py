@@ -345,3 +345,112 @@ async def test_a_bad_queue_name_gets_the_same_code_from_every_face_and_writes_no
              "cli": await cli_code(dsn, ["queues", action, name])}
     assert codes == dict.fromkeys(codes, "validation_error")
     assert await db.fetchval("SELECT count(*) FROM dl_queue_flow") == before
+
+
+# Pausing one task of a queue (issue 21 part B): a task name the job request would refuse, refused the
+# same way by pause and resume (`task=`, `?task=`, `--task`) in every face, before anything is written.
+BAD_TASKS: list[tuple[str, str, str]] = [
+    ("blank", "   ", "%20%20%20"),
+    ("too long", "t" * 201, "t" * 201),
+    ("NUL", "a\x00b", "a%00b"),
+]
+
+
+@pytest.mark.parametrize("action", ["pause", "resume"])
+@pytest.mark.parametrize(("task", "url_task"), [row[1:] for row in BAD_TASKS], ids=[row[0] for row in BAD_TASKS])
+async def test_a_bad_task_name_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, dsn, db, action,
+                                                                                    task, url_task):
+    before = await db.fetchval("SELECT count(*) FROM dl_task_flow")
+    with pytest.raises(DataloaderError) as caught:
+        await getattr(py_app, f"{action}_queue")("load", task=task)
+    codes = {"python": caught.value.code,
+             "http": await http_code(http, "POST", f"/api/v1/queues/load/{action}?task={url_task}"),
+             "cli": await cli_code(dsn, ["queues", action, "load", "--task", task])}
+    assert codes == dict.fromkeys(codes, "validation_error")
+    assert await db.fetchval("SELECT count(*) FROM dl_task_flow") == before
+
+
+async def test_a_task_paused_through_every_face_reads_back_the_same(py_app, http, dsn, db):
+    queues = {face: f"tasks-{face}-{uuid.uuid4().hex[:6]}" for face in ("python", "http", "cli")}
+    await py_app.pause_queue(queues["python"], task="load.cbr")
+    response = await http.post(f"/api/v1/queues/{queues['http']}/pause", params={"task": "load.cbr"})
+    assert response.status_code == 200 and list(response.json()["paused_tasks"]) == ["load.cbr"], response.text
+    result = await asyncio.to_thread(invoke, ["queues", "pause", queues["cli"], "--task", "load.cbr"], cli_env(dsn))
+    assert result.exit_code == 0 and '"load.cbr"' in result.output, result.output
+    listed = {q.queue: q for q in await py_app.queues()}
+    assert all(list(listed[q].paused_tasks) == ["load.cbr"] and not listed[q].paused for q in queues.values())
+
+
+# Flow control limits (issue 21): the same bad change of a queue's limits, refused with the same code
+# by configure_queue, PATCH /api/v1/queues/{queue} and `dataloader queues set`, writing nothing.
+# (id, Python kwargs, HTTP body, CLI options)
+BAD_LIMITS: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
+    ("concurrency 0", {"concurrency": 0}, {"concurrency": 0}, ["--concurrency", "0"]),
+    ("concurrency negative", {"concurrency": -3}, {"concurrency": -3}, ["--concurrency", "-3"]),
+    ("concurrency a word", {"concurrency": "five"}, {"concurrency": "five"}, ["--concurrency", "five"]),
+    ("concurrency too big", {"concurrency": 1_000_001}, {"concurrency": 1_000_001}, ["--concurrency", "1000001"]),
+    ("partition concurrency 0", {"partition_concurrency": 0}, {"partition_concurrency": 0},
+     ["--partition-concurrency", "0"]),
+    ("rate 0", {"rate_limit": 0, "rate_period_sec": 1}, {"rate_limit": 0, "rate_period_sec": 1}, ["--rate", "0/1s"]),
+    ("rate period too short", {"rate_limit": 5, "rate_period_sec": 0.001}, {"rate_limit": 5, "rate_period_sec": 0.001},
+     ["--rate", "5/1ms"]),
+    ("rate period too long", {"rate_limit": 5, "rate_period_sec": 86401}, {"rate_limit": 5, "rate_period_sec": 86401},
+     ["--rate", "5/2d"]),
+    ("a period with no rate", {"partition_rate_period_sec": 1}, {"partition_rate_period_sec": 1},
+     ["--partition-rate", "x/1s"]),
+    ("nothing to change", {}, {}, []),
+    # fair share (issue 21 part B): the same checks for its two settings
+    ("fair weight 0", {"fair_weights": {"a": 0}}, {"fair_weights": {"a": 0}}, ["--fair-weights", '{"a": 0}']),
+    ("fair weight too big", {"fair_weights": {"a": 1e7}}, {"fair_weights": {"a": 1e7}},
+     ["--fair-weights", '{"a": 1e7}']),
+    ("fair weights not an object", {"fair_weights": [1]}, {"fair_weights": [1]}, ["--fair-weights", "[1]"]),
+    ("fair weight a word", {"fair_weights": {"a": "x"}}, {"fair_weights": {"a": "x"}},
+     ["--fair-weights", '{"a": "x"}']),
+    ("fair share a word", {"fair_share": "yes"}, {"fair_share": "yes"}, ["--fair-weights", "{oops"]),
+]
+
+
+@pytest.mark.parametrize(("py", "body", "cli"), [row[1:] for row in BAD_LIMITS], ids=[row[0] for row in BAD_LIMITS])
+async def test_a_bad_limit_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, dsn, db, py, body, cli):
+    queue = f"limits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_queue(queue, **py)
+    codes = {"python": caught.value.code,
+             "http": await http_code(http, "PATCH", f"/api/v1/queues/{queue}", body),
+             "cli": await cli_code(dsn, ["queues", "set", queue, *cli])}
+    assert codes == dict.fromkeys(codes, "validation_error")
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_an_unknown_limit_is_refused_by_python_and_http(py_app, http, db):
+    """The CLI has no option to misspell (typer refuses an unknown option with its usage error)."""
+    queue = f"limits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_queue(queue, concurency=5)  # type: ignore[call-arg]
+    assert caught.value.code == await http_code(http, "PATCH", f"/api/v1/queues/{queue}", {"concurency": 5}) \
+        == "validation_error"
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_the_same_limits_set_through_every_face_read_back_the_same(py_app, http, dsn, db):
+    """One set of defaults: a rate given without a period counts per second everywhere."""
+    queues = {face: f"limits-{face}-{uuid.uuid4().hex[:6]}" for face in ("python", "http", "cli")}
+    await py_app.configure_queue(queues["python"], concurrency=5, partition_concurrency=1, rate_limit=10,
+                                 partition_rate_limit=3, partition_rate_period_sec=0.5, fair_share=True,
+                                 fair_weights={"big": 3})
+    response = await http.patch(f"/api/v1/queues/{queues['http']}", json={
+        "concurrency": 5, "partition_concurrency": 1, "rate_limit": 10, "partition_rate_limit": 3,
+        "partition_rate_period_sec": 0.5, "fair_share": True, "fair_weights": {"big": 3}})
+    assert response.status_code == 200, response.text
+    result = await asyncio.to_thread(invoke, ["queues", "set", queues["cli"], "--concurrency", "5",
+                                              "--partition-concurrency", "1", "--rate", "10",
+                                              "--partition-rate", "3/500ms", "--fair-share",
+                                              "--fair-weights", '{"big": 3}'], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    listed = {q.queue: q for q in await py_app.queues()}
+    seen = {face: listed[queue].settings.to_dict() for face, queue in queues.items()}
+    assert seen["python"] == {"concurrency": 5, "partition_concurrency": 1, "rate_limit": 10, "rate_period_sec": 1.0,
+                              "partition_rate_limit": 3, "partition_rate_period_sec": 0.5, "fair_share": True,
+                              "fair_weights": {"big": 3.0}}
+    assert seen["http"] == seen["cli"] == seen["python"]
+    assert {listed[q].settings_source for q in queues.values()} == {"runtime"}

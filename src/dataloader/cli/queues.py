@@ -1,8 +1,8 @@
-"""Flow control (issue 21; docs/flow-control.md): `dataloader queues list|pause|resume`."""
+"""Flow control (issue 21; docs/flow-control.md): `dataloader queues list|pause|resume|set`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,7 +11,8 @@ from dataloader.cli.common import _print, _with_app
 if TYPE_CHECKING:
     from dataloader.app import App
 
-queues_app = typer.Typer(help="Queues: list (paused, paused tasks, fair share, current use), pause, resume.",
+queues_app = typer.Typer(help="Queues: list (paused, limits, fair share, paused tasks, current use), pause, "
+                              "resume (a queue or one task), set limits and fair share.",
                          no_args_is_help=True)
 
 
@@ -56,5 +57,53 @@ def queues_resume(queue: str, task: str | None = TASK_OPTION) -> None:
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.resume_queue(queue, task=task)).to_dict()
+
+    _print(_with_app(run))
+
+
+_NONE = "; none clears it"
+
+
+@queues_app.command("set")
+def queues_set(
+    queue: str,
+    concurrency: Annotated[str | None, typer.Option(help="Jobs of the queue running at once on all nodes" + _NONE)
+                           ] = None,
+    partition_concurrency: Annotated[str | None, typer.Option(
+        help="Jobs running at once per partition_key, all nodes" + _NONE)] = None,
+    rate: Annotated[str | None, typer.Option(help='Starts per period, all nodes: "10/1s", "5/500ms", "100/1m"'
+                                             + _NONE)] = None,
+    partition_rate: Annotated[str | None, typer.Option(help='Starts per period per partition_key: "10/1s"'
+                                                       + _NONE)] = None,
+    fair_share: Annotated[bool | None, typer.Option(
+        "--fair-share/--no-fair-share", help="Claims go round-robin (or by weight) across partition keys")] = None,
+    fair_weights: Annotated[str | None, typer.Option(
+        help='partition_key -> weight under fair share, as JSON: \'{"big": 3}\' (a key not named weighs 1)'
+             + _NONE)] = None,
+) -> None:
+    """Change a queue's limits and fair share on every node (a runtime setting: it wins over
+    declared ones). Options not given are kept."""
+    from dataloader.flow.manager import check_queue_name
+    from dataloader.model.flow import check_changes, parse_fair_weights_text, parse_limit_text, parse_rate_text
+
+    check_queue_name(queue)  # every check before any connection (exit 2, nothing written)
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        changes["concurrency"] = parse_limit_text("concurrency", concurrency)
+    if partition_concurrency is not None:
+        changes["partition_concurrency"] = parse_limit_text("partition_concurrency", partition_concurrency)
+    if rate is not None:
+        changes["rate_limit"], changes["rate_period_sec"] = parse_rate_text("rate", rate)
+    if partition_rate is not None:
+        changes["partition_rate_limit"], changes["partition_rate_period_sec"] = parse_rate_text(
+            "partition_rate", partition_rate)
+    if fair_share is not None:
+        changes["fair_share"] = fair_share
+    if fair_weights is not None:
+        changes["fair_weights"] = parse_fair_weights_text(fair_weights)
+    check_changes(changes)
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.configure_queue(queue, **changes)).to_dict()
 
     _print(_with_app(run))

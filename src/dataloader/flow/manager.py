@@ -1,5 +1,5 @@
-"""Pause, resume and list queues — the rules behind `app.pause_queue`/`resume_queue`/`queues`,
-the HTTP API (`/api/v1/queues`) and the CLI (`dataloader queues`).
+"""Pause, resume, limit and list queues — the rules behind `app.pause_queue`/`resume_queue`/
+`configure_queue`/`queues`, the HTTP API (`/api/v1/queues`) and the CLI (`dataloader queues`).
 
 A pause is a row in `dl_queue_flow` (migration 0019). It is enforced by the claim statement itself
 (claim_jobs.sql reads the row in its own snapshot), so it holds on every node from the moment the
@@ -10,16 +10,22 @@ NOTIFYs the queue's workers on every node, as an enqueue does.
 
 Input: a queue name is checked as the job request checks `queue` (1 to 200 characters, not
 blank, no NUL), before anything is written (promise 8): a pause of a name no job could have would
-otherwise leave a row nobody can see a reason for."""
+otherwise leave a row nobody can see a reason for. Limits are checked by model/flow.py's one table
+(`check_changes`, `QueueSettings.merged`) before anything is written.
+
+Limits (0022) live on the same row and are read by the same claim, so a change holds with the same
+bound as a pause. Who wins: a change made at run time (`configure`) is stored as 'runtime' and
+persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JSON) are applied by
+`apply_declared` when a node starts, only to a queue whose limits were not set at run time."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dataloader import metrics
 from dataloader.exceptions import ValidationFailed
-from dataloader.flow.fair_share import check_fair_share, check_fair_weights
-from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow
+from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow, QueueSettings, check_changes
 from dataloader.storage.flow_repository import FlowRepository
 
 
@@ -75,16 +81,19 @@ class FlowManager:
             return await self.repo.resume_task(queue, check_task_name(task))
         return await self.repo.resume(queue)
 
-    async def set_fair_share(self, queue: str, fair_share: Any = None, fair_weights: Any = ...) -> QueueFlow:
-        """Fair share of `queue` on or off (None: unchanged) and its weights (partition_key ->
-        weight; `...`: unchanged, None: every key weighs 1). Everything is checked before anything
-        is written; from the commit on, every claim on every node uses the new order."""
-        check_queue_name(queue)
-        if fair_share is not None:
-            check_fair_share(fair_share)
-        set_weights = fair_weights is not ...
-        weights = check_fair_weights(fair_weights) if set_weights else None
-        return await self.repo.set_fair_share(queue, fair_share, weights, set_weights)
+    async def configure(self, queue: str, changes: Mapping[str, Any]) -> QueueFlow:
+        """Change `queue`'s limits on every node: a partial update (a setting not named is kept; None
+        clears it), checked before anything is written, stored as a runtime setting (it wins over
+        declarations at a node's start). Wakes the queue's workers. Returns the queue's state."""
+        queue = check_queue_name(queue)
+        checked = check_changes(changes)
+        return await self.repo.configure(queue, lambda current: current.merged(checked))
+
+    async def apply_declared(self, declared: Mapping[str, QueueSettings]) -> None:
+        """Apply the limits a node declares (code, settings) at its start, to every queue whose
+        limits were not set at run time."""
+        for queue, settings in declared.items():
+            await self.repo.declare(check_queue_name(queue), settings)
 
     async def list(self) -> list[QueueFlow]:
         """Every queue that is paused or has queued or running jobs, with its current use."""

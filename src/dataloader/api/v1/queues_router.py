@@ -1,6 +1,7 @@
-"""API v1 queues (issue 21, flow control): list every queue's flow state and use, pause and resume
-a queue. Errors have the one shape (`{error, detail}`); a queue name the job request would refuse
-is a 422 `validation_error` and writes nothing. The rules are `dataloader.flow.manager.FlowManager`'s."""
+"""API v1 queues (issue 21, flow control): list every queue's flow state, limits and use, pause and
+resume a queue, change its limits (PATCH). Errors have the one shape (`{error, detail}`); a queue
+name the job request would refuse is a 422 `validation_error` and writes nothing.
+The rules are `dataloader.flow.manager.FlowManager`'s."""
 
 from __future__ import annotations
 
@@ -9,13 +10,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.convertors import Convertor, register_url_convertor
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.flow.manager import FlowManager
-from dataloader.model.flow import QueueFlow
+from dataloader.model.flow import (
+    CONCURRENCY_MAX,
+    LIMIT_NAMES,
+    PERIOD_MAX_SEC,
+    PERIOD_MIN_SEC,
+    RATE_LIMIT_MAX,
+    WEIGHT_MAX,
+    QueueFlow,
+)
 
 
 class QueueNameConvertor(Convertor[str]):
@@ -52,18 +61,55 @@ TaskName = Annotated[str | None, Query(min_length=1, max_length=200,
                                                    "job's `task`); the queue's other tasks are not affected")]
 
 
+_COUNT = f"an integer from 1 to {CONCURRENCY_MAX:,}"
+_RATE = f"starts, an integer from 1 to {RATE_LIMIT_MAX:,}"
+_PERIOD = f"seconds, {PERIOD_MIN_SEC:g} to {PERIOD_MAX_SEC:g}; 1 when a rate is given without one"
+
+
+class QueueSettingsBody(BaseModel):
+    """A partial change of a queue's limits: a field left out is kept, null clears the limit."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    concurrency: int | None = Field(None, description=f"Jobs of the queue running at once on all nodes ({_COUNT})")
+    partition_concurrency: int | None = Field(
+        None, description=f"Jobs running at once per partition_key, all nodes ({_COUNT}; 1 = one at a time)")
+    rate_limit: int | None = Field(None, description=f"Job starts per rate_period_sec, all nodes ({_RATE})")
+    rate_period_sec: float | None = Field(None, description=f"The period rate_limit counts over ({_PERIOD})")
+    partition_rate_limit: int | None = Field(
+        None, description=f"Job starts per partition_rate_period_sec per partition_key ({_RATE})")
+    partition_rate_period_sec: float | None = Field(
+        None, description=f"The period partition_rate_limit counts over ({_PERIOD})")
+    fair_share: bool | None = Field(
+        None, description="Claims go round-robin (or by weight) across the jobs' partition keys instead of "
+                          "strictly by age (null: off)")
+    fair_weights: dict[str, float] | None = Field(
+        None, description=f"partition_key -> weight under fair share, each in (0, {WEIGHT_MAX:g}]; a key not "
+                          "named weighs 1 (null: every key does)")
+
+
 class QueueResponse(BaseModel):
     queue: str
     paused: bool = Field(description="No job of the queue starts on any node while true; enqueue still works")
     paused_at: datetime | None = Field(description="When the current pause began (null when not paused)")
     running: int = Field(description="Jobs of the queue running now, all nodes")
     queued: int = Field(description="Jobs of the queue waiting (queued, runnable or delayed), all nodes")
-    fair_share: bool = Field(False, description="Claims go round-robin (or by weight) across the jobs' "
-                                                "partition keys instead of strictly by age")
-    fair_weights: dict[str, float] | None = Field(None, description="partition_key -> weight under fair share "
-                                                                    "(a key not named weighs 1; null: all weigh 1)")
-    paused_tasks: dict[str, datetime] = Field(default_factory=dict, description="The queue's paused tasks and "
-                                              "when each pause began: none of their jobs starts, the others run")
+    concurrency: int | None = Field(description="At most this many jobs running at once on all nodes (null: no limit)")
+    partition_concurrency: int | None = Field(description="At most this many running per partition_key (null: none)")
+    rate_limit: int | None = Field(description="At most this many starts per rate_period_sec (null: no limit)")
+    rate_period_sec: float | None = Field(description="The rate limit's period in seconds")
+    partition_rate_limit: int | None = Field(description="At most this many starts per period per partition_key")
+    partition_rate_period_sec: float | None = Field(description="The partition rate limit's period in seconds")
+    settings_source: str | None = Field(
+        description="Who set the limits last: runtime (PATCH, CLI, Python; wins) or declared (code, "
+                    "DL_QUEUES_JSON at a node's start); null when never set")
+    fair_share: bool = Field(description="Claims go round-robin (or by weight) across the jobs' partition keys")
+    fair_weights: dict[str, float] | None = Field(description="partition_key -> weight under fair share "
+                                                              "(a key not named weighs 1; null: every key does)")
+    paused_tasks: dict[str, datetime] = Field(description="The queue's paused tasks and when each pause began: "
+                                                          "none of their jobs starts, the queue's other tasks run")
+    held_back: dict[str, int] = Field(
+        description=f"Runnable jobs each limit holds back now, by limit ({', '.join(LIMIT_NAMES)})")
 
 
 class QueueListResponse(BaseModel):
@@ -71,15 +117,14 @@ class QueueListResponse(BaseModel):
 
 
 def _view(flow: QueueFlow) -> QueueResponse:
-    return QueueResponse(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=flow.running,
-                         queued=flow.queued, fair_share=flow.fair_share, fair_weights=flow.fair_weights,
-                         paused_tasks=flow.paused_tasks)
+    return QueueResponse.model_validate({**flow.to_dict(), "paused_at": flow.paused_at,
+                                         "paused_tasks": flow.paused_tasks})
 
 
 @router.get("", response_model=QueueListResponse, summary="Queues: paused or not, and current use",
             responses=error_responses())
 async def list_queues(api: Api) -> QueueListResponse:
-    """Every queue with flow state or live jobs, by name."""
+    """Every queue with flow state (paused, limits) or live jobs, by name."""
     return QueueListResponse(queues=[_view(q) for q in await api.list()])
 
 
@@ -98,3 +143,13 @@ async def resume_queue(queue: QueueName, api: Api, task: TaskName = None) -> Que
     """Wakes the queue's workers on every node at once. Idempotent (a queue never paused is open).
     With `task`, resumes that task of the queue (a paused queue stays paused)."""
     return _view(await api.resume(queue, task))
+
+
+@router.patch("/{queue:dl_queue}", response_model=QueueResponse, summary="Change a queue's limits on every node",
+              responses=error_responses())
+async def configure_queue(queue: QueueName, body: QueueSettingsBody, api: Api) -> QueueResponse:
+    """A partial update of the queue's limits (a field left out is kept, null clears it; an unknown
+    field or a value out of range is a 422 and changes nothing). Stored as a runtime setting, which
+    wins over limits declared in code or DL_QUEUES_JSON, and holds for every claim on every node
+    from this call's answer on. Wakes the queue's workers."""
+    return _view(await api.configure(queue, body.model_dump(exclude_unset=True)))

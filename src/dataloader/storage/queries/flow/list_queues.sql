@@ -1,8 +1,8 @@
--- Every queue with flow state (its own, 0019/0024, or a task's, 0025) or live jobs: paused or not,
--- fair share, its paused tasks, and its current use (running and queued jobs, all nodes). An
--- operator read (GET /api/v1/queues, `dataloader queues list`), not a hot path: the counts come
--- from the partial indexes of queued and running jobs; the flow tables hold a row per queue or
--- task an operator ever configured.
+-- Every queue with flow state (its own row, 0019/0022/0024, or a paused task's, 0025) or live jobs:
+-- paused or not, its limits (0022), fair share (0024), its paused tasks (0025), and its current
+-- use (running and queued jobs, all nodes). An operator read (GET /api/v1/queues, `dataloader
+-- queues list`), not a hot path: the counts come from the partial indexes of queued and running
+-- jobs; the flow tables hold a row per queue or task an operator ever configured.
 -- No parameters.
 WITH use AS (
     SELECT queue,
@@ -19,6 +19,8 @@ WITH use AS (
 SELECT n.queue,
        COALESCE(f.paused, false) AS paused,
        f.paused_at,
+       f.concurrency, f.partition_concurrency, f.rate_limit, f.rate_period_sec, f.partition_rate_limit,
+       f.partition_rate_period_sec, f.settings_source,
        COALESCE(f.fair_share, false) AS fair_share,
        f.fair_weights,
        COALESCE(u.running, 0)::bigint AS running,

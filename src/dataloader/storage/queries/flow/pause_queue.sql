@@ -1,6 +1,6 @@
 -- Pause queue $1: from this statement's commit on, no claim on any node starts a job of it
 -- (claim_jobs.sql leaves paused queues out). Running jobs are not touched; enqueue still works.
--- Idempotent: pausing a paused queue keeps its paused_at. Returns the queue's flow row.
+-- Idempotent: pausing a paused queue keeps its paused_at. Returns the queue's flow row (limits too).
 -- $1 queue.
 INSERT INTO dl_queue_flow AS f (queue, paused, paused_at, updated_at)
 VALUES ($1, true, now(), now())
@@ -8,4 +8,5 @@ ON CONFLICT (queue) DO UPDATE
 SET paused = true,
     paused_at = CASE WHEN f.paused THEN f.paused_at ELSE now() END,
     updated_at = now()
-RETURNING f.queue, f.paused, f.paused_at, f.updated_at, f.fair_share, f.fair_weights;
+RETURNING f.queue, f.paused, f.paused_at, f.updated_at, f.concurrency, f.partition_concurrency, f.rate_limit,
+          f.rate_period_sec, f.partition_rate_limit, f.partition_rate_period_sec, f.settings_source, f.fair_share, f.fair_weights;
