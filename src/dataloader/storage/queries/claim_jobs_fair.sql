@@ -43,6 +43,8 @@ WITH RECURSIVE flow AS (
 ), paused_task AS (
     -- the queue's paused tasks (0025), read once: claim_jobs.sql's rule
     SELECT ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused) AS tasks
+    -- (compared with `task || ''`, as in claim_jobs.sql: a queue of one task had its walk costed
+    -- as a read of every row, and a tenant's head was read by a bitmap scan and a sort)
 ), tenant AS (
     (SELECT q.partition_key FROM dl_jobs q
      WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND EXISTS (SELECT 1 FROM flow)
@@ -69,16 +71,21 @@ WITH RECURSIVE flow AS (
     FROM weighted w
     LEFT JOIN dl_queue_partitions s ON s.queue = $1 AND s.partition_key = w.partition_key
     CROSS JOIN LATERAL (
-        SELECT q.job_id, q.priority, q.available_at, q.created_at
-        FROM dl_jobs q
-        WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key = w.partition_key
-          AND q.available_at <= now()
-          AND q.task <> ALL ((SELECT pt.tasks FROM paused_task pt)::text[])
-          AND NOT EXISTS (
-              SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
-              ORDER BY r.lock_key, r.status OFFSET 0
-          )
-        ORDER BY q.priority, q.available_at, q.created_at
+        -- the inner LIMIT is a constant so every plan (a generic one too) walks ix_dl_jobs_fair in
+        -- order and stops; the outer one, the tenant's cap, stops it sooner (Limit pulls lazily)
+        SELECT x.* FROM (
+            SELECT q.job_id, q.priority, q.available_at, q.created_at
+            FROM dl_jobs q
+            WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key = w.partition_key
+              AND q.available_at <= now()
+              AND q.task || '' <> ALL ((SELECT pt.tasks FROM paused_task pt)::text[])
+              AND NOT EXISTS (
+                  SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+                  ORDER BY r.lock_key, r.status OFFSET 0
+              )
+            ORDER BY q.priority, q.available_at, q.created_at
+            LIMIT 4 * {limit}
+        ) x
         LIMIT LEAST(4 * {limit}, ceil(4.0 * {limit} / w.tenants * GREATEST(w.weight, 1.0)))::int
     ) h
 ), pick AS MATERIALIZED (
