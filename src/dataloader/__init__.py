@@ -56,7 +56,7 @@ from dataloader.exceptions import (
 from dataloader.jobs.manager import JobRequest
 from dataloader.jobs.search import SearchPage
 from dataloader.model.chain import Stage, Then
-from dataloader.model.flow import QueueFlow, QueueSettings
+from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettings
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import Operation
@@ -140,6 +140,7 @@ __all__ = [
     "ProcessWrongStatus",
     "Queue",
     "QueueFlow",
+    "QueueScaling",
     "QueueSettings",
     "RestartConflict",
     "RestartNotPossible",

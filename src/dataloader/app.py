@@ -36,7 +36,7 @@ from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
 from dataloader.logger import ensure_visible
-from dataloader.model.flow import QueueFlow, QueueSettingsChanges
+from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
@@ -486,6 +486,12 @@ class App:
         clears it. Runtime settings win over declared ones (`Queue(limits=...)`, DL_QUEUES_JSON) and
         persist. Holds for every claim that starts after this call returns."""
         return await self.flow.configure(queue, changes)
+
+    async def queue_scaling(self, queue: str, *, target_sec: float = 60.0) -> QueueScaling:
+        """The autoscaling signal of `queue` (docs/flow-control.md "Autoscaling"): the job slots it
+        wants on all nodes now, from its backlog, its oldest job's age, its recent throughput, its
+        pause and its concurrency limit, to drain the backlog within `target_sec`; with the inputs."""
+        return (await self.flow.scaling(queue, target_sec))[0]
 
     async def queues(self) -> list[QueueFlow]:
         """Every queue that is paused, has limits, or has queued or running jobs: its flow state,

@@ -222,3 +222,9 @@ TASK_PAUSED = Gauge(
     "1 while one task of a queue is paused (flow control, all nodes; read at scrape time), 0 once resumed",
     ["queue", "task"],
 )
+QUEUE_DESIRED_WORKERS = Gauge(
+    "dl_queue_desired_workers",
+    "Job slots a queue wants on all nodes now (backlog, oldest job's age, recent throughput, pause and "
+    "concurrency cap; read at scrape time, the same on every node): the autoscaling signal",
+    ["queue"],
+)

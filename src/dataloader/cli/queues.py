@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from dataloader.app import App
 
 queues_app = typer.Typer(help="Queues: list (paused, limits, fair share, paused tasks, current use), pause, "
-                              "resume (a queue or one task), set limits and fair share.",
+                              "resume (a queue or one task), set limits and fair share, scaling.",
                          no_args_is_help=True)
 
 
@@ -105,5 +105,19 @@ def queues_set(
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.configure_queue(queue, **changes)).to_dict()
+
+    _print(_with_app(run))
+
+
+@queues_app.command("scaling")
+def queues_scaling(queue: str, target_sec: Annotated[float, typer.Option(
+        help="Drain the backlog within this many seconds")] = 60.0) -> None:
+    """The autoscaling signal of a queue: the job slots it wants on all nodes now, and why."""
+    from dataloader.flow.manager import check_queue_name
+
+    check_queue_name(queue)
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.queue_scaling(queue, target_sec=target_sec)).to_dict()
 
     _print(_with_app(run))

@@ -20,12 +20,15 @@ persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JS
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from dataloader import metrics
 from dataloader.exceptions import ValidationFailed
-from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow, QueueSettings, check_changes
+from dataloader.flow.scaling import DEFAULT_TARGET_SEC, desired_workers
+from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow, QueueScaling, QueueSettings, check_changes
 from dataloader.storage.flow_repository import FlowRepository
 
 
@@ -43,6 +46,12 @@ def check_queue_name(queue: object) -> str:
     if problem is not None:
         raise ValidationFailed(f"queue: {problem}", [{"loc": ["queue"], "msg": problem, "type": "value_error"}])
     return queue  # type: ignore[return-value]
+
+
+# Finishes counted for the throughput (a minute: long enough to smooth a burst, short enough to
+# follow a change of load within a KEDA polling interval or two).
+SCALING_WINDOW_SEC = 60.0
+TARGET_MAX_SEC = 86_400.0
 
 
 def check_task_name(task: object) -> str:
@@ -96,8 +105,27 @@ class FlowManager:
             await self.repo.declare(check_queue_name(queue), settings)
 
     async def list(self) -> list[QueueFlow]:
-        """Every queue that is paused or has queued or running jobs, with its current use."""
-        return await self.repo.list()
+        """Every queue that is paused, configured, or has queued or running jobs, with its current
+        use and its autoscaling signal (`desired_workers`, the default target)."""
+        flows = await self.repo.list()
+        desired = {s.queue: s.desired_workers for s in await self.scaling()}
+        return [replace(f, desired_workers=desired.get(f.queue, f.running)) for f in flows]
+
+    async def scaling(self, queue: str | None = None, target_sec: float = DEFAULT_TARGET_SEC) -> list[QueueScaling]:
+        """The autoscaling signal (flow/scaling.py) of `queue`, or of every queue with live jobs or
+        flow state: the job slots each wants on all nodes now, and why."""
+        if queue is not None:
+            check_queue_name(queue)
+        if isinstance(target_sec, bool) or not isinstance(target_sec, int | float) or not math.isfinite(target_sec) \
+                or not 1 <= target_sec <= TARGET_MAX_SEC:
+            raise ValidationFailed(f"target_sec: must be a number of seconds from 1 to {TARGET_MAX_SEC:g}",
+                                   [{"loc": ["target_sec"], "msg": f"must be from 1 to {TARGET_MAX_SEC:g}",
+                                     "type": "value_error"}])
+        rows = await self.repo.scaling_inputs(queue, SCALING_WINDOW_SEC)
+        return [desired_workers(queue=r["queue"], runnable=r["runnable"], running=r["running"],
+                                oldest_age_sec=r["oldest_age_sec"], finished_recently=r["finished_recently"],
+                                window_sec=SCALING_WINDOW_SEC, paused=r["paused"], concurrency=r["concurrency"],
+                                target_sec=float(target_sec)) for r in rows]
 
     async def refresh_metrics(self) -> None:
         """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed."""
@@ -105,6 +133,9 @@ class FlowManager:
         metrics.QUEUE_PAUSED.clear()
         for queue, paused in states.items():
             metrics.QUEUE_PAUSED.labels(queue).set(1 if paused else 0)
+        metrics.QUEUE_DESIRED_WORKERS.clear()
+        for scaling in await self.scaling():
+            metrics.QUEUE_DESIRED_WORKERS.labels(scaling.queue).set(scaling.desired_workers)
         tasks = await self.repo.paused_tasks()
         metrics.TASK_PAUSED.clear()
         for (queue, task), (paused, _) in tasks.items():

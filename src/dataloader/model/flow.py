@@ -296,6 +296,8 @@ class QueueFlow:
     held_back: dict[str, int] = field(default_factory=dict)
     # the queue's paused tasks (0025) and since when: nothing of them starts, its other tasks run
     paused_tasks: dict[str, datetime] = field(default_factory=dict)
+    # the autoscaling signal (flow/scaling.py): job slots the queue wants on all nodes (None: not read)
+    desired_workers: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"queue": self.queue, "paused": self.paused,
@@ -303,4 +305,29 @@ class QueueFlow:
                 "running": self.running, "queued": self.queued, **self.settings.to_dict(),
                 "settings_source": self.settings_source,
                 "held_back": {name: self.held_back.get(name, 0) for name in LIMIT_NAMES},
-                "paused_tasks": {task: iso(at) for task, at in self.paused_tasks.items()}}
+                "paused_tasks": {task: iso(at) for task, at in self.paused_tasks.items()},
+                "desired_workers": self.desired_workers}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueScaling:
+    """The autoscaling signal of a queue (flow/scaling.py): the job slots it wants on all nodes
+    (`desired_workers`), the rule that decided, and the inputs it was computed from."""
+
+    queue: str
+    desired_workers: int
+    reason: str
+    runnable: int = 0  # queued jobs that could start now (due, not parked)
+    running: int = 0
+    oldest_age_sec: float = 0.0  # how long the oldest runnable job has been waiting
+    throughput_per_sec: float = 0.0  # jobs finished per second over the recent window
+    paused: bool = False
+    concurrency: int | None = None  # the queue's global concurrency limit, the cap
+    target_sec: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "desired_workers": self.desired_workers, "reason": self.reason,
+                "runnable": self.runnable, "running": self.running,
+                "oldest_age_sec": round(self.oldest_age_sec, 3),
+                "throughput_per_sec": round(self.throughput_per_sec, 3), "paused": self.paused,
+                "concurrency": self.concurrency, "target_sec": self.target_sec}

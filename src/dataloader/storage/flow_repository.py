@@ -85,3 +85,7 @@ class FlowRepository:
         """Every task with flow state (0025): (queue, task) -> (paused, paused_at)."""
         return {(r["queue"], r["task"]): (r["paused"], r["paused_at"])
                 for r in await self.pool.fetch(sql("flow/paused_tasks"))}
+
+    async def scaling_inputs(self, queue: str | None, window_sec: float) -> list[asyncpg.Record]:
+        """The autoscaling signal's inputs (flow/scaling_inputs.sql), for `queue` or every queue."""
+        return await self.pool.fetch(sql("flow/scaling_inputs"), queue, window_sec)

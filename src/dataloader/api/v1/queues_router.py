@@ -108,6 +108,8 @@ class QueueResponse(BaseModel):
                                                               "(a key not named weighs 1; null: every key does)")
     paused_tasks: dict[str, datetime] = Field(description="The queue's paused tasks and when each pause began: "
                                                           "none of their jobs starts, the queue's other tasks run")
+    desired_workers: int | None = Field(description="The autoscaling signal: job slots the queue wants on all "
+                                                    "nodes now (see GET /api/v1/queues/{queue}/scaling)")
     held_back: dict[str, int] = Field(
         description=f"Runnable jobs each limit holds back now, by limit ({', '.join(LIMIT_NAMES)})")
 
@@ -143,6 +145,29 @@ async def resume_queue(queue: QueueName, api: Api, task: TaskName = None) -> Que
     """Wakes the queue's workers on every node at once. Idempotent (a queue never paused is open).
     With `task`, resumes that task of the queue (a paused queue stays paused)."""
     return _view(await api.resume(queue, task))
+
+
+class ScalingResponse(BaseModel):
+    queue: str
+    desired_workers: int = Field(description="Job slots the queue wants on all nodes now: divide by one node's "
+                                             "concurrency for a replica count (KEDA does, with a prometheus trigger)")
+    reason: str = Field(description="The rule that decided (docs/flow-control.md \"Autoscaling\")")
+    runnable: int = Field(description="Queued jobs that could start now (due, not parked behind a running key)")
+    running: int = Field(description="Jobs of the queue running now, all nodes")
+    oldest_age_sec: float = Field(description="How long the oldest runnable job has been waiting")
+    throughput_per_sec: float = Field(description="Jobs of the queue finished per second over the last minute")
+    paused: bool = Field(description="A paused queue wants only the slots of what still runs")
+    concurrency: int | None = Field(description="The queue's global concurrency limit: the cap (null: none)")
+    target_sec: float = Field(description="The backlog is to be drained within this many seconds")
+
+
+@router.get("/{queue:dl_queue}/scaling", response_model=ScalingResponse,
+            summary="The autoscaling signal of a queue: how many job slots it wants", responses=error_responses())
+async def queue_scaling(queue: QueueName, api: Api,
+                        target_sec: Annotated[float, Query(ge=1, le=86400, description="Drain the backlog within "
+                                                           "this many seconds")] = 60.0) -> ScalingResponse:
+    """Computed from the database on every call, so every node answers the same."""
+    return ScalingResponse.model_validate((await api.scaling(queue, target_sec))[0].to_dict())
 
 
 @router.patch("/{queue:dl_queue}", response_model=QueueResponse, summary="Change a queue's limits on every node",

@@ -1,0 +1,37 @@
+-- The inputs of the autoscaling signal (flow/scaling.py) per queue: runnable queued jobs (due, not
+-- parked), running jobs, how long the oldest runnable one has waited, jobs finished in the last
+-- $2 seconds, the pause and the global concurrency limit. For queue $1, or for every queue with live
+-- jobs or flow state when $1 is NULL (the dl_queue_desired_workers metric, read at scrape time).
+-- An operator read: the live counts come from the partial indexes of queued and running jobs; the
+-- recent finishes from ix_dl_jobs_finished (queue, status, finished_at), one range per queue and
+-- finished status (never a walk of the finished history, which retention may keep for months).
+-- The age is a float8 difference of epochs, so an extreme stored time gives Infinity, not an
+-- "interval out of range" error (the function reads it as 0).
+-- $1 queue (NULL: all), $2 window in seconds.
+WITH live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'queued' AND available_at <= now() AND NOT key_parked) AS runnable,
+           date_part('epoch', now()) - date_part('epoch', min(available_at)
+               FILTER (WHERE status = 'queued' AND available_at <= now() AND NOT key_parked)) AS oldest_age_sec
+    FROM dl_jobs
+    WHERE status IN ('queued', 'running') AND ($1::text IS NULL OR queue = $1::text)
+    GROUP BY queue
+), named AS (
+    SELECT queue FROM live
+    UNION SELECT queue FROM dl_queue_flow WHERE $1::text IS NULL OR queue = $1::text
+    UNION SELECT $1::text WHERE $1::text IS NOT NULL
+)
+SELECT n.queue,
+       COALESCE(l.runnable, 0)::bigint AS runnable,
+       COALESCE(l.running, 0)::bigint AS running,
+       l.oldest_age_sec::float8 AS oldest_age_sec,
+       (SELECT count(*) FROM dl_jobs d
+        WHERE d.queue = n.queue AND d.status IN ('succeeded', 'failed', 'canceled', 'lost')
+          AND d.finished_at > now() - make_interval(secs => $2::float8))::bigint AS finished_recently,
+       COALESCE(f.paused, false) AS paused,
+       f.concurrency
+FROM named n
+LEFT JOIN live l ON l.queue = n.queue
+LEFT JOIN dl_queue_flow f ON f.queue = n.queue
+ORDER BY n.queue;
