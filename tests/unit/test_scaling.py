@@ -35,7 +35,8 @@ def test_without_throughput_the_busy_slots_double():
 
 
 def test_a_late_backlog_multiplies_the_extra_slots_at_most_fourfold():
-    assert want(runnable=600, running=4, finished_recently=240, oldest_age_sec=120) == (24, "backlog / throughput, late")
+    assert want(runnable=600, running=4, finished_recently=240, oldest_age_sec=120) == (
+        24, "backlog / throughput, late")
     assert want(runnable=10_000, running=4, finished_recently=240, oldest_age_sec=1e9)[0] == 4 + 167 * 4
 
 
