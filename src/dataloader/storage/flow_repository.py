@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.model.flow import QueueFlow, QueueSettings
+from dataloader.model.flow import QueueFlow, QueueSettings, held_back
 from dataloader.storage.queries import sql
 
 
@@ -55,12 +55,28 @@ class FlowRepository:
     async def _with_use(self, flow: QueueFlow) -> QueueFlow:
         """The state a change left the queue in, with its current use (read after the change)."""
         use = await self.pool.fetchrow(sql("flow/queue_use"), flow.queue)
-        return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
-                         queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source)
+        return await self._with_held_back(QueueFlow(
+            queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
+            queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source))
+
+    async def _with_held_back(self, flow: QueueFlow) -> QueueFlow:
+        """`flow` with what each of its limits holds back now (a queue with no limit: nothing)."""
+        if not flow.settings.limited:
+            return flow
+        use = await self.limit_use(flow.queue)
+        return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=flow.running,
+                         queued=flow.queued, settings=flow.settings, settings_source=flow.settings_source,
+                         held_back=held_back(flow.settings, **use))
+
+    async def limit_use(self, queue: str) -> dict[str, int]:
+        """The current use of a queue's limits (flow/limit_use.sql), as held_back's keywords."""
+        row = await self.pool.fetchrow(sql("flow/limit_use"), queue)
+        return {k: row[k] for k in ("running", "runnable", "starts", "partition_concurrency_held",
+                                    "partition_rate_held")}
 
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
-        return [_flow(r, r["running"], r["queued"]) for r in rows]
+        return [await self._with_held_back(_flow(r, r["running"], r["queued"])) for r in rows]
 
     async def paused_states(self) -> dict[str, bool]:
         """Every queue with flow state: paused or not."""

@@ -162,12 +162,16 @@ class QueueWorker:
         self._claimed = []
         flush, beat = bool(self.completer), self.heartbeats.due()
         claim = self._want_claim() or (flush and self._hands_over_a_parked_key())
+        frees_slots = flush and self._finishes_free_global_slots()
         if flush + beat + claim > 1:
             async with conn.transaction():
                 await self._step_parts(conn, flush, beat, claim)
         else:
             await self._step_parts(conn, flush, beat, claim)
         self.completer.resolve()
+        if frees_slots:
+            # Workers on other nodes that found the queue at its global limit sleep until a hint.
+            await QueueConnection(conn).wake_queue(self.queue)
         claimed, self._claimed = self._claimed, []
         for job in claimed:
             self._start(job)
@@ -203,6 +207,12 @@ class QueueWorker:
         return (self._claiming and self._busy_slots() < self.concurrency
                 and not self._holds_parked.isdisjoint(self.completer.pending_job_ids()))
 
+    def _finishes_free_global_slots(self) -> bool:
+        """A finish about to be written ends a job of a queue with a global concurrency limit (as
+        its claim saw the queue): it frees a slot another node's worker may be waiting for."""
+        return any(attempt.job.frees_on_finish for job_id in self.completer.pending_job_ids()
+                   if (attempt := self.running.get(job_id)) is not None)
+
     def _want_claim(self) -> bool:
         return (self._claiming and self._busy_slots() < self.concurrency
                 and self._work_generation != self._settled_generation)
@@ -216,11 +226,16 @@ class QueueWorker:
         started = time.perf_counter()
         batch = await queue_conn.claim(self.queue, self.env.worker_name, want)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        if batch.candidates < want:
-            # The queue had no more runnable jobs than these: sleep until a new hint. (Skipped
-            # candidates do not count as settled work: a full batch with skips claims again.)
+        held = batch.held
+        for candidate in held:
+            metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
+        if batch.candidates < want or held:
+            # The queue had no more runnable jobs than these, or a queue limit holds the rest back:
+            # sleep until a new hint (an enqueue, a finish that frees a global slot, a limit
+            # changed) or until a delayed job is due or a rate window opens. (Skipped candidates do
+            # not count as settled work otherwise: a full batch with skips claims again.)
             self._settled_generation = generation
-            if not batch.candidates:
+            if not batch.candidates or held:
                 due_in = await queue_conn.next_due_in(self.queue)
                 if due_in is not None:
                     self.timer.schedule_in(due_in)
@@ -238,6 +253,8 @@ class QueueWorker:
             else:
                 self._reentrant.append(job)
         for candidate in batch.skipped:
+            if candidate.held is not None:
+                continue  # left queued and untouched; counted above
             if candidate.lock_busy:
                 self._busy.append(candidate)
             else:
