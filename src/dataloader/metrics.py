@@ -228,3 +228,25 @@ QUEUE_DESIRED_WORKERS = Gauge(
     "concurrency cap; read at scrape time, the same on every node): the autoscaling signal",
     ["queue"],
 )
+FLOW_HELD_BACK = Counter(
+    "dl_flow_held_back_total",
+    "Claim candidates a queue limit held back (flow control: concurrency, partition_concurrency, rate, "
+    "partition_rate), counted by the worker that claimed; a queue at its limit is not walked at all",
+    ["queue", "limit"],
+)
+FLOW_HELD_BACK_NOW = Gauge(
+    "dl_flow_held_back_jobs",
+    "Runnable jobs each queue limit holds back now, all nodes (read at scrape time)",
+    ["queue", "limit"],
+)
+FLOW_LIMIT = Gauge(
+    "dl_flow_limit",
+    "A queue's limit across every node: concurrency (running jobs) or rate (starts per its period), "
+    "read at scrape time",
+    ["queue", "limit"],
+)
+FLOW_IN_USE = Gauge(
+    "dl_flow_in_use",
+    "Jobs of a queue with a concurrency limit running now, all nodes (read at scrape time)",
+    ["queue", "limit"],
+)

@@ -140,3 +140,22 @@ class FlowManager:
         metrics.TASK_PAUSED.clear()
         for (queue, task), (paused, _) in tasks.items():
             metrics.TASK_PAUSED.labels(queue, task).set(1 if paused else 0)
+        await self.refresh_limit_metrics()
+
+    async def refresh_limit_metrics(self) -> None:
+        """Set dl_flow_limit, dl_flow_in_use and dl_flow_held_back from the database, for every
+        queue with a limit (a queue whose limits were cleared drops out)."""
+        gauges = (metrics.FLOW_LIMIT, metrics.FLOW_IN_USE, metrics.FLOW_HELD_BACK_NOW)
+        limited = [q for q in await self.repo.list() if q.settings.limited]
+        for gauge in gauges:
+            gauge.clear()
+        for flow in limited:
+            s = flow.settings
+            for name, limit in (("concurrency", s.concurrency), ("partition_concurrency", s.partition_concurrency),
+                                ("rate", s.rate_limit), ("partition_rate", s.partition_rate_limit)):
+                if limit is None:
+                    continue
+                metrics.FLOW_LIMIT.labels(flow.queue, name).set(limit)
+                metrics.FLOW_HELD_BACK_NOW.labels(flow.queue, name).set(flow.held_back.get(name, 0))
+            if s.concurrency is not None:
+                metrics.FLOW_IN_USE.labels(flow.queue, "concurrency").set(flow.running)

@@ -278,6 +278,21 @@ def settings_from_declaration(declared: Mapping[str, object], where: str = "limi
     return QueueSettings().merged(check_changes(changes))
 
 
+def held_back(settings: QueueSettings, *, running: int, runnable: int, starts: int,
+              partition_concurrency_held: int = 0, partition_rate_held: int = 0) -> dict[str, int]:
+    """How many runnable jobs each limit holds back now, each limit on its own (a job two limits hold
+    back counts under both): a queue limit holds back the runnable jobs beyond the slots (or the
+    window's starts) it leaves; a partition limit, those beyond what each key's limit leaves (the
+    database sums them per key). A limit that is not set holds back nothing."""
+    def beyond(limit: int | None, used: int) -> int:
+        return 0 if limit is None else max(0, runnable - max(0, limit - used))
+
+    return {"concurrency": beyond(settings.concurrency, running),
+            "partition_concurrency": partition_concurrency_held if settings.partition_concurrency else 0,
+            "rate": beyond(settings.rate_limit, starts),
+            "partition_rate": partition_rate_held if settings.partition_rate_limit else 0}
+
+
 @dataclass(frozen=True, slots=True)
 class QueueFlow:
     """One queue: paused or not, since when, its limits (and whether they were set at run time or

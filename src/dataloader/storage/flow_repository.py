@@ -4,11 +4,12 @@ that enforce a pause and the limits are not here: they are in the claim (claim_j
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
 
-from dataloader.model.flow import QueueFlow, QueueSettings
+from dataloader.model.flow import QueueFlow, QueueSettings, held_back
 from dataloader.storage.queries import sql
 
 
@@ -59,10 +60,10 @@ class FlowRepository:
         """The state a change left the queue in, with its current use (read after the change)."""
         use = await self.pool.fetchrow(sql("flow/queue_use"), flow.queue)
         tasks = await self.paused_tasks()
-        return QueueFlow(queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
-                         queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source,
-                         paused_tasks={task: at for (q, task), (paused, at) in tasks.items()
-                                       if q == flow.queue and paused})
+        return await self._with_held_back(QueueFlow(
+            queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
+            queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source,
+            paused_tasks={task: at for (q, task), (paused, at) in tasks.items() if q == flow.queue and paused}))
 
     async def pause_task(self, queue: str, task: str) -> QueueFlow:
         await self.pool.fetchrow(sql("flow/pause_task"), queue, task)
@@ -72,9 +73,23 @@ class FlowRepository:
         await self.pool.fetchrow(sql("flow/resume_task"), queue, task)
         return await self.get(queue)
 
+    async def _with_held_back(self, flow: QueueFlow) -> QueueFlow:
+        """`flow` with what each of its limits holds back now (a queue with no limit: nothing)."""
+        if not flow.settings.limited:
+            return flow
+        use = await self.limit_use(flow.queue)
+        return replace(flow, held_back=held_back(flow.settings, **use))
+
+    async def limit_use(self, queue: str) -> dict[str, int]:
+        """The current use of a queue's limits (flow/limit_use.sql), as held_back's keywords."""
+        row = await self.pool.fetchrow(sql("flow/limit_use"), queue)
+        return {k: row[k] for k in ("running", "runnable", "starts", "partition_concurrency_held",
+                                    "partition_rate_held")}
+
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
-        return [_flow(r, r["running"], r["queued"], dict(zip(r["paused_tasks"], r["tasks_paused_at"], strict=True)))
+        return [await self._with_held_back(_flow(r, r["running"], r["queued"],
+                                                 dict(zip(r["paused_tasks"], r["tasks_paused_at"], strict=True))))
                 for r in rows]
 
     async def paused_states(self) -> dict[str, bool]:

@@ -48,6 +48,9 @@ class ClaimedJob:
     key_parked_behind: bool = False
     traceparent: str | None = None  # the enqueuing caller's span, W3C (0020; None: not traced)
     previous_span: str | None = None  # the span of its last traced attempt (0021; None: none)
+    # its queue has a global concurrency limit (0022): its finish frees a slot another node may be
+    # waiting for, so the worker wakes the queue's workers after writing it
+    frees_on_finish: bool = False
 
     @property
     def attempts_left(self) -> int:
@@ -72,6 +75,9 @@ class SkippedCandidate:
     lock_key: str
     lock_hash: int
     lock_busy: bool
+    # the queue limit that held it back (dl_flow_gate, 0023: 'concurrency', 'rate',
+    # 'partition_concurrency', 'partition_rate'); None: it was not held back by a limit
+    held: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,11 @@ class ClaimBatch:
     @property
     def candidates(self) -> int:
         return len(self.claimed) + len(self.skipped)
+
+    @property
+    def held(self) -> list[SkippedCandidate]:
+        """Candidates a queue limit held back (they may start once a slot frees or a window opens)."""
+        return [s for s in self.skipped if s.held is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,12 +182,12 @@ class QueueConnection:
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                     timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
                     key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
-                    previous_span=r["attempt_span"],
+                    previous_span=r["attempt_span"], frees_on_finish=r["frees_on_finish"],
                 ))
             else:
                 skipped.append(SkippedCandidate(
                     job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
-                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"],
+                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"], held=r["held"],
                 ))
         return ClaimBatch(claimed, skipped)
 
@@ -201,15 +212,20 @@ class QueueConnection:
         return await self.conn.fetchval(in_epoch(sql("unlock_key")), lock_key)
 
     async def next_due_in(self, queue: str) -> float | None:
-        """Seconds until the next delayed job of the queue is due (None: nothing delayed)."""
+        """Seconds until the next delayed job of the queue is due, or a rate limit's window opens
+        for its runnable jobs (None: nothing delayed)."""
         return (await self.after_empty_claim(queue))[0]
 
     async def after_empty_claim(self, queue: str) -> tuple[float | None, bool]:
-        """After a claim that found nothing: (seconds until the next delayed job is due, None:
-        nothing delayed; whether the queue wants the fair claim now)."""
+        """After a claim that found nothing or was held back by a limit: (`next_due_in`; whether
+        the queue wants the fair claim now)."""
         row = await self.conn.fetchrow(in_epoch(sql("next_due_in")), queue)
         assert row is not None
         return row["due_in"], row["fair"]
+
+    async def wake_queue(self, queue: str) -> None:
+        """Wake the queue's workers on every node: a finish freed a slot of its global limit."""
+        await self.conn.execute(in_epoch(sql("flow/wake_queue")), queue)
 
     async def heartbeat(self, attempts: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, bool]:
         """Extend leases. Returns cancel_requested per attempt still held; fenced ones are absent."""

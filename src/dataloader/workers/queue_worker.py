@@ -165,12 +165,16 @@ class QueueWorker:
         self._claimed = []
         flush, beat = bool(self.completer), self.heartbeats.due()
         claim = self._want_claim() or (flush and self._hands_over_a_parked_key())
+        frees_slots = flush and self._finishes_free_global_slots()
         if flush + beat + claim > 1:
             async with conn.transaction():
                 await self._step_parts(conn, flush, beat, claim)
         else:
             await self._step_parts(conn, flush, beat, claim)
         self.completer.resolve()
+        if frees_slots:
+            # Workers on other nodes that found the queue at its global limit sleep until a hint.
+            await QueueConnection(conn).wake_queue(self.queue)
         claimed, self._claimed = self._claimed, []
         for job in claimed:
             self._start(job)
@@ -206,6 +210,12 @@ class QueueWorker:
         return (self._claiming and self._busy_slots() < self.concurrency
                 and not self._holds_parked.isdisjoint(self.completer.pending_job_ids()))
 
+    def _finishes_free_global_slots(self) -> bool:
+        """A finish about to be written ends a job of a queue with a global concurrency limit (as
+        its claim saw the queue): it frees a slot another node's worker may be waiting for."""
+        return any(attempt.job.frees_on_finish for job_id in self.completer.pending_job_ids()
+                   if (attempt := self.running.get(job_id)) is not None)
+
     def _want_claim(self) -> bool:
         return (self._claiming and self._busy_slots() < self.concurrency
                 and self._work_generation != self._settled_generation)
@@ -219,12 +229,17 @@ class QueueWorker:
         started = time.perf_counter()
         batch = await queue_conn.claim(self.queue, self.env.worker_name, want, self._fair)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
-        # The queue had no more runnable jobs than these: sleep until a new hint. (Skipped
-        # candidates do not count as settled work: a full batch with skips claims again.) The fair
-        # claim reads a bounded number of each tenant's jobs, so only an empty one settles.
-        if batch.candidates < want and not (self._fair and batch.candidates):
+        held = batch.held
+        for candidate in held:
+            metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
+        # The queue had no more runnable jobs than these, or a queue limit holds the rest back:
+        # sleep until a new hint (an enqueue, a finish that frees a global slot, a limit changed)
+        # or until a delayed job is due or a rate window opens. (Skipped candidates do not count as
+        # settled work otherwise: a full batch with skips claims again.) The fair claim reads a
+        # bounded number of each tenant's jobs, so only an empty one settles it.
+        if (batch.candidates < want and not (self._fair and batch.candidates)) or held:
             settled = True
-            if not batch.candidates:
+            if not batch.candidates or held:
                 due_in, fair = await queue_conn.after_empty_claim(self.queue)
                 if fair != self._fair:
                     # fair share was switched on or off: claim again at once with the other statement
@@ -247,6 +262,8 @@ class QueueWorker:
             else:
                 self._reentrant.append(job)
         for candidate in batch.skipped:
+            if candidate.held is not None:
+                continue  # left queued and untouched; counted above
             if candidate.lock_busy:
                 self._busy.append(candidate)
             else:

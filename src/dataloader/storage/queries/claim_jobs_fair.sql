@@ -2,7 +2,9 @@
 -- claim_jobs.sql with another order. Up to {limit} runnable jobs of queue $1 for worker $2, taken
 -- round-robin (or by weight) across the queue's partition keys instead of strictly by age, so one
 -- tenant's backlog does not hold back the first job of every other. Every other rule is the
--- default claim's, written the same way: pause (of the queue and of a task), lock_key (no candidate whose key runs, one lock
+-- default claim's, written the same way: pause (of the queue and of a task), the queue's limits
+-- (0022/0023: the same reading of its row, partition keys at their limit passed over, the same
+-- dl_flow_gate verdicts on the candidates in this claim's order), lock_key (no candidate whose key runs, one lock
 -- request per key, pg_try_advisory_lock on this connection), parked jobs, the attempt and lease,
 -- the 'picked' journal rows, and the same result columns (queue_connection.py reads both alike).
 --
@@ -36,8 +38,31 @@
 --   when both served a tenant.
 --
 -- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
-WITH RECURSIVE flow AS (
-    SELECT f.fair_weights AS weights
+WITH RECURSIVE flow AS MATERIALIZED (
+    -- claim_jobs.sql's reading of the queue's row (pause, limits: the same expressions), for a fair
+    -- queue only, with its weights
+    SELECT f.fair_weights AS weights,
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
+               OR f.partition_rate_limit IS NOT NULL AS limited,
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL AS frees_on_finish,
+           COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
+                        (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
+                    END, false)
+           OR COALESCE(CASE WHEN f.rate_limit IS NOT NULL THEN
+                        (SELECT count(*) FROM dl_flow_starts s
+                         WHERE s.queue = $1 AND s.started_at <= now()
+                           AND s.started_at > now() - make_interval(secs => f.rate_period_sec)) >= f.rate_limit
+                    END, false) AS full,
+           CASE WHEN f.partition_concurrency IS NOT NULL OR f.partition_rate_limit IS NOT NULL THEN ARRAY(
+               SELECT r.partition_key FROM dl_jobs r
+               WHERE r.queue = $1 AND r.status = 'running' AND f.partition_concurrency IS NOT NULL
+               GROUP BY r.partition_key HAVING count(*) >= f.partition_concurrency
+               UNION
+               SELECT s.partition_key FROM dl_flow_starts s
+               WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= now()
+                 AND s.started_at > now() - make_interval(secs => f.partition_rate_period_sec)
+               GROUP BY s.partition_key HAVING count(*) >= f.partition_rate_limit)
+           END AS full_partitions
     FROM dl_queue_flow f
     WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
 ), paused_task AS (
@@ -47,7 +72,7 @@ WITH RECURSIVE flow AS (
     -- as a read of every row, and a tenant's head was read by a bitmap scan and a sort)
 ), tenant AS (
     (SELECT q.partition_key FROM dl_jobs q
-     WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND EXISTS (SELECT 1 FROM flow)
+     WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND EXISTS (SELECT 1 FROM flow fl WHERE NOT fl.full)
      ORDER BY q.partition_key LIMIT 1)
     UNION ALL
     SELECT (SELECT q.partition_key FROM dl_jobs q
@@ -62,7 +87,9 @@ WITH RECURSIVE flow AS (
                      AND (fl.weights ->> t.partition_key)::numeric <= 1000000
                 THEN (fl.weights ->> t.partition_key)::float8 ELSE 1.0 END AS weight
     FROM tenant t CROSS JOIN flow fl
-    WHERE t.partition_key IS NOT NULL
+    -- a partition key at its own limit is passed over (the gate below decides; this only keeps its
+    -- backlog out of the batch)
+    WHERE t.partition_key IS NOT NULL AND t.partition_key <> ALL (COALESCE(fl.full_partitions, '{}'::text[]))
 ), weighted AS (
     SELECT w.partition_key, w.weight, sum(w.weight) OVER () AS total_weight FROM weighed w
 ), ordered AS MATERIALIZED (
@@ -114,12 +141,23 @@ WITH RECURSIVE flow AS (
     LIMIT {limit}
     FOR UPDATE OF q SKIP LOCKED
 ), ranked AS (
-    SELECT c.*, row_number() OVER (PARTITION BY c.lock_key ORDER BY c.ord) AS key_rank
+    SELECT c.*, row_number() OVER (PARTITION BY c.lock_key ORDER BY c.ord) AS key_rank,
+           row_number() OVER (ORDER BY c.ord) AS pos
     FROM candidate c
+), gate AS MATERIALIZED (
+    -- claim_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
+    SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
+                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos)
+           ) AS verdicts
+    FROM flow f
+    WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)
+), verdict AS (
+    SELECT r.*, ((SELECT g.verdicts FROM gate g))[r.pos] AS held
+    FROM ranked r
 ), locked AS MATERIALIZED (
     SELECT r.job_id
-    FROM ranked r
-    WHERE CASE WHEN r.key_rank = 1 THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
+    FROM verdict r
+    WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
 ), claimed AS (
     UPDATE dl_jobs j
     SET status = 'running',
@@ -136,11 +174,11 @@ WITH RECURSIVE flow AS (
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
-    FROM claimed c JOIN ranked r USING (job_id)
+    FROM claimed c JOIN verdict r USING (job_id)
 ), served AS (
     INSERT INTO dl_queue_partitions AS s (queue, partition_key, served_at)
     SELECT $1, d.partition_key, (SELECT clock_timestamp()) + d.ord * interval '1 microsecond'
-    FROM (SELECT c.partition_key, min(r.ord) AS ord FROM claimed c JOIN ranked r USING (job_id)
+    FROM (SELECT c.partition_key, min(r.ord) AS ord FROM claimed c JOIN verdict r USING (job_id)
           GROUP BY c.partition_key) d
     ORDER BY d.partition_key
     ON CONFLICT (queue, partition_key) DO UPDATE SET served_at = excluded.served_at
@@ -154,9 +192,11 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,
        COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
-       r.key_rank = 1 AS asked_lock,
+       r.key_rank = 1 AND r.held IS NULL AS asked_lock,
+       r.held,
+       COALESCE((SELECT f.frees_on_finish FROM flow f), false) AS frees_on_finish,
        (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
-FROM ranked r LEFT JOIN claimed c USING (job_id)
+FROM verdict r LEFT JOIN claimed c USING (job_id)
 -- the key's other queued jobs, for a claimed job only: claim_jobs.sql's probe, unchanged
 LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked

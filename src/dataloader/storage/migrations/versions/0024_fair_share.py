@@ -21,13 +21,13 @@ What:
 dl_jobs gains no column (the 003 DDL is a contract; additions only).
 
 Revision ID: 0024_fair_share
-Revises: 0022_queue_limits
+Revises: 0023_flow_gate
 """
 
 from alembic import op
 
 revision = "0024_fair_share"
-down_revision = "0022_queue_limits"
+down_revision = "0023_flow_gate"
 branch_labels = None
 depends_on = None
 
