@@ -169,3 +169,19 @@ async def test_a_paused_task_starts_nothing_in_a_fair_queue_either(app, db):
     assert await claim(db, queue, 4) == []
     await app.resume_queue(queue, task="dl.noop")
     assert await claim(db, queue, 4) == ["a", "a", "a"]
+
+
+async def test_the_queue_limits_hold_in_a_fair_queue(app, db):
+    """flow-limits' limits compose: the fair claim reads the queue's row and calls the same gate."""
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    for tenant in ("a", "b", "c"):
+        await add_jobs(db, queue, tenant, 5, age_sec=10)
+    await app.configure_queue(queue, fair_share=True, partition_concurrency=1)
+    first = await claim(db, queue, 8)
+    assert sorted(first) == ["a", "b", "c"]  # one running per partition key
+    assert await claim(db, queue, 8) == []  # every key at its limit: passed over, nothing starts
+    await db.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now() "
+                     "WHERE queue = $1 AND status = 'running' AND partition_key = 'b'", queue)
+    await app.configure_queue(queue, partition_concurrency=None, concurrency=4)
+    assert len(await claim(db, queue, 8)) == 2  # 2 still run: 2 slots of 4 left
+    assert await claim(db, queue, 8) == []
