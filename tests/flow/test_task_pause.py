@@ -96,3 +96,41 @@ async def test_a_bad_task_name_is_refused_and_writes_nothing(dsn, db, task, prob
         assert await db.fetchval("SELECT count(*) FROM dl_task_flow WHERE queue = 'q'") == 0
     finally:
         await app.close()
+
+
+def task_metric(text: str, queue: str, task: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(f'dl_task_paused{{queue="{queue}",task="{task}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_http_cli_and_the_metric_pause_and_resume_one_task(dsn, db, cli_env):
+    import asyncio
+    import json
+
+    import httpx
+
+    from dataloader.api import create_app
+    from tests.support.cli import run
+
+    queue = f"task-{uuid.uuid4().hex[:8]}"
+    app = await App(Settings(db_dsn=dsn, workers=[])).open()
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(app.settings, context=app)),
+                                     base_url="http://t") as http:
+            paused = await http.post(f"/api/v1/queues/{queue}/pause", params={"task": "load/cbr x"})
+            assert paused.status_code == 200, paused.text
+            assert list(paused.json()["paused_tasks"]) == ["load/cbr x"] and paused.json()["paused"] is False
+            assert task_metric((await http.get("/metrics")).text, queue, "load/cbr x") == 1.0
+            bad = await http.post(f"/api/v1/queues/{queue}/pause", params={"task": " "})
+            assert bad.status_code == 422 and bad.json()["error"] == "validation_error"
+            result = await asyncio.to_thread(run, ["queues", "resume", queue, "--task", "load/cbr x"], cli_env)
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout)["paused_tasks"] == {}
+            assert task_metric((await http.get("/metrics")).text, queue, "load/cbr x") == 0.0
+            openapi = (await http.get("/openapi.json")).json()
+            params = openapi["paths"]["/api/v1/queues/{queue}/pause"]["post"]["parameters"]
+            assert any(p["name"] == "task" and p["in"] == "query" for p in params)
+    finally:
+        await app.close()
