@@ -62,6 +62,8 @@ def _query_of(node: ast.expr) -> str | None:
         return node.args[0].value
     if name == "claim_sql":
         return "claim_jobs"
+    if name == "claim_limited_sql":
+        return "claim_limited_jobs"
     if name in ("text", "in_epoch") and node.args:  # in_epoch: the same statement, re-prepared (plan_epoch.py)
         return _query_of(node.args[0])
     return None
@@ -191,7 +193,7 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
         for scope, assigned in scopes:
             for call in ast.walk(scope):
                 if (not isinstance(call, ast.Call) or id(call) in seen
-                        or _func_name(call.func) in {"sql", "claim_sql", "text", "in_epoch"}):
+                        or _func_name(call.func) in {"sql", "claim_sql", "claim_limited_sql", "text", "in_epoch"}):
                     continue
                 where = f"{rel}:{call.lineno}"
                 for i, arg in enumerate(call.args):

@@ -36,6 +36,10 @@ log = logging.getLogger("dataloader.worker")
 # Jobs claimed by one statement at most.
 MAX_CLAIM_BATCH = 64
 
+# The limits that hold back a whole queue (flow control, 0022), as dl_flow_gate names them; a
+# partition key's limits hold back that key only.
+QUEUE_LIMITS = frozenset({"concurrency", "rate"})
+
 
 # Jobs parked per statement behind a key this worker holds (park_key_waiters.sql): one batch per
 # loop turn, so the control connection's finishes and claims for the other slots wait ~10 ms at most.
@@ -70,6 +74,9 @@ class QueueWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._claiming = True
+        # The queue has limits (0022): claim with claim_limited_jobs.sql (the flow gate). Learned
+        # from next_due_in.sql after an empty claim, and from the limited claim's own answer.
+        self._limited = False
         self._work_generation = 1  # bumped by every hint of new work
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._busy: list[SkippedCandidate] = []
@@ -224,21 +231,30 @@ class QueueWorker:
         want = min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
-        batch = await queue_conn.claim(self.queue, self.env.worker_name, want)
+        batch = await queue_conn.claim(self.queue, self.env.worker_name, want, limited=self._limited)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        if batch.limited is False:
+            self._limited = False  # the limits were cleared: back to the plain claim
         held = batch.held
         for candidate in held:
             metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
-        if batch.candidates < want or held:
-            # The queue had no more runnable jobs than these, or a queue limit holds the rest back:
-            # sleep until a new hint (an enqueue, a finish that frees a global slot, a limit
+        if batch.candidates < want or any(c.held in QUEUE_LIMITS for c in held):
+            # The queue had no more runnable jobs than these, or a queue-wide limit holds the rest
+            # back: sleep until a new hint (an enqueue, a finish that frees a global slot, a limit
             # changed) or until a delayed job is due or a rate window opens. (Skipped candidates do
-            # not count as settled work otherwise: a full batch with skips claims again.)
+            # not count as settled work otherwise: a full batch with skips claims again. So does a
+            # full batch that a partition key's limit cut short: the next walk skips that key,
+            # now at its limit, and reaches the other keys' jobs.)
             self._settled_generation = generation
             if not batch.candidates or held:
-                due_in = await queue_conn.next_due_in(self.queue)
-                if due_in is not None:
-                    self.timer.schedule_in(due_in)
+                due = await queue_conn.next_due(self.queue)
+                if due.limited != self._limited:
+                    # The queue's limits were set (the plain claim left it out) or cleared: claim
+                    # again at once with the statement that fits.
+                    self._limited = due.limited
+                    self._hint_work()
+                if due.due_in is not None:
+                    self.timer.schedule_in(due.due_in)
         ledger = self.control.ledger
         for job in batch.claimed:
             if self._stray_strikes:
