@@ -29,9 +29,11 @@ async def _claim(db, text: str, queue: str) -> list[dict[str, object]]:
 
 async def test_both_claims_take_the_same_jobs_of_an_unlimited_queue(db):
     queue = f"variants-{uuid.uuid4().hex[:8]}"
+    later = datetime.now(UTC) + timedelta(hours=1)
     for i in range(40):
+        delayed = {"available_at": later} if i % 9 == 0 else {}
         await enqueue(db, "dl.noop", queue=queue, lock_key=f"k{i % 7}", partition_key=f"p{i % 3}",
-                      priority=100 - i % 4, **({"available_at": datetime.now(UTC) + timedelta(hours=1)} if i % 9 == 0 else {}))
+                      priority=100 - i % 4, **delayed)
     for limit in (1, 5, 16, 64):
         plain = await _claim(db, claim_sql(limit), queue)
         limited = await _claim(db, claim_limited_sql(limit), queue)

@@ -174,3 +174,21 @@ async def test_a_finished_job_frees_its_slot_without_waiting_for_a_poll(app, db,
                          lock_key=f"k{i}") for i in range(5)]
     async with app.running(queues=[Queue(queue, 2)], reaper=False):
         await drain(db, ids, 10)
+
+
+async def test_hand_written_start_records_with_extreme_times_break_nothing(app, db, dsn):
+    """Promise 9 for dl_flow_starts: times the column can hold (±infinity, the far ends of the range)
+    are no start in any window: the claim, the listing and the metrics go on."""
+    queue = f"odd-{uuid.uuid4().hex[:8]}"
+    await app.configure_queue(queue, rate_limit=2, rate_period_sec=1, partition_rate_limit=1,
+                              partition_rate_period_sec=1)
+    for extreme in ("-infinity", "infinity", "294276-12-31 23:59:59+00", "4713-01-01 00:00:00+00 BC"):
+        await db.execute("INSERT INTO dl_flow_starts (queue, partition_key, job_id, started_at) "
+                         "VALUES ($1, 'p', gen_random_uuid(), $2::text::timestamptz)", queue, extreme)
+    ids = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}", partition_key=f"p{i}") for i in range(3)]
+    async with app.running(queues=[Queue(queue, 4)], reaper=False):
+        await drain(db, ids, 20)
+    state = {q.queue: q for q in await app.queues()}[queue]
+    assert state.settings.rate_limit == 2 and state.held_back["rate"] == 0
+    await app.flow.refresh_metrics()
