@@ -136,8 +136,8 @@ async def drain(dsn: str, args: argparse.Namespace, fair: bool) -> dict[str, Any
 def main_claim_sql(limit: int) -> str:
     """The default claim without fair share's and the task pause's terms (the base of the A/B)."""
     text = claim_sql(limit)
-    assert "f.paused OR f.full OR f.fair_share" in text
-    text = text.replace("f.paused OR f.full OR f.fair_share", "f.paused OR f.full")
+    assert " OR f.fair_share))" in text
+    text = text.replace(" OR f.fair_share))", "))")
     lines = [line for line in text.splitlines() if "dl_task_flow" not in line]
     return "\n".join(lines)
 

@@ -30,14 +30,15 @@ import pytest
 from dataloader.storage import migrate, plan_epoch
 from dataloader.storage.db import connect
 from dataloader.storage.queries import sql
-from dataloader.storage.queue_connection import FinishRequest, QueueConnection, claim_sql
+from dataloader.storage.queue_connection import FinishRequest, QueueConnection, claim_limited_sql, claim_sql
 from tests.support.database import create_database, drop_database
 
 BURST = int(os.environ.get("DL_TEST_PLAN_BURST", "20000"))
 
 # Every statement the engine runs per job or per duty period, by file (claim: its batch of 16).
 HOT_STATEMENTS = [
-    "claim", "finish_jobs", "finish_succeeded", "finish_in_transaction", "heartbeat_jobs", "reap_expired",
+    "claim", "claim_limited", "finish_jobs", "finish_succeeded", "finish_in_transaction", "heartbeat_jobs",
+    "reap_expired",
     "park_key_waiters", "wake_parked_jobs", "relock_jobs", "lock_holders", "delay_lock_busy", "unlock_key",
     "next_due_in", "set_progress", "cancel_job", "retry_job", "get_job", "get_job_by_idempotency_key",
     "insert_job", "insert_job_group", "insert_jobs_batch", "insert_jobs_batch_unkeyed", "insert_restartable_job",
@@ -54,7 +55,7 @@ HOT_STATEMENTS = [
 # through an index condition. The small registries (nodes, observers, schedules, operations) hold
 # tens to thousands of rows by design and are not listed.
 GROWING_TABLES = ("dl_jobs", "dl_job_events", "dl_processes", "dl_process_tasks", "dl_process_events",
-                  "dl_process_feed")
+                  "dl_process_feed", "dl_flow_starts")
 # A partial index over running jobs only: a walk of it is bounded by the jobs running on all nodes
 # (their total concurrency), not by the backlog.
 BOUNDED_INDEXES = ("ix_dl_jobs_running_lease",)
@@ -81,6 +82,8 @@ def unbounded_scans(plan: list[str]) -> list[str]:
 
 
 def statement_text(name: str) -> str:
+    if name == "claim_limited":
+        return claim_limited_sql(16)
     return claim_sql(16) if name == "claim" else sql(name)
 
 

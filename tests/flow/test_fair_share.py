@@ -39,7 +39,7 @@ async def app(dsn, db):
 async def claim(db: asyncpg.Pool, queue: str, limit: int, fair: bool = True) -> list[str]:
     """One claim statement in its own transaction; the tenants of the jobs it claimed, in its order."""
     async with db.acquire() as conn:
-        batch = await QueueConnection(conn).claim(queue, "test", limit, fair)
+        batch = await QueueConnection(conn).claim(queue, "test", limit, fair=fair)
         await conn.execute("SELECT pg_advisory_unlock_all()")
     return [j.partition_key for j in batch.claimed]
 
@@ -62,7 +62,7 @@ async def test_a_hot_tenant_does_not_hold_back_the_first_job_of_the_others(app, 
     # The default claim now leaves the queue to the fair one (one probe it already made for pause).
     assert await claim(db, queue, 16, fair=False) == []
     async with db.acquire() as conn:
-        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is True
+        assert (await QueueConnection(conn).next_due(queue)).fair is True
 
     # 21 tenants, 16 per claim: every tenant has started a job within ceil(21 / 16) = 2 claims,
     # each claim takes at most one job per tenant while others wait, and the second claim starts
@@ -89,7 +89,7 @@ async def test_weights_share_a_batch_and_priority_orders_a_tenant(app, db):
     ids = []
     for _ in range(4):
         async with db.acquire() as conn:
-            batch = await QueueConnection(conn).claim(queue, "test", 8, True)
+            batch = await QueueConnection(conn).claim(queue, "test", 8, fair=True)
             await conn.execute("SELECT pg_advisory_unlock_all()")
         ids += [j.job_id for j in batch.claimed]
         claimed.update(j.partition_key for j in batch.claimed)
@@ -110,12 +110,12 @@ async def test_every_other_rule_of_the_claim_holds(app, db):
     await app.pause_queue(queue)
     assert await claim(db, queue, 4) == []
     async with db.acquire() as conn:
-        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is True  # still fair: no switch
+        assert (await QueueConnection(conn).next_due(queue)).fair is True  # still fair: no switch
     await app.resume_queue(queue)
 
     # c's two jobs share a key: one asks for the lock, the other stays queued untouched.
     async with db.acquire() as conn:
-        batch = await QueueConnection(conn).claim(queue, "test", 4, True)
+        batch = await QueueConnection(conn).claim(queue, "test", 4, fair=True)
         await conn.execute("SELECT pg_advisory_unlock_all()")
     assert sorted(j.partition_key for j in batch.claimed) == ["b", "c"]
     assert [s.lock_busy for s in batch.skipped] == [False]
@@ -128,7 +128,7 @@ async def test_every_other_rule_of_the_claim_holds(app, db):
     await app.configure_queue(queue, fair_share=False)
     assert await claim(db, queue, 4) == []
     async with db.acquire() as conn:
-        assert (await QueueConnection(conn).after_empty_claim(queue))[1] is False
+        assert (await QueueConnection(conn).next_due(queue)).fair is False
     assert await claim(db, queue, 4, fair=False) == ["d"]  # c's other job waits behind its running key
 
 

@@ -174,3 +174,55 @@ async def test_a_finished_job_frees_its_slot_without_waiting_for_a_poll(app, db,
                          lock_key=f"k{i}") for i in range(5)]
     async with app.running(queues=[Queue(queue, 2)], reaper=False):
         await drain(db, ids, 10)
+
+
+async def test_hand_written_start_records_with_extreme_times_break_nothing(app, db, dsn):
+    """Promise 9 for dl_flow_starts: times the column can hold (±infinity, the far ends of the range)
+    are no start in any window: the claim, the listing and the metrics go on."""
+    queue = f"odd-{uuid.uuid4().hex[:8]}"
+    await app.configure_queue(queue, rate_limit=2, rate_period_sec=1, partition_rate_limit=1,
+                              partition_rate_period_sec=1)
+    for extreme in ("-infinity", "infinity", "294276-12-31 23:59:59+00", "4713-01-01 00:00:00+00 BC"):
+        await db.execute("INSERT INTO dl_flow_starts (queue, partition_key, job_id, started_at) "
+                         "VALUES ($1, 'p', gen_random_uuid(), $2::text::timestamptz)", queue, extreme)
+    ids = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}", partition_key=f"p{i}") for i in range(3)]
+    async with app.running(queues=[Queue(queue, 4)], reaper=False):
+        await drain(db, ids, 20)
+    state = {q.queue: q for q in await app.queues()}[queue]
+    assert state.settings.rate_limit == 2 and state.held_back["rate"] == 0
+    await app.flow.refresh_metrics()
+
+
+async def test_a_limit_set_while_the_workers_run_holds_from_then_on(app, db, dsn):
+    """The worker claims with the plain statement while the queue has no limit; the limit set at
+    run time holds for its next claim (the plain claim leaves a limited queue out), and it claims
+    through the gate from then on."""
+    queue = f"live-{uuid.uuid4().hex[:8]}"
+    first = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.05, "chunks": 1}, queue=queue,
+                           lock_key=f"a{i}") for i in range(4)]
+    async with app.running(queues=[Queue(queue, 6)], reaper=False):
+        await drain(db, first, 20)
+        await app.configure_queue(queue, concurrency=2)
+        later = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.3, "chunks": 3},
+                               queue=queue, lock_key=f"b{i}") for i in range(8)]
+        await drain(db, later, 30)
+    runs = await runs_of(db, later)
+    assert max_overlap([(r["started_at"], r["ended_at"]) for r in runs]) == 2
+
+
+async def test_the_limit_metrics_read_the_database(app, db):
+    from prometheus_client import generate_latest
+
+    queue = f"metrics-{uuid.uuid4().hex[:8]}"
+    await app.configure_queue(queue, concurrency=5, partition_rate_limit=3)
+    await enqueue(db, "dl.noop", queue=queue)
+    await app.flow.refresh_metrics()
+    text = generate_latest().decode()
+    assert f'dl_flow_limit{{limit="concurrency",queue="{queue}"}} 5.0' in text
+    assert f'dl_flow_limit{{limit="partition_rate",queue="{queue}"}} 3.0' in text
+    assert f'dl_flow_in_use{{limit="concurrency",queue="{queue}"}} 0.0' in text
+    assert f'dl_flow_held_back_jobs{{limit="concurrency",queue="{queue}"}} 0.0' in text
+    await app.configure_queue(queue, concurrency=None, partition_rate_limit=None)
+    await app.flow.refresh_metrics()
+    assert f'queue="{queue}"' not in generate_latest().decode().split("dl_flow_limit", 1)[1].split("# HELP", 1)[0]

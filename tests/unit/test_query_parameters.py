@@ -53,8 +53,11 @@ def _func_name(func: ast.expr) -> str | None:
     return None
 
 
+CLAIM_BUILDERS = {"sql", "claim_sql", "claim_limited_sql", "fair_claim_sql", "text", "in_epoch"}
+
+
 def _query_of(node: ast.expr) -> str | None:
-    """The query name an argument loads: sql("name"), claim_sql(n), fair_claim_sql(n), text(sql("name"))."""
+    """The query name an argument loads: sql("name"), claim_sql(n), text(sql("name"))."""
     if not isinstance(node, ast.Call):
         return None
     name = _func_name(node.func)
@@ -62,6 +65,8 @@ def _query_of(node: ast.expr) -> str | None:
         return node.args[0].value
     if name == "claim_sql":
         return "claim_jobs"
+    if name == "claim_limited_sql":
+        return "claim_limited_jobs"
     if name == "fair_claim_sql":
         return "claim_jobs_fair"
     if name in ("text", "in_epoch") and node.args:  # in_epoch: the same statement, re-prepared (plan_epoch.py)
@@ -193,7 +198,7 @@ def call_sites(root: Path = PACKAGE_ROOT) -> list[CallSite]:
         for scope, assigned in scopes:
             for call in ast.walk(scope):
                 if (not isinstance(call, ast.Call) or id(call) in seen
-                        or _func_name(call.func) in {"sql", "claim_sql", "fair_claim_sql", "text", "in_epoch"}):
+                        or _func_name(call.func) in CLAIM_BUILDERS):
                     continue
                 where = f"{rel}:{call.lineno}"
                 for i, arg in enumerate(call.args):

@@ -26,7 +26,7 @@ DRIVER_METHODS = frozenset({
     "execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany", "cursor", "prepare",
     "exec_driver_sql", "copy_from_query", "copy_from_table", "copy_to_table", "copy_records_to_table", "copy",
 })
-SQL_BUILDERS = frozenset({"sql", "text", "claim_sql", "fair_claim_sql"})
+SQL_BUILDERS = frozenset({"sql", "text", "claim_sql", "claim_limited_sql", "fair_claim_sql"})
 QUERY_MODULES = ("dataloader.storage.queries", "sqlalchemy")
 
 # (module relative to the package, method or function name) -> why that call is not SQL.

@@ -1,5 +1,6 @@
 """SQL of flow control (`queries/flow/*.sql`) on the pool, returning `QueueFlow` values. The rules
-that enforce a pause and the limits are not here: they are in the claim (claim_jobs.sql)."""
+that enforce a pause and the limits are not here: they are in the claim (claim_jobs.sql,
+claim_limited_jobs.sql)."""
 
 from __future__ import annotations
 

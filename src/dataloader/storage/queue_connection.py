@@ -87,6 +87,8 @@ class ClaimBatch:
 
     claimed: list[ClaimedJob]
     skipped: list[SkippedCandidate]
+    # the queue had a limit as this claim read it (claim_limited_jobs.sql only; None: not said)
+    limited: bool | None = None
 
     @property
     def candidates(self) -> int:
@@ -96,6 +98,16 @@ class ClaimBatch:
     def held(self) -> list[SkippedCandidate]:
         """Candidates a queue limit held back (they may start once a slot frees or a window opens)."""
         return [s for s in self.skipped if s.held is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    """When an idle worker should look again (seconds; None: nothing is due), and whether its queue
+    has limits (the claim statement it must use)."""
+
+    due_in: float | None
+    limited: bool
+    fair: bool = False  # the queue is fair (0024): claim_jobs_fair.sql, whatever `limited` says
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +151,23 @@ def _finish_results(rows: list[asyncpg.Record]) -> dict[uuid.UUID, FinishResult]
 @cache
 def claim_sql(limit: int) -> str:
     """claim_jobs.sql with a constant LIMIT (see the note in the file)."""
-    return sql("claim_jobs").replace("{limit}", _limit(limit))
+    return sql("claim_jobs").replace("{limit}", _limit_text(limit))
 
 
 @cache
 def fair_claim_sql(limit: int) -> str:
-    """claim_jobs_fair.sql (the claim of a fair queue, 0024) with a constant LIMIT, likewise."""
-    return sql("claim_jobs_fair").replace("{limit}", _limit(limit))
+    """claim_jobs_fair.sql (a fair queue, 0024: round-robin across partition keys) with a constant LIMIT."""
+    return sql("claim_jobs_fair").replace("{limit}", _limit_text(limit))
 
 
-def _limit(limit: int) -> str:
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+@cache
+def claim_limited_sql(limit: int) -> str:
+    """claim_limited_jobs.sql (a queue with limits: the flow gate) with a constant LIMIT."""
+    return sql("claim_limited_jobs").replace("{limit}", _limit_text(limit))
+
+
+def _limit_text(limit: int) -> str:
+    if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"claim limit must be a positive int, got {limit!r}")
     return str(limit)
 
@@ -161,14 +179,19 @@ class QueueConnection:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
 
-    async def claim(self, queue: str, worker: str, limit: int = 1, fair: bool = False) -> ClaimBatch:
+    async def claim(self, queue: str, worker: str, limit: int = 1, limited: bool = False,
+                    fair: bool = False) -> ClaimBatch:
         """Claim up to `limit` jobs; each claimed job's lock_key is locked on this connection.
-        `fair`: the fair-share claim (round-robin across partition keys), which claims only from a
-        queue configured fair; the default claim claims only from one that is not."""
+        `limited`: the queue has limits (0022), so claim through the flow gate; the plain claim
+        starts nothing of a limited queue (the batch comes back empty, and next_due_in says why).
+        `fair`: the queue is fair (0024): claim round-robin across its partition keys (with the
+        flow gate when it also has limits); the other two claim nothing of a fair queue."""
         claimed: list[ClaimedJob] = []
         skipped: list[SkippedCandidate] = []
         if fair:
             rows = await self.conn.fetch(in_epoch(fair_claim_sql(limit)), queue, worker)
+        elif limited:
+            rows = await self.conn.fetch(in_epoch(claim_limited_sql(limit)), queue, worker)
         else:
             rows = await self.conn.fetch(in_epoch(claim_sql(limit)), queue, worker)
         if rows:
@@ -182,14 +205,14 @@ class QueueConnection:
                     request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
                     timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
                     key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
-                    previous_span=r["attempt_span"], frees_on_finish=r["frees_on_finish"],
+                    previous_span=r["attempt_span"], frees_on_finish=r.get("frees_on_finish", False),
                 ))
             else:
                 skipped.append(SkippedCandidate(
                     job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
-                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"], held=r["held"],
+                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"], held=r.get("held"),
                 ))
-        return ClaimBatch(claimed, skipped)
+        return ClaimBatch(claimed, skipped, limited=rows[0]["limited"] if limited and not fair and rows else None)
 
     async def claim_one(self, queue: str, worker: str) -> ClaimedJob | None:
         batch = await self.claim(queue, worker, 1)
@@ -214,14 +237,12 @@ class QueueConnection:
     async def next_due_in(self, queue: str) -> float | None:
         """Seconds until the next delayed job of the queue is due, or a rate limit's window opens
         for its runnable jobs (None: nothing delayed)."""
-        return (await self.after_empty_claim(queue))[0]
+        return (await self.next_due(queue)).due_in
 
-    async def after_empty_claim(self, queue: str) -> tuple[float | None, bool]:
-        """After a claim that found nothing or was held back by a limit: (`next_due_in`; whether
-        the queue wants the fair claim now)."""
+    async def next_due(self, queue: str) -> NextDue:
+        """`next_due_in`, and whether the queue has limits (0022): which claim statement to use."""
         row = await self.conn.fetchrow(in_epoch(sql("next_due_in")), queue)
-        assert row is not None
-        return row["due_in"], row["fair"]
+        return NextDue(due_in=row["due_in"], limited=row["limited"], fair=row["fair"])
 
     async def wake_queue(self, queue: str) -> None:
         """Wake the queue's workers on every node: a finish freed a slot of its global limit."""

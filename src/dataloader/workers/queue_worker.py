@@ -36,6 +36,10 @@ log = logging.getLogger("dataloader.worker")
 # Jobs claimed by one statement at most.
 MAX_CLAIM_BATCH = 64
 
+# The limits that hold back a whole queue (flow control, 0022), as dl_flow_gate names them; a
+# partition key's limits hold back that key only.
+QUEUE_LIMITS = frozenset({"concurrency", "rate"})
+
 
 # Jobs parked per statement behind a key this worker holds (park_key_waiters.sql): one batch per
 # loop turn, so the control connection's finishes and claims for the other slots wait ~10 ms at most.
@@ -70,6 +74,12 @@ class QueueWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._claiming = True
+        # The queue has limits (0022): claim with claim_limited_jobs.sql (the flow gate). Learned
+        # from next_due_in.sql after an empty claim, and from the limited claim's own answer.
+        self._limited = False
+        # The queue is fair (0024): claim with claim_jobs_fair.sql (round-robin across partition
+        # keys, with the flow gate when it has limits too). Learned from next_due_in.sql likewise.
+        self._fair = False
         self._work_generation = 1  # bumped by every hint of new work
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._busy: list[SkippedCandidate] = []
@@ -82,9 +92,6 @@ class QueueWorker:
         # running attempts with jobs of their lock_key parked behind them: their finish unparks the
         # next one, which the same step then claims (no NOTIFY round trip in a hot key's handoff)
         self._holds_parked: set[uuid.UUID] = set()
-        # the queue is fair (0024): claim with claim_jobs_fair.sql. Learnt from the database after
-        # a claim that found nothing (each claim statement finds nothing in a queue of the other kind)
-        self._fair = False
 
     @property
     def held_locks(self) -> dict[int, uuid.UUID]:
@@ -227,27 +234,33 @@ class QueueWorker:
         want = min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
-        batch = await queue_conn.claim(self.queue, self.env.worker_name, want, self._fair)
+        batch = await queue_conn.claim(self.queue, self.env.worker_name, want, limited=self._limited, fair=self._fair)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        if batch.limited is False:
+            self._limited = False  # the limits were cleared: back to the plain claim
         held = batch.held
         for candidate in held:
             metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
-        # The queue had no more runnable jobs than these, or a queue limit holds the rest back:
-        # sleep until a new hint (an enqueue, a finish that frees a global slot, a limit changed)
-        # or until a delayed job is due or a rate window opens. (Skipped candidates do not count as
-        # settled work otherwise: a full batch with skips claims again.) The fair claim reads a
-        # bounded number of each tenant's jobs, so only an empty one settles it.
-        if (batch.candidates < want and not (self._fair and batch.candidates)) or held:
-            settled = True
+        # (The fair claim reads a bounded number of each tenant's jobs, so a short batch of it does
+        # not mean the queue has no more: only an empty one settles it.)
+        if (batch.candidates < want and not (self._fair and batch.candidates)) \
+                or any(c.held in QUEUE_LIMITS for c in held):
+            # The queue had no more runnable jobs than these, or a queue-wide limit holds the rest
+            # back: sleep until a new hint (an enqueue, a finish that frees a global slot, a limit
+            # changed) or until a delayed job is due or a rate window opens. (Skipped candidates do
+            # not count as settled work otherwise: a full batch with skips claims again. So does a
+            # full batch that a partition key's limit cut short: the next walk skips that key,
+            # now at its limit, and reaches the other keys' jobs.)
+            self._settled_generation = generation
             if not batch.candidates or held:
-                due_in, fair = await queue_conn.after_empty_claim(self.queue)
-                if fair != self._fair:
-                    # fair share was switched on or off: claim again at once with the other statement
-                    self._fair, settled = fair, False
-                elif due_in is not None:
-                    self.timer.schedule_in(due_in)
-            if settled:
-                self._settled_generation = generation
+                due = await queue_conn.next_due(self.queue)
+                if (due.limited, due.fair) != (self._limited, self._fair):
+                    # The queue's limits or fair share were set (the claim used left it out) or
+                    # cleared: claim again at once with the statement that fits.
+                    self._limited, self._fair = due.limited, due.fair
+                    self._hint_work()
+                if due.due_in is not None:
+                    self.timer.schedule_in(due.due_in)
         ledger = self.control.ledger
         for job in batch.claimed:
             if self._stray_strikes:

@@ -15,6 +15,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
+from dataloader.api.v1.models import ErrorCode
 from dataloader.flow.manager import FlowManager
 from dataloader.model.flow import (
     CONCURRENCY_MAX,
@@ -171,7 +172,7 @@ async def queue_scaling(queue: QueueName, api: Api,
 
 
 @router.patch("/{queue:dl_queue}", response_model=QueueResponse, summary="Change a queue's limits on every node",
-              responses=error_responses())
+              responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type))
 async def configure_queue(queue: QueueName, body: QueueSettingsBody, api: Api) -> QueueResponse:
     """A partial update of the queue's limits (a field left out is kept, null clears it; an unknown
     field or a value out of range is a 422 and changes nothing). Stored as a runtime setting, which

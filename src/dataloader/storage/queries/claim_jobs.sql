@@ -35,56 +35,28 @@
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
 -- re-planned the claim on every call instead (about half of the claim's time).
---
--- Flow control (dl_queue_flow; docs/flow-control.md): the queue's row is read once, by primary key,
--- in this statement's snapshot (`flow`; no row: nothing paused, no limit, and nothing below runs).
--- A paused queue starts nothing. A queue with limits (0022) is gated by dl_flow_gate (0023), which
--- locks the row, so claims of a limited queue serialise on it across nodes, and counts running jobs
--- and starts in a fresh snapshot after the lock: its verdicts (one per candidate, NULL = may start)
--- decide which candidates ask for their lock. An unlimited queue never calls it. Before the walk,
--- from this statement's snapshot (cheap, may be a moment stale; the gate decides): a queue at its
--- limit walks nothing, and partition keys at theirs are skipped by the walk, so a hot partition's
--- backlog does not fill the batch with jobs that may not start.
-WITH flow AS MATERIALIZED (
-    SELECT f.paused, f.fair_share,
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL AS limited,
-           -- a finish frees a slot here: the worker wakes the queue's other workers after it
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL AS frees_on_finish,
-           COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
-                    END, false)
-           OR COALESCE(CASE WHEN f.rate_limit IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_flow_starts s
-                         WHERE s.queue = $1 AND s.started_at <= now()
-                           AND s.started_at > now() - make_interval(secs => f.rate_period_sec)) >= f.rate_limit
-                    END, false) AS full,
-           CASE WHEN f.partition_concurrency IS NOT NULL OR f.partition_rate_limit IS NOT NULL THEN ARRAY(
-               SELECT r.partition_key FROM dl_jobs r
-               WHERE r.queue = $1 AND r.status = 'running' AND f.partition_concurrency IS NOT NULL
-               GROUP BY r.partition_key HAVING count(*) >= f.partition_concurrency
-               UNION
-               SELECT s.partition_key FROM dl_flow_starts s
-               WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= now()
-                 AND s.started_at > now() - make_interval(secs => f.partition_rate_period_sec)
-               GROUP BY s.partition_key HAVING count(*) >= f.partition_rate_limit)
-           END AS full_partitions
-    FROM dl_queue_flow f
-    WHERE f.queue = $1
-), candidate AS (
-    SELECT q.job_id, q.queue, q.task, q.lock_key, q.partition_key, q.priority, q.available_at, q.created_at
+WITH candidate AS (
+    SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
     WHERE q.status = 'queued'
       AND q.queue = $1
       AND q.available_at <= now()
       AND NOT q.key_parked
-      -- A paused queue (0019), or one at its limit, starts nothing: uncorrelated, so one probe of
-      -- the flow row per claim (an InitPlan gating the walk). Read in this statement's snapshot, so
-      -- a pause holds for every claim that starts after it committed, on every node. A fair queue
-      -- (0024) is claimed by claim_jobs_fair.sql instead: the same probe leaves it out, so a worker
-      -- that has not yet seen the queue turn fair claims nothing by age (next_due_in.sql tells it).
-      AND NOT EXISTS (SELECT 1 FROM flow f WHERE f.paused OR f.full OR f.fair_share)
-      AND q.partition_key <> ALL (COALESCE((SELECT f.full_partitions FROM flow f), '{}'::text[]))
+      -- A paused queue (dl_queue_flow, 0019; docs/flow-control.md) starts nothing: uncorrelated,
+      -- so one probe of the table's primary key per claim (an InitPlan gating the walk), and an
+      -- empty table when nothing was ever paused. Read in this statement's snapshot, so a pause
+      -- holds for every claim that starts after it committed, on every node.
+      -- Nor does a queue with a limit (0022): this claim cannot enforce one, so it leaves such a
+      -- queue to claim_limited_jobs.sql (the worker learns the queue is limited from
+      -- next_due_in.sql after this claim came back empty, and claims again with that one). So a
+      -- limit set at run time holds from its commit on, as a pause does, and an unlimited queue's
+      -- claim keeps this plan: the same probe, a longer filter on the row it found.
+      -- Nor a fair queue (0024), left to claim_jobs_fair.sql the same way (its own order across
+      -- partition keys, with the flow gate when it also has limits).
+      AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f
+                      WHERE f.queue = $1
+                        AND (f.paused OR f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL
+                             OR f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL OR f.fair_share))
       -- A paused task of the queue (dl_task_flow, 0025) starts nothing: the array of its paused
       -- tasks is uncorrelated, so one probe of that table's primary key per claim (an InitPlan; an
       -- empty table when no task was ever paused), and each candidate is compared with the array.
@@ -107,24 +79,12 @@ WITH flow AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.lock_key
-                                   ORDER BY c.priority, c.available_at, c.created_at) AS key_rank,
-           row_number() OVER (ORDER BY c.priority, c.available_at, c.created_at) AS pos
+                                   ORDER BY c.priority, c.available_at, c.created_at) AS key_rank
     FROM candidate c
-), gate AS MATERIALIZED (
-    -- Only for a limited queue (no flow row, or no limit: no row here, no call, no lock). The
-    -- candidates in claim order; the ones that will not ask for their lock (key_rank > 1) as NULL.
-    SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos)
-           ) AS verdicts
-    FROM flow f
-    WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)
-), verdict AS (
-    SELECT r.*, ((SELECT g.verdicts FROM gate g))[r.pos] AS held
-    FROM ranked r
 ), locked AS MATERIALIZED (
     SELECT r.job_id
-    FROM verdict r
-    WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
+    FROM ranked r
+    WHERE CASE WHEN r.key_rank = 1 THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
 ), claimed AS (
     UPDATE dl_jobs j
     SET status = 'running',
@@ -145,7 +105,7 @@ WITH flow AS MATERIALIZED (
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
-    FROM claimed c JOIN verdict r USING (job_id)
+    FROM claimed c JOIN ranked r USING (job_id)
 )
 SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
        c.max_attempts,
@@ -170,14 +130,11 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        c.job_id IS NOT NULL AS claimed,
        COALESCE(k.backlog, false) AS key_backlog,
        COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
-       r.key_rank = 1 AND r.held IS NULL AS asked_lock,
-       -- the limit that held this candidate back (dl_flow_gate; NULL: none did)
-       r.held,
-       COALESCE((SELECT f.frees_on_finish FROM flow f), false) AS frees_on_finish,
+       r.key_rank = 1 AS asked_lock,
        -- dl_jobs' size now, for storage/plan_epoch.py: the worker's statements are prepared anew
        -- when the table has outgrown the size their cached plans were made for (one call per claim)
        (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
-FROM verdict r LEFT JOIN claimed c USING (job_id)
+FROM ranked r LEFT JOIN claimed c USING (job_id)
 -- The key's other queued jobs, for a claimed job only (the condition on c gates the scan): the
 -- runnable unparked ones first (index order: key_parked false before true), then the parked ones,
 -- at most 16 rows. 16 unparked runnable: a backlog (whether any is parked behind them does not

@@ -1,5 +1,6 @@
 -- The claim of a FAIR queue (dl_queue_flow.fair_share, 0024; docs/flow-control.md "Fair share"):
--- claim_jobs.sql with another order. Up to {limit} runnable jobs of queue $1 for worker $2, taken
+-- claim_jobs.sql (claim_limited_jobs.sql when the queue has limits) with another order. Up to
+-- {limit} runnable jobs of queue $1 for worker $2, taken
 -- round-robin (or by weight) across the queue's partition keys instead of strictly by age, so one
 -- tenant's backlog does not hold back the first job of every other. Every other rule is the
 -- default claim's, written the same way: pause (of the queue and of a task), the queue's limits
@@ -39,7 +40,7 @@
 --
 -- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
 WITH RECURSIVE flow AS MATERIALIZED (
-    -- claim_jobs.sql's reading of the queue's row (pause, limits: the same expressions), for a fair
+    -- claim_limited_jobs.sql's reading of the queue's row (pause, limits: the same expressions), for a fair
     -- queue only, with its weights
     SELECT f.fair_weights AS weights,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
@@ -145,7 +146,7 @@ WITH RECURSIVE flow AS MATERIALIZED (
            row_number() OVER (ORDER BY c.ord) AS pos
     FROM candidate c
 ), gate AS MATERIALIZED (
-    -- claim_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
+    -- claim_limited_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
     SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
                         ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos)
            ) AS verdicts

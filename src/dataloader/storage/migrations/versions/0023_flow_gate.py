@@ -18,7 +18,7 @@ What:
   than the longest period, and at least a minute, are deleted by the gate itself (the last minute
   of starts stays readable: an operator's or a test's record of what started when); a count reads
   only its window's rows (an index range), at most N per period.
-- `dl_flow_gate(queue, job_ids, partition_keys)`: called by claim_jobs.sql only for a queue that
+- `dl_flow_gate(queue, job_ids, partition_keys)`: called by claim_limited_jobs.sql only for a queue that
   has a limit (an unlimited queue never calls it, never takes the lock). It locks the queue's flow
   row (FOR UPDATE: held to the claim's commit, so the next claim of the queue counts this one's
   jobs as running), counts running jobs (queue, and per partition key of the candidates) and starts

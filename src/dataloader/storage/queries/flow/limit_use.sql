@@ -18,15 +18,15 @@ WITH f AS (
     GROUP BY r.partition_key
 ), partition_starts AS (
     SELECT s.partition_key, count(*) AS n FROM dl_flow_starts s, f
-    WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= now()
-      AND s.started_at > now() - make_interval(secs => f.partition_rate_period_sec)
+    WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= statement_timestamp()
+      AND s.started_at > statement_timestamp() - make_interval(secs => f.partition_rate_period_sec)
     GROUP BY s.partition_key
 )
 SELECT (SELECT COALESCE(sum(n), 0) FROM running)::bigint AS running,
        (SELECT COALESCE(sum(n), 0) FROM runnable)::bigint AS runnable,
        (SELECT count(*) FROM dl_flow_starts s, f
-        WHERE s.queue = $1 AND f.rate_limit IS NOT NULL AND s.started_at <= now()
-          AND s.started_at > now() - make_interval(secs => f.rate_period_sec))::bigint AS starts,
+        WHERE s.queue = $1 AND f.rate_limit IS NOT NULL AND s.started_at <= statement_timestamp()
+          AND s.started_at > statement_timestamp() - make_interval(secs => f.rate_period_sec))::bigint AS starts,
        (SELECT COALESCE(sum(GREATEST(0, u.n - GREATEST(0, f.partition_concurrency - COALESCE(r.n, 0)))), 0)
         FROM runnable u LEFT JOIN running r USING (partition_key), f
         WHERE f.partition_concurrency IS NOT NULL)::bigint AS partition_concurrency_held,
