@@ -167,11 +167,13 @@ def set_attribute(span: Any, key: str, value: Any) -> None:
         span.set_attribute(key, value)
 
 
-def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
+def configure_from_env(environ: Mapping[str, str] | None = None, *, one_line: bool = False) -> bool:
     """Set an SDK tracer provider when OTEL_TRACES_EXPORTER names exporters (`console`, or any the
     installed packages register, such as `otlp`) and no provider is set yet; the resource comes from
     OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Returns True when tracing is on afterwards. For the
-    service commands (`serve`, `worker`); a program embedding `App` configures its own provider."""
+    service commands (`serve`, `worker`); a program embedding `App` configures its own provider.
+    `one_line`: the console exporter writes each span as one JSON line (the service's logs are JSON
+    lines, and a collector reading its output must find nothing else there), not pretty-printed."""
     environ = os.environ if environ is None else environ
     names = [n.strip() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
     if not names or names == ["none"] or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
@@ -191,7 +193,9 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     for name in names:
         if name == "console":
             # one span per write, in order: a console is for reading, not for throughput
-            provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+            exporter = (ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + os.linesep)
+                        if one_line else ConsoleSpanExporter())
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
             continue
         found = entry_points(group="opentelemetry_traces_exporter", name=name)
         if not found:
