@@ -6,6 +6,7 @@ with its labels. A healthy node's scrapes fire none of them."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import asyncpg
@@ -243,3 +244,20 @@ def test_every_alert_has_a_test_that_makes_it_fire():
     source = inspect.getsource(sys.modules[__name__])
     for name in alert_names():
         assert f'"{name}": [' in source, f"{name} has no test that makes it fire"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_runbook_anchor_exists_and_every_alert_is_documented():
+    from tests.observability.promtool import ROOT, rules
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    anchors = {_slug(line.lstrip("#")) for line in operations.splitlines() if line.startswith("## ")}
+    observability = (ROOT / "docs" / "observability.md").read_text()
+    for rule in rules():
+        anchor = rule["annotations"]["runbook"].split("#", 1)[1]
+        assert anchor in anchors, f"{rule['alert']}: docs/operations.md has no section #{anchor}"
+        assert f"| {rule['alert']} |" in observability, f"{rule['alert']} is not in docs/observability.md"
