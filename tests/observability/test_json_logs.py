@@ -86,3 +86,50 @@ async def test_serve_writes_only_json_lines_and_job_lines_carry_job_and_trace_id
         assert failed, f"{task}: no line about its failed first attempt"
         for line in mine:
             assert TRACE_ID.fullmatch(line.get("trace_id", "")), f"{task}: a line of the job without trace_id: {line}"
+
+
+async def test_serve_on_the_embedded_server_writes_only_json_lines(python, subprocess_env, server_dir, tmp_path):
+    """DL_DB_DSN unset: the service starts its own PostgreSQL (initdb, the server, alembic's
+    migrations, the stop at the end) and none of that reaches the JSON streams as plain text."""
+    port = free_port()
+    env = {k: v for k, v in subprocess_env.items() if k != "DL_DB_DSN"}
+    env.update({"DL_DATA_DIR": str(server_dir / "data"), "DL_LOG_FORMAT": "json", "DL_SHUTDOWN_TIMEOUT_SEC": "5",
+                "WORKERS_JSON": '[{"queue": "logs-q", "concurrency": 1}]', "PYTHONWARNINGS": "default"})
+    out_path, err_path = tmp_path / "serve.stdout", tmp_path / "serve.stderr"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(python, "-m", "dataloader", "serve", "--port", str(port),
+                                                    env=env, stdout=out, stderr=err)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            async def healthy() -> bool:
+                if proc.returncode is not None:
+                    raise AssertionError(f"server exited early: {err_path.read_text()[-3000:]}")
+                try:
+                    return (await http.get("/health")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await wait_until(healthy, timeout=90, interval=0.2, message="the server to answer /health")
+            job_id = (await http.post("/api/v1/jobs/trigger", json={"queue": "logs-q", "task": "test.logs_async",
+                                                                   "args": {}})).json()["job_id"]
+
+            async def succeeded() -> bool:
+                return (await http.get(f"/api/v1/jobs/{job_id}/status")).json()["status"] == "succeeded"
+
+            await wait_until(succeeded, timeout=30, message="the job to fail once, then succeed")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=60) == 0, err_path.read_text()[-3000:]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    lines = 0
+    for path in (out_path, err_path):
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            try:
+                assert isinstance(json.loads(text), dict)
+            except (json.JSONDecodeError, AssertionError):
+                raise AssertionError(f"{path.name} line {number} is not a JSON object: {text!r}") from None
+            lines += 1
+    assert lines > 5
+    assert "embedded PostgreSQL ready" in err_path.read_text()
