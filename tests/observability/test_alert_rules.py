@@ -166,6 +166,8 @@ async def test_reaper_returning_jobs(obs_app, scrape, db, tmp_path):
     expect(before, after, {"DataloaderReaperReturningJobs": [{"queue": "reaped-q"}]}, tmp_path)
 
 
+# Takes most of the server's connections for a moment: alone when the workers share one server.
+@pytest.mark.exclusive(when="shared_server")
 async def test_connections_near_the_server_limit(obs_app, scrape, dsn, db, tmp_path):
     page = await scrape()
     limit = value(page, "dl_db_max_connections")
