@@ -32,6 +32,7 @@ from dataloader import node
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
 from dataloader.flow.manager import FlowManager
+from dataloader.health.reader import HealthReader
 from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
@@ -54,6 +55,7 @@ from dataloader.storage import migrate
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
 from dataloader.storage.flow_repository import FlowRepository
+from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 from dataloader.storage.operation_repository import OperationRepository
@@ -92,6 +94,7 @@ class App:
         self._schedules: ScheduleManager | None = None
         self._observers: ObserverManager | None = None
         self._processes: ProcessManager | None = None
+        self._health: HealthReader | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -464,6 +467,22 @@ class App:
         return self._processes
 
     @property
+    def health(self) -> HealthReader:
+        """The database's health as it affects the queue, for /metrics (docs/observability.md):
+        `snapshot = await app.health.read()`. One reader per App, so its warning about a
+        transaction holding the xmin horizon is rate-limited across scrapes."""
+        if self._health is None:
+            self._health = HealthReader(HealthRepository(self.pool), connections_budget=self.connections_budget,
+                                        xmin_warn_sec=self.settings.db_xmin_warn_sec)
+        return self._health
+
+    def connections_budget(self) -> int:
+        """Connections this node may open: the maximum sizes of its pools (the engine's, and the
+        API's next to it under `dataloader serve`)."""
+        pools = [self._pool, self._engine_app._pool if self._engine_app is not None else None]
+        return sum(p.get_max_size() for p in pools if p is not None)
+
+    @property
     def flow(self) -> FlowManager:
         """Flow control's rules (docs/flow-control.md); `pause_queue`, `resume_queue` and `queues`
         are the short forms."""
@@ -500,7 +519,7 @@ class App:
 
     async def _close_capabilities(self) -> None:
         processes, self._processes = self._processes, None
-        self._schedules = self._observers = None
+        self._schedules = self._observers = self._health = None
         if processes is not None:
             await processes.waiter.close()
 

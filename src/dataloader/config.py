@@ -266,6 +266,10 @@ class Settings(BaseSettings):
     # byte (or after the connection, or the previous answer) is closed: the server's own
     # keep-alive timeout only covers an idle connection, not one trickling in a request's head.
     api_header_timeout_sec: float = Field(default=10, ge=0.1, le=3600)
+    # --- Observability (issue 23; docs/observability.md) -----------------------------------------
+    # A scrape of /metrics that finds a transaction holding back the xmin horizon for longer than
+    # this logs a WARNING naming its backend (at most once a minute per node).
+    db_xmin_warn_sec: float = Field(default=300, gt=0, le=30 * 86400)
 
     @field_validator("api_max_expensive_queries")
     @classmethod

@@ -96,6 +96,10 @@ SERVICE_TICK_SECONDS = Histogram(
 LEADER = Gauge(
     "dl_leader", "1 while this node holds the maintenance leader lock, else 0 (absent: no election runs)", ["node"]
 )
+LEADER_ACQUIRED = Counter(
+    "dl_leader_acquired_total",
+    "Times this node became the maintenance leader (summed over nodes: the leader changes)", ["node"]
+)
 
 # Retention and stats (issue 10: retention/pruner.py, retention/rollup.py; docs/patterns.md).
 JOBS_PRUNED = Counter(
@@ -250,3 +254,9 @@ FLOW_IN_USE = Gauge(
     "Jobs of a queue with a concurrency limit running now, all nodes (read at scrape time)",
     ["queue", "limit"],
 )
+
+# Read from the database at scrape time (issue 23), in dataloader.health.collector, the same on every
+# node: dl_jobs_lease_expired, dl_jobs_held, dl_observers_waiting, dl_nodes, dl_db_connections,
+# dl_db_max_connections, dl_db_connections_budget, dl_db_oldest_xmin_age_seconds,
+# dl_table_dead_tuples and friends; in api/metric_router.py: dl_queue_jobs and
+# dl_queue_oldest_runnable_age_seconds. docs/observability.md lists them with their alert rules.

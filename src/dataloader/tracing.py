@@ -113,8 +113,10 @@ def log_ids() -> dict[str, str]:
 def attempt_span(*, queue: str, job_id: str, task: str, attempt: int, traceparent: str | None,
                  wait_sec: float, previous: str | None = None) -> Iterator[Any]:
     """The span of one attempt (CONSUMER, a child of the enqueue's context), current in the block,
-    with a `wait` child covering the time the job waited to be claimed, and a link to `previous`
-    (the span of the attempt that ended in this retry). Yields None when off."""
+    with a `wait` child covering the time the job waited to be claimed, and a link to `previous`:
+    on a retry, the span of the attempt that ended in it (`previous_attempt`); on a first attempt,
+    the span that caused the job without being its parent (`cause`: the process step that armed a
+    timer). Yields None when off."""
     if not enabled():
         yield None
         return
@@ -126,7 +128,7 @@ def attempt_span(*, queue: str, job_id: str, task: str, attempt: int, traceparen
     if previous:
         previous_context = get_current_span(_parent(previous)).get_span_context()
         if previous_context.is_valid:
-            links.append(Link(previous_context, {"dataloader.link": "previous_attempt"}))
+            links.append(Link(previous_context, {"dataloader.link": "previous_attempt" if attempt > 1 else "cause"}))
     attributes = {ATTR_SYSTEM: SYSTEM, ATTR_OPERATION: "process", ATTR_DESTINATION: queue,
                   ATTR_MESSAGE_ID: job_id, ATTR_TASK: task, ATTR_ATTEMPT: attempt}
     now_ns = time.time_ns()
@@ -135,6 +137,21 @@ def attempt_span(*, queue: str, job_id: str, task: str, attempt: int, traceparen
                                         attributes=attributes, links=links, start_time=claimed_at) as span:
         tracer().start_span("wait", attributes={"dataloader.job.wait_sec": wait_sec},
                             start_time=claimed_at).end(end_time=now_ns)
+        yield span
+
+
+@contextmanager
+def root_span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """A PRODUCER span that starts a trace of its own whatever is current (a schedule's tick: the
+    jobs it enqueues are its children); nothing when off."""
+    if not enabled():
+        yield None
+        return
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanKind
+
+    with tracer().start_as_current_span(name, context=Context(), kind=SpanKind.PRODUCER,
+                                        attributes=attributes) as span:
         yield span
 
 
@@ -167,11 +184,13 @@ def set_attribute(span: Any, key: str, value: Any) -> None:
         span.set_attribute(key, value)
 
 
-def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
+def configure_from_env(environ: Mapping[str, str] | None = None, *, one_line: bool = False) -> bool:
     """Set an SDK tracer provider when OTEL_TRACES_EXPORTER names exporters (`console`, or any the
     installed packages register, such as `otlp`) and no provider is set yet; the resource comes from
     OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Returns True when tracing is on afterwards. For the
-    service commands (`serve`, `worker`); a program embedding `App` configures its own provider."""
+    service commands (`serve`, `worker`); a program embedding `App` configures its own provider.
+    `one_line`: the console exporter writes each span as one JSON line (the service's logs are JSON
+    lines, and a collector reading its output must find nothing else there), not pretty-printed."""
     environ = os.environ if environ is None else environ
     names = [n.strip() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
     if not names or names == ["none"] or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
@@ -191,7 +210,9 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
     for name in names:
         if name == "console":
             # one span per write, in order: a console is for reading, not for throughput
-            provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+            exporter = (ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + os.linesep)
+                        if one_line else ConsoleSpanExporter())
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
             continue
         found = entry_points(group="opentelemetry_traces_exporter", name=name)
         if not found:

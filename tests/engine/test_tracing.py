@@ -243,3 +243,22 @@ async def test_a_chains_next_stage_runs_as_a_child_of_the_attempt_that_enqueued_
     assert runs[str(first.id)].parent.span_id == producer.get_span_context().span_id
     assert runs[stage_id].parent.span_id == runs[str(first.id)].context.span_id
     assert {s.context.trace_id for s in runs.values()} == {producer.get_span_context().trace_id}
+
+
+async def test_a_schedule_tick_is_the_root_of_the_trace_of_the_job_it_enqueued(app: App, db: asyncpg.Pool, spans):
+    await app.schedules.create(app.schedules.spec(name="traced-tick", task="dl.noop", queue="q", every_sec=1))
+    async with app.running():
+        async def ran() -> list[ReadableSpan]:
+            return [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+
+        attempt = (await wait_until(ran, message="a scheduled job to run"))[0]
+    await app.schedules.delete("traced-tick")
+    finished = list(spans.get_finished_spans())
+    ticks = {s.context.span_id: s for s in finished if s.name == "schedule traced-tick"}
+    tick = ticks[attempt.parent.span_id]
+    assert tick.kind == SpanKind.PRODUCER and tick.parent is None
+    assert tick.attributes["dataloader.schedule.name"] == "traced-tick"
+    assert attempt.context.trace_id == tick.context.trace_id
+    job_id = uuid.UUID(attempt.attributes["messaging.message.id"])
+    assert await db.fetchval("SELECT traceparent FROM dl_jobs WHERE job_id = $1", job_id) == tracing.traceparent_of(
+        tick)

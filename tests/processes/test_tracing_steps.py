@@ -7,6 +7,7 @@ from __future__ import annotations
 from opentelemetry.trace import SpanKind
 
 from dataloader import App, tracing
+from tests.conftest import wait_until
 from tests.processes.processors import register
 
 
@@ -33,3 +34,28 @@ async def test_init_and_call_are_steps_in_their_callers_traces(app: App, ns: str
         assert attempt.attributes["messaging.message.id"] == step.attributes["dataloader.process.task_id"]
         assert attempt.parent.span_id == caller.get_span_context().span_id
         assert attempt.context.trace_id == caller.get_span_context().trace_id
+
+
+async def test_a_timer_runs_in_a_trace_of_its_own_linked_to_the_step_that_armed_it(app: App, ns: str, spans):
+    register(ns)
+    async with app.running():
+        with tracing.tracer().start_as_current_span("caller init"):
+            await app.processes.init(ns, "p1", {"n": 1, "timer": 0.2})  # arms a timeout 0.2 s on
+
+        async def timed_out() -> bool:
+            return any(s.attributes.get("dataloader.process.task_type") == "timeout"
+                       for s in spans.get_finished_spans())
+
+        await wait_until(timed_out, message="the timer to fire")
+
+    finished = list(spans.get_finished_spans())
+    by_id = {s.context.span_id: s for s in finished}
+    init_step = next(s for s in finished if s.name == f"init {ns}")
+    timeout_step = next(s for s in finished if s.name == f"timeout {ns}")
+    attempt = by_id[by_id[timeout_step.parent.span_id].parent.span_id]
+    assert attempt.kind == SpanKind.CONSUMER
+    assert attempt.parent is None, "a timer starts a trace of its own"
+    assert attempt.context.trace_id != init_step.context.trace_id
+    (link,) = attempt.links
+    assert (link.context.trace_id, link.context.span_id) == (init_step.context.trace_id, init_step.context.span_id)
+    assert link.attributes == {"dataloader.link": "cause"}

@@ -6,8 +6,10 @@ processes without sharing memory."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+import warnings
 
 import asyncpg
 
@@ -430,3 +432,28 @@ async def probed_chunks(ctx: JobContext):
             await asyncio.shield(probe(None, note))
         finally:
             await asyncio.shield(conn.close())
+
+
+# --- logs of user code (tests/observability/test_json_logs.py) ------------------------------------
+# A pipeline module's own logger: its lines inside a job carry the job's context like ctx.log's.
+_user_log = logging.getLogger(__name__)
+
+
+@pipeline("test.logs_async", max_attempts=2, backoff=lambda attempt: 0.1)
+async def logs_async(ctx: JobContext) -> None:
+    """Logs through ctx.log, the logging module and a warning, and fails its first attempt."""
+    ctx.log.info("async line through ctx.log", extra={"marker": "async-ctx"})
+    _user_log.info("async line through logging", extra={"marker": "async-std"})
+    warnings.warn("async pipeline warning", UserWarning, stacklevel=1)
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+@pipeline("test.logs_sync", max_attempts=2, backoff=lambda attempt: 0.1)
+def logs_sync(ctx: JobContext) -> None:
+    """The same from a sync pipeline (it runs in a thread: the context must follow it there)."""
+    ctx.log.info("sync line through ctx.log", extra={"marker": "sync-ctx"})
+    _user_log.info("sync line through logging", extra={"marker": "sync-std"})
+    warnings.warn("sync pipeline warning", UserWarning, stacklevel=1)
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")

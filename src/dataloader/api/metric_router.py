@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dataloader.api.runtime import Runtime, get_runtime
+from dataloader.health.collector import HEALTH
 
 log = logging.getLogger("dataloader.api")
 
@@ -63,6 +64,7 @@ class QueueStatsCollector(Collector):
 
 QUEUE_STATS = QueueStatsCollector()
 REGISTRY.register(QUEUE_STATS)  # module import runs once per process, so this registers once
+REGISTRY.register(HEALTH)  # the database's health (dataloader.health), read below for each scrape
 
 
 @router.get(
@@ -73,6 +75,7 @@ REGISTRY.register(QUEUE_STATS)  # module import runs once per process, so this r
 )
 async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
     rows = None
+    health = None
     if runtime.app is not None:
         try:
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
@@ -89,10 +92,13 @@ async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
                 await runtime.app.flow.refresh_metrics()
         except Exception as exc:
             log.warning("metrics: queue flow state unavailable", extra={"error": repr(exc)})
+        # Stuck and held jobs, waiting observers, nodes, connections, xmin horizon, dead tuples
+        # (issue 23): never raises, each part it cannot read is left out (dl_db_health_up{part} 0).
+        health = await runtime.app.health.read()
     # No await between setting and generating: no other scrape can interleave on this loop.
-    QUEUE_STATS.snapshot = rows
+    QUEUE_STATS.snapshot, HEALTH.snapshot = rows, health
     try:
         data = generate_latest(REGISTRY)
     finally:
-        QUEUE_STATS.snapshot = None
+        QUEUE_STATS.snapshot = HEALTH.snapshot = None
     return Response(data, media_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _setting
 from dataloader.config import Settings
 from dataloader.exceptions import DataloaderError, exit_code
 from dataloader.heap import freeze_startup_objects
+from dataloader.logger import writes_json
 
 log = logging.getLogger("dataloader")
 
@@ -41,7 +42,8 @@ def serve(
     settings = _settings()
     from dataloader.api.server import run_server
 
-    traced = tracing.configure_from_env()  # OTEL_TRACES_EXPORTER set: spans of requests and jobs
+    # OTEL_TRACES_EXPORTER set: spans of requests and jobs
+    traced = tracing.configure_from_env(one_line=writes_json(settings.log_format))
     try:
         code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
     finally:
@@ -55,7 +57,8 @@ def worker(
 ) -> None:
     """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
     settings = _settings()
-    traced = tracing.configure_from_env()  # OTEL_TRACES_EXPORTER set: spans of the jobs it runs
+    # OTEL_TRACES_EXPORTER set: spans of the jobs it runs
+    traced = tracing.configure_from_env(one_line=writes_json(settings.log_format))
     try:
         code = run_until_stopped(_run_worker(settings, reaper))
     finally:

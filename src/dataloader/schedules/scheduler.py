@@ -21,6 +21,7 @@ the clock's, so tests drive whole days of ticks with `ManualClock`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -31,6 +32,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from pydantic import Field
 
+from dataloader import tracing
 from dataloader.maintenance.periodic import LoopService
 from dataloader.maintenance.service import Scope, ServiceSettings
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
@@ -151,7 +153,14 @@ class Scheduler(LoopService):
                                producer="schedule", job_id=job_id))
             ticks.append(FiredTick(tick, job_id, max((now - tick).total_seconds(), 0.0),
                                    decision.skipped if i == 0 else 0))
-        fired = await self.repo.fire(schedule, decision.next_run_at, jobs, ticks)
+        # Traced, a fire that enqueues is a span of its own, a trace's root and the parent of the
+        # jobs it enqueues (issue 23): each tick's run is found from the tick.
+        span = tracing.root_span(f"schedule {schedule.name}", {
+            "dataloader.schedule.name": schedule.name, "dataloader.schedule.ticks": len(jobs),
+            "messaging.destination.name": schedule.queue}) if jobs else contextlib.nullcontext()
+        with span:
+            fired = await self.repo.fire(schedule, decision.next_run_at, jobs, ticks,
+                                         traceparent=tracing.current_traceparent())
         if fired is None:
             return None
         for tick in fired:

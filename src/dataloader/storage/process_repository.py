@@ -124,6 +124,9 @@ class NewTask:
     producer: str | None = None
     request_id: str | None = None
     traceparent: str | None = None  # the caller's span, W3C (0020; None: not traced)
+    # A span that caused the task without being its parent (the step that armed a timer): its first
+    # attempt links to it (written as the job's attempt_span, 0021; None: none)
+    cause_span: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +164,7 @@ class ProcessRepository:
             sql("processes/insert_task"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
             task.history_range_json, task.idempotency_key, task.due_at, task.queue,
             lock_key_of(task.ns, task.process_id), task.priority, task.max_attempts, task.lease_ttl_sec,
-            task.producer, task.request_id, task.traceparent)
+            task.producer, task.request_id, task.traceparent, task.cause_span)
         return row is not None
 
     @staticmethod

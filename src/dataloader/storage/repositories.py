@@ -154,8 +154,8 @@ class JobRepository:
         row = await self.pool.fetchrow(sql("get_queued_restartable_job"), lock_key)
         return Job.from_row(row) if row is not None else None
 
-    async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None, *, conn: Any = None
-                          ) -> list[uuid.UUID]:
+    async def insert_jobs(self, jobs: list[NewJob], producer: str | None = None, *, conn: Any = None,
+                          traceparent: str | None = None) -> list[uuid.UUID]:
         """Insert many jobs in one statement; returns the ids of the rows actually inserted, in
         input order (a job without job_id gets one from the database)."""
         if not jobs:
@@ -163,7 +163,8 @@ class JobRepository:
         cols = tuple(list(col) for col in zip(*((j.job_id, j.queue, j.task, j.args_json, j.idempotency_key,
                                                   j.lock_key, j.partition_key, j.priority, j.available_at,
                                                   j.max_attempts, j.lease_ttl_sec) for j in jobs), strict=True))
-        return await self.insert_job_columns(cols, producer, [j.timeout_sec for j in jobs], conn=conn)
+        return await self.insert_job_columns(cols, producer, [j.timeout_sec for j in jobs], conn=conn,
+                                             traceparent=traceparent)
 
     async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
                                  timeouts: list[int | None], *, conn: Any = None,

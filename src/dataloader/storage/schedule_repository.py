@@ -67,12 +67,12 @@ class ScheduleRepository:
         return await self.pool.fetchval(sql("schedules/prune_runs"), days, batch)
 
     async def fire(self, schedule: Schedule, next_run_at: datetime | None, jobs: list[NewJob],
-                   ticks: list[FiredTick]) -> list[FiredTick] | None:
+                   ticks: list[FiredTick], *, traceparent: str | None = None) -> list[FiredTick] | None:
         """Move `schedule` (at the revision it was read) to `next_run_at` and enqueue `jobs` (one
         per tick, same order, each with its tick's idempotency key and `job_id`), in one
         transaction. None: another scheduler fired it first, or it changed (nothing written).
         Otherwise the ticks whose job was inserted (a tick whose key already named a job is left
-        out, and gets no history row)."""
+        out, and gets no history row). `traceparent`: the tick's span, the jobs' parent (None: not traced)."""
         last_run_at = ticks[-1].tick_at if ticks else None
         async with self.pool.acquire() as conn, conn.transaction():
             won = await conn.fetchrow(sql("schedules/advance_schedule"), schedule.name, schedule.revision,
@@ -81,7 +81,8 @@ class ScheduleRepository:
                 return None
             if not jobs:
                 return []
-            inserted = set(await JobRepository(self.pool).insert_jobs(jobs, "schedule", conn=conn))
+            inserted = set(await JobRepository(self.pool).insert_jobs(jobs, "schedule", conn=conn,
+                                                                      traceparent=traceparent))
             fired = [t for t in ticks if t.job_id in inserted]
             if fired:
                 await conn.execute(sql("schedules/insert_runs"), schedule.name, [t.tick_at for t in fired],
