@@ -1,0 +1,89 @@
+"""Primary failover with a real streaming standby (docs/scaling.md "A standby that takes over").
+
+A primary and a `pg_basebackup` standby with synchronous replication; the nodes reach them through
+one multi-host DSN with `target_session_attrs=read-write`. The chaos harness (tests/chaos) runs its
+nodes, HTTP enqueues, process calls, observers, schedules and kill -9s, and at its "restart" the
+primary is killed -9 (every process of its server) and the standby promoted with `pg_ctl promote`.
+It fails on any job the API acknowledged that is not there afterwards, any overlap of one lock_key
+(its probe lock lives on the server: the old primary's die with it and are retaken on the new one),
+any stuck job; and a node started before the failover must finish jobs after it without a restart.
+Reported: the time from the primary's death to the first job finished on the new primary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from dataloader.storage import migrate
+from tests.chaos.harness import ChaosConfig, ChaosRun, format_table
+from tests.support.replication import ReplicatedCluster
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(420)]
+
+DATABASE = "dl_failover"
+
+
+async def test_the_standby_takes_over_mid_drain_and_nothing_acknowledged_is_lost(
+        subprocess_env: dict[str, str], tmp_path: Path, record_property) -> None:
+    with ReplicatedCluster(synchronous=True) as cluster:
+        cluster.wait_streaming()
+        admin = await asyncpg.connect(cluster.dsn())
+        try:
+            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await admin.close()
+        dsn = cluster.multi_host_dsn(DATABASE)
+        await migrate.upgrade(dsn)
+
+        failover: dict[str, float] = {}
+
+        async def fail_over() -> str:
+            failover["killed_at"] = cluster.kill_primary()
+            failover["promoted_at"] = await asyncio.to_thread(cluster.promote)
+            return "failed over"
+
+        cfg = ChaosConfig(nodes=2, concurrency=4, jobs=150, kills=4, kill_interval=(2.0, 3.0), hot_keys=8,
+                          hot_share=0.5, burst=(10, 30), drain_timeout_sec=120, restart=True, sigterm=False,
+                          processes=2, observers=2, operation_jobs=200, settle_timeout_sec=120)
+        run = ChaosRun(cfg, dsn, fail_over, subprocess_env, tmp_path / "nodes")
+        report = await run.execute()
+        table = format_table(report)
+        print(table)
+        detail = (f"{table}\nexamples: {json.dumps(report['examples'], default=str)}\n"
+                  f"primary log: {cluster.log('primary')[-1500:]}\nstandby log: {cluster.log('standby')[-1500:]}")
+        assert "killed_at" in failover, detail
+        assert report["drained"], detail
+        assert report["failures"] == {}, detail
+        assert report["counts"]["jobs_acked"] == cfg.jobs, detail
+
+        killed_at = datetime.fromtimestamp(failover["killed_at"], UTC)
+        conn = await asyncpg.connect(dsn)
+        try:
+            assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")  # the standby is the primary now
+            assert await conn.fetchval("SELECT inet_server_port()") == cluster.standby_port
+            first_done = await conn.fetchval(
+                "SELECT min(finished_at) FROM dl_jobs WHERE status = 'succeeded' AND finished_at > $1", killed_at)
+            pickers_after = {r["worker"] for r in await conn.fetch(
+                "SELECT DISTINCT payload->>'worker' AS worker FROM dl_job_events "
+                "WHERE kind = 'picked' AND ts > $1", killed_at)}
+        finally:
+            await conn.close()
+        assert first_done is not None, detail
+        # nodes whose process was started before the failover and lived past it: they went on
+        # working on the new primary without a restart
+        survivors = {inc.name for slot in run.slots for inc in slot.history
+                     if inc.started_at < failover["killed_at"]
+                     and (inc.ended_at is None or inc.ended_at > failover["promoted_at"] + 5)}
+        assert survivors & pickers_after, (survivors, pickers_after, detail)
+        to_first_job = (first_done - killed_at).total_seconds()
+        promote_took = failover["promoted_at"] - failover["killed_at"]
+        record_property("failover_to_first_job_sec", round(to_first_job, 2))
+        record_property("failover_promote_sec", round(promote_took, 2))
+        print(f"primary killed -> standby promoted: {promote_took:.2f} s; "
+              f"-> first job finished on the new primary: {to_first_job:.2f} s; "
+              f"nodes that went on without a restart: {sorted(survivors & pickers_after)}")
