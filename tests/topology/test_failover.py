@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from dataloader import App, Settings
 from dataloader.storage import migrate
 from tests.chaos.harness import ChaosConfig, ChaosRun, format_table
 from tests.support.replication import ReplicatedCluster
@@ -87,3 +91,80 @@ async def test_the_standby_takes_over_mid_drain_and_nothing_acknowledged_is_lost
         print(f"primary killed -> standby promoted: {promote_took:.2f} s; "
               f"-> first job finished on the new primary: {to_first_job:.2f} s; "
               f"nodes that went on without a restart: {sorted(survivors & pickers_after)}")
+
+
+@pytest.mark.parametrize("synchronous", [False, True], ids=["asynchronous", "synchronous"])
+async def test_what_a_promoted_standby_has_of_the_enqueues_the_primary_acknowledged(synchronous: bool) -> None:
+    """docs/scaling.md "Synchronous or asynchronous": the standby falls behind (its WAL receiver
+    stopped, as a slow link or a busy standby would), the primary dies, the standby is promoted.
+    Asynchronous: enqueues the primary acknowledged in that window are gone. Synchronous: no enqueue
+    is acknowledged in that window (it waits for the standby), so none acknowledged is gone."""
+    with ReplicatedCluster(synchronous=synchronous) as cluster:
+        cluster.wait_streaming()
+        admin = await asyncpg.connect(cluster.dsn())
+        try:
+            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await admin.close()
+        dsn = cluster.multi_host_dsn(DATABASE)
+        await migrate.upgrade(dsn)
+        standby = cluster.dsn(DATABASE, port=cluster.standby_port)
+        app = App(Settings(db_dsn=dsn))
+        await app.open()
+        acknowledged: list[str] = []
+        try:
+            for i in range(5):
+                acknowledged.append(str((await app.enqueue("dl.noop", queue="q", idempotency_key=f"before-{i}")).id))
+            await _wait_replayed(standby, 5)
+            receiver = await _wal_receiver_pid(standby)
+            os.kill(receiver, signal.SIGSTOP)
+            try:
+                for i in range(3 if synchronous else 20):  # synchronous: each one waits its 2 s
+                    try:
+                        job = await asyncio.wait_for(app.enqueue("dl.noop", queue="q",
+                                                                 idempotency_key=f"behind-{i}"), timeout=2)
+                    except TimeoutError:
+                        continue  # not acknowledged: the commit waits for the standby
+                    acknowledged.append(str(job.id))
+                cluster.kill_primary()
+            finally:
+                os.kill(receiver, signal.SIGCONT)
+            await asyncio.to_thread(cluster.promote)
+        finally:
+            await app.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            present = {str(r["job_id"]) for r in await conn.fetch("SELECT job_id FROM dl_jobs")}
+        finally:
+            await conn.close()
+        lost = [job_id for job_id in acknowledged if job_id not in present]
+        print(f"{'synchronous' if synchronous else 'asynchronous'}: acknowledged {len(acknowledged)}, "
+              f"after the failover {len(present)}, acknowledged but lost {len(lost)}")
+        if synchronous:
+            assert len(acknowledged) == 5 and not lost  # nothing acknowledged while the standby lagged
+        else:
+            assert len(acknowledged) == 25 and len(lost) == 20  # every enqueue of the lag window is gone
+
+
+async def _wait_replayed(standby_dsn: str, jobs: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = await asyncpg.connect(standby_dsn)
+        try:
+            if await conn.fetchval("SELECT count(*) FROM dl_jobs") >= jobs:
+                return
+        finally:
+            await conn.close()
+        if time.monotonic() > deadline:
+            raise AssertionError("the standby did not replay the first jobs")
+        await asyncio.sleep(0.1)
+
+
+async def _wal_receiver_pid(standby_dsn: str) -> int:
+    conn = await asyncpg.connect(standby_dsn)
+    try:
+        pid = await conn.fetchval("SELECT pid FROM pg_stat_wal_receiver")
+    finally:
+        await conn.close()
+    assert pid, "the standby has no WAL receiver"
+    return int(pid)
