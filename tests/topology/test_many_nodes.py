@@ -49,10 +49,10 @@ async def test_idle_cost_per_node_stays_flat_from_two_to_ten_nodes(dsn: str, pg_
     # flat: a node of ten costs no more than a node of two, with room for timing noise
     assert large["idle_tps_per_node"] <= small["idle_tps_per_node"] * 1.5 + 0.3, fleets
     # fan-out: one enqueue costs its insert, the winner's claim and finish, and per other node woken
-    # an empty claim and its look for the next due job: linear in the nodes, never in their
-    # concurrency (+1 for timing noise)
+    # an empty claim and its look for the next due job (2-3 statements: docs/scaling.md measured
+    # 1.9 per node at 10 nodes, 3.0 at 50): linear in the nodes, never in their concurrency
     for fleet in (small, large):
-        assert fleet["xacts_per_enqueue_net"] <= 3 + 2 * fleet["nodes"] + 1, fleets
+        assert fleet["xacts_per_enqueue_net"] <= 3 + 3 * fleet["nodes"] + 1, fleets
     conn = await asyncpg.connect(dsn)
     try:
         done = await conn.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = $1 AND status = 'succeeded'"
