@@ -117,6 +117,9 @@ class App:
         do); otherwise a database that was never migrated is a clear error."""
         settings = self.settings
         dsn = settings.db_dsn
+        if settings.db_direct_dsn and not dsn:
+            raise ConfigError("DL_DB_DIRECT_DSN", "is set without DL_DB_DSN: it is the direct path beside a "
+                              "pooled DL_DB_DSN (docs/scaling.md)")
         if dsn:
             log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
@@ -137,10 +140,6 @@ class App:
             raise ConfigError("DL_DB_DSN", "is not set: an App needs the database its workers read "
                               "(use App.embedded() for a local development server)")
         direct = settings.db_direct_dsn
-        if direct and not settings.db_dsn:
-            await self._stop_embedded()
-            raise ConfigError("DL_DB_DIRECT_DSN", "is set without DL_DB_DSN: it is the direct path beside a "
-                              "pooled DL_DB_DSN (docs/scaling.md)")
         self._pooled = bool(direct) and direct != dsn
         self._session_dsn = direct if self._pooled else dsn
         try:

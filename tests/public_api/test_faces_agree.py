@@ -359,3 +359,11 @@ async def test_a_bad_direct_dsn_is_the_same_config_error_in_python_and_the_cli(d
     result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_DB_DIRECT_DSN": "mysql://x@y/z"})
     assert result.exit_code == 2
     assert error_line(result) == f"dataloader: configuration error: {caught.value}"
+
+
+async def test_a_direct_dsn_without_a_dsn_is_a_config_error_before_anything_starts(dsn):
+    from dataloader.exceptions import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        await App.embedded(Settings(db_direct_dsn=dsn)).open()
+    assert caught.value.variable == "DL_DB_DIRECT_DSN" and "without DL_DB_DSN" in caught.value.problem
