@@ -16,8 +16,9 @@ and a phase of `--phase` seconds is `--phase / --keep` retention periods. Three 
   C. the snapshot released, the churn goes on.
 
 Sampled every 5 s: the heap and index sizes of dl_jobs and dl_job_events, live and dead tuples,
-autovacuum runs, the oldest backend_xmin age, the jobs finished; per phase the throughput and the
-claim-to-finish backlog. Writes `bench/results/queue-health-<UTC>.json` and prints a table.
+autovacuum runs, the oldest backend_xmin age, the jobs finished and waiting, and the node's claim
+statements in the interval (count, mean time, from its dl_claim_seconds); per phase the
+throughput and the prune's cost. Writes `bench/results/queue-health-<UTC>.json` and prints a table.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import asyncpg
 
 from bench.pg import fresh_database, start_server
-from dataloader import App, Queue, Settings
+from dataloader import App, Queue, Settings, metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -57,8 +58,24 @@ FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_p
 """
 
 
-async def sample(conn: asyncpg.Connection, t0: float, phase: str) -> dict[str, Any]:
+def claim_totals() -> tuple[float, float]:
+    """(seconds, claims) the node's claim statements took so far (the in-process dl_claim_seconds)."""
+    total = count = 0.0
+    for family in metrics.CLAIM_SECONDS.collect():
+        for s in family.samples:
+            if s.labels.get("queue") == QUEUE and s.name.endswith("_sum"):
+                total += s.value
+            elif s.labels.get("queue") == QUEUE and s.name.endswith("_count"):
+                count += s.value
+    return total, count
+
+
+async def sample(conn: asyncpg.Connection, t0: float, phase: str, claims: list[float]) -> dict[str, Any]:
     row: dict[str, Any] = {"t": round(time.monotonic() - t0, 1), "phase": phase}
+    total, count = claim_totals()
+    row["claims"] = int(count - claims[1])
+    row["claim_ms_avg"] = round((total - claims[0]) / (count - claims[1]) * 1000, 2) if count > claims[1] else None
+    claims[:] = [total, count]
     for r in await conn.fetch(SIZES):
         name = "jobs" if r["relname"] == "dl_jobs" else "events"
         row[f"{name}_heap_mb"] = round(r["heap_bytes"] / 2**20, 2)
@@ -112,7 +129,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor",
                 "autovacuum_vacuum_insert_scale_factor", "server_version")}
             stop = asyncio.Event()
-            enqueued, pruned = [0], [0.0, 0.0]
+            enqueued, pruned, claims = [0], [0.0, 0.0], list(claim_totals())
             t0 = time.monotonic()
             try:
                 async with app.running():
@@ -131,7 +148,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         last: dict[str, Any] = {}
                         while time.monotonic() < end:
                             await asyncio.sleep(SAMPLE_SEC)
-                            last = await sample(monitor, t0, phase)
+                            last = await sample(monitor, t0, phase, claims)
                             out["samples"].append(last)
                             print(json.dumps(last), flush=True)
                         seconds = time.monotonic() - start["t"]
