@@ -51,7 +51,7 @@ from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
 from dataloader.schedules.manager import ScheduleManager
-from dataloader.storage import migrate
+from dataloader.storage import migrate, session_probe
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres
 from dataloader.storage.flow_repository import FlowRepository
@@ -83,6 +83,13 @@ class App:
         self._embedded: EmbeddedPostgres | None = None
         self._dsn: str | None = None
         self._pool: asyncpg.Pool | None = None
+        # DL_DB_DIRECT_DSN beside a pooled DL_DB_DSN (docs/scaling.md "PgBouncer"): sessions (and the
+        # engine's pool, whose control connections hold advisory locks) go there, the rest through
+        # the pooler. Without it both are DL_DB_DSN.
+        self._session_dsn: str | None = None
+        self._pooled = False
+        self._engine_pool: asyncpg.Pool | None = None
+        self._sessions_checked = False
         self._insert_group: InsertGroup | None = None
         self._engine: AsyncEngine | None = None
         self._sessionmaker: async_sessionmaker | None = None
@@ -113,6 +120,9 @@ class App:
         do); otherwise a database that was never migrated is a clear error."""
         settings = self.settings
         dsn = settings.db_dsn
+        if settings.db_direct_dsn and not dsn:
+            raise ConfigError("DL_DB_DIRECT_DSN", "is set without DL_DB_DSN: it is the direct path beside a "
+                              "pooled DL_DB_DSN (docs/scaling.md)")
         if dsn:
             log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
@@ -132,25 +142,31 @@ class App:
         else:
             raise ConfigError("DL_DB_DSN", "is not set: an App needs the database its workers read "
                               "(use App.embedded() for a local development server)")
+        direct = settings.db_direct_dsn
+        self._pooled = bool(direct) and direct != dsn
+        self._session_dsn = direct if self._pooled else dsn
         try:
             load_pipeline_modules(settings.pipeline_module_names)
             node.register_node_pipelines(self.registry)
             try:
                 if migrate_schema:
-                    await migrate.upgrade(dsn)
+                    await self._require_sessions()
+                    await migrate.upgrade(self.session_dsn)
                 pool = await self._create_pool(dsn)
             except Exception as exc:
                 raise _connect_error(exc, dsn) from exc
             try:
                 await self._check_schema(pool)
-            except BaseException:
+            except BaseException as exc:
                 await pool.close()
+                if _is_pooler_refusal(exc):  # the pool connects lazily: its first connection is here
+                    raise _connect_error(exc, dsn) from exc  # type: ignore[arg-type]
                 raise
         except BaseException:
             await self._stop_embedded()
             raise
         self._dsn, self._pool = dsn, pool
-        self._insert_group = InsertGroup(dsn)
+        self._insert_group = InsertGroup(dsn, pooled=self._pooled)
         self.repo = JobRepository(pool, self._insert_group)
         self.jobs = JobManager(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
@@ -160,7 +176,9 @@ class App:
         settings = self.settings
         if self._engine_app is None:
             concurrency = sum(w.concurrency for w in settings.workers) + node.process_concurrency()
-            return await create_pool(dsn, max_size=concurrency + settings.db_pool_extra)
+            return await create_pool(dsn, max_size=concurrency + settings.db_pool_extra, pooled=self._pooled)
+        if self._pooled:  # PgBouncer's query_timeout bounds the statements there (docs/scaling.md)
+            return await create_pool(dsn, max_size=settings.api_pool_size, pooled=True)
         # PostgreSQL itself bounds every statement of a request (so a query whose client left, or
         # that the event loop can no longer cancel, still ends), and checks while a statement runs
         # that its client is still there (a cancelled request's connection is closed).
@@ -179,6 +197,40 @@ class App:
         api._engine_app = self
         api._expensive = ExpensiveQueries(self.settings.api_max_expensive_queries)
         return await api.open()
+
+    async def _require_sessions(self) -> None:
+        """ConfigError unless the session DSN gives real sessions (storage/session_probe.py): on a
+        transaction-pooling PgBouncer, advisory locks and LISTEN silently stop holding. Asked once
+        per App, before anything relies on a session (migrating, running workers)."""
+        if self._sessions_checked or self._embedded is not None:
+            return
+        dsn = self.session_dsn
+        try:
+            pooling = await session_probe.probe(dsn)
+        except Exception as exc:
+            raise _connect_error(exc, dsn, "DL_DB_DIRECT_DSN" if self._pooled else "DL_DB_DSN") from exc
+        if not pooling.has_sessions:
+            if self._pooled:
+                raise ConfigError("DL_DB_DIRECT_DSN", "leads through a transaction-pooling pooler too: it must "
+                                  "reach PostgreSQL directly (or through session pooling)")
+            raise ConfigError("DL_DB_DSN", "leads through a transaction-pooling pooler (PgBouncer pool_mode="
+                              "transaction), where advisory locks and LISTEN do not hold: set DL_DB_DIRECT_DSN "
+                              "to a direct connection for sessions (docs/scaling.md)")
+        self._sessions_checked = True
+
+    async def _engine_pool_for_workers(self) -> asyncpg.Pool:
+        """The pool the workers and duties run on: the App's own, or with a pooled DL_DB_DSN one on
+        DL_DB_DIRECT_DSN (a control connection's advisory locks need its session)."""
+        if not self._pooled:
+            return self.pool
+        if self._engine_pool is None:
+            settings = self.settings
+            concurrency = sum(w.concurrency for w in settings.workers) + node.process_concurrency()
+            try:
+                self._engine_pool = await create_pool(self.session_dsn, max_size=concurrency + settings.db_pool_extra)
+            except Exception as exc:
+                raise _connect_error(exc, self.session_dsn, "DL_DB_DIRECT_DSN") from exc
+        return self._engine_pool
 
     async def _check_schema(self, pool: asyncpg.Pool) -> None:
         revision = await JobRepository(pool).schema_revision()
@@ -201,8 +253,9 @@ class App:
         insert_group, self._insert_group = self._insert_group, None
         if insert_group is not None:
             await insert_group.close()
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        pools = [p for p in (self._engine_pool, self._pool) if p is not None]
+        self._engine_pool = self._pool = None
+        for pool in pools:
             if locks_held:
                 pool.terminate()
             else:
@@ -233,6 +286,14 @@ class App:
         return self._dsn
 
     @property
+    def session_dsn(self) -> str:
+        """Where sessions go (advisory locks, LISTEN, the leader election, migrations):
+        DL_DB_DIRECT_DSN beside a pooled DL_DB_DSN, else `dsn`."""
+        if self._session_dsn is None:
+            raise RuntimeError("the App is not open: await app.open() or use `async with app`")
+        return self._session_dsn
+
+    @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
             raise RuntimeError("the App is not open: await app.open() or use `async with app`")
@@ -242,13 +303,14 @@ class App:
     def sessionmaker(self) -> async_sessionmaker:
         """SQLAlchemy async sessions on the same database (made on first use)."""
         if self._sessionmaker is None:
-            self._engine = create_engine(self.dsn)
+            self._engine = create_engine(self.session_dsn)  # SQLAlchemy names its prepared statements
             self._sessionmaker = create_sessionmaker(self._engine)
         return self._sessionmaker
 
     async def migrate(self) -> tuple[str | None, str]:
         """Bring the schema to head; returns (revision before, revision after)."""
-        return await migrate.upgrade(self.dsn)
+        await self._require_sessions()
+        return await migrate.upgrade(self.session_dsn)
 
     # -- producing -------------------------------------------------------------------------------
 
@@ -333,7 +395,9 @@ class App:
         if queues is not None:
             settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
                                                                for q in queues]})
-        manager = node.build_node(node.with_process_queues(settings), self.dsn, self.pool, self.registry,
+        await self._require_sessions()
+        manager = node.build_node(node.with_process_queues(settings), self.session_dsn,
+                                  await self._engine_pool_for_workers(), self.registry,
                                   reaper=reaper, capabilities=True)
         await self.flow.apply_declared(settings.declared_queue_settings())
         await manager.start()
@@ -459,7 +523,7 @@ class App:
         `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
         `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
         if self._processes is None:
-            waiter = TaskWaiter(self.dsn, poll_sec=self.settings.poll_fallback_sec)
+            waiter = TaskWaiter(self.session_dsn, poll_sec=self.settings.poll_fallback_sec)
             self._processes = ProcessManager(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
@@ -524,19 +588,28 @@ class App:
             await processes.waiter.close()
 
 
-def _connect_error(exc: Exception, dsn: str) -> Exception:
+def _connect_error(exc: Exception, dsn: str, variable: str = "DL_DB_DSN") -> Exception:
     """What a failed first connection means, as a dataloader error: a server that refuses these
     credentials or has no such database is a configuration error (DL_DB_DSN); one that cannot be
     reached is DatabaseUnavailable. Anything else is returned as it is."""
     if isinstance(exc, DataloaderError):
         return exc
     where = redact_dsn(dsn)
+    if _is_pooler_refusal(exc):
+        # PgBouncer refuses the session settings a dataloader connection starts with: a pooler
+        # where a direct connection was expected (docs/scaling.md "PgBouncer").
+        return ConfigError(variable, f"{where} leads through PgBouncer ({exc}): keep it as DL_DB_DSN and set "
+                           "DL_DB_DIRECT_DSN to a direct connection for sessions (docs/scaling.md)")
     if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError
                   | asyncpg.exceptions.InvalidCatalogNameError):
-        return ConfigError("DL_DB_DSN", f"{where}: {exc}")
+        return ConfigError(variable, f"{where}: {exc}")
     if is_connection_error(exc):
         return DatabaseUnavailable(f"cannot reach the database at {where}: {exc or type(exc).__name__}")
     return exc
+
+
+def _is_pooler_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, asyncpg.exceptions.ProtocolViolationError) and "startup parameter" in str(exc)
 
 
 def _uuid(value: uuid.UUID | str) -> uuid.UUID:

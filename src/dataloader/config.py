@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DL_", extra="ignore", populate_by_name=True)
 
     db_dsn: str | None = None
+    # A direct connection (no pooler, or a session-pooling one) for everything that needs a
+    # session: each queue worker's control connection (its lock_keys' advisory locks), LISTEN, the
+    # leader election, the migration lock. With it set and different, DL_DB_DSN may be a
+    # transaction-pooling PgBouncer (docs/scaling.md "PgBouncer"). Unset: DL_DB_DSN is used for both.
+    db_direct_dsn: str | None = None
     # From the environment: WORKERS_JSON (a JSON list); in code: workers=[Queue(...)] or the JSON
     # text as workers_json=. NoDecode: our parser gives the one-line errors, not pydantic-settings'.
     workers: Annotated[list[Queue], NoDecode] = Field(
@@ -98,7 +103,7 @@ class Settings(BaseSettings):
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
     node_name: str = Field(default_factory=lambda: f"{os.uname().nodename}:{os.getpid()}")
 
-    @field_validator("db_dsn")
+    @field_validator("db_dsn", "db_direct_dsn")
     @classmethod
     def _check_dsn(cls, value: str | None) -> str | None:
         # The scheme is checked here, not at connect time, so `DL_DB_DSN=mysql://…` is a one-line

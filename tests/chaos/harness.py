@@ -641,6 +641,8 @@ def _restart_label(restart: dict[str, Any] | None) -> str:
     """Says plainly when the "restart" was not one: on an external server without
     DL_TEST_RESTART_CMD the harness can only terminate the sessions (what clients see of a restart,
     minus the downtime and the lost shared state)."""
+    if restart is not None and restart.get("how") == "failed over":  # tests/topology/test_failover.py
+        return "primary killed -9, standby promoted"
     if restart is not None and restart.get("how") != "restarted":
         return "PostgreSQL restart: NOT REAL, sessions only"
     return "PostgreSQL restart"

@@ -19,6 +19,7 @@ import pytest
 
 from dataloader import App, Settings
 from dataloader.api import create_app
+from dataloader.config import load_settings
 from dataloader.exceptions import INPUT_ERROR_CODES, DataloaderError
 from tests.support.cli import error_line, invoke
 
@@ -454,3 +455,22 @@ async def test_the_same_limits_set_through_every_face_read_back_the_same(py_app,
                               "fair_weights": {"big": 3.0}}
     assert seen["http"] == seen["cli"] == seen["python"]
     assert {listed[q].settings_source for q in queues.values()} == {"runtime"}
+# DL_DB_DIRECT_DSN (issue 22, docs/scaling.md "PgBouncer"): a bad value is the same one-line
+# ConfigError naming it in Python and in the CLI, before anything connects.
+async def test_a_bad_direct_dsn_is_the_same_config_error_in_python_and_the_cli(dsn):
+    from dataloader.exceptions import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_settings(db_dsn=dsn, db_direct_dsn="mysql://x@y/z")
+    assert caught.value.variable == "DL_DB_DIRECT_DSN" and caught.value.code == "config_error"
+    result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_DB_DIRECT_DSN": "mysql://x@y/z"})
+    assert result.exit_code == 2
+    assert error_line(result) == f"dataloader: configuration error: {caught.value}"
+
+
+async def test_a_direct_dsn_without_a_dsn_is_a_config_error_before_anything_starts(dsn):
+    from dataloader.exceptions import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        await App.embedded(Settings(db_direct_dsn=dsn)).open()
+    assert caught.value.variable == "DL_DB_DIRECT_DSN" and "without DL_DB_DSN" in caught.value.problem

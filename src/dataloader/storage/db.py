@@ -191,9 +191,27 @@ SESSION_SETTINGS: dict[str, str] = {"enable_seqscan": "off", "jit": "off"}
 STATEMENT_LIFETIME_SEC = 30.0
 
 
-def _with_session_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _with_session_settings(kwargs: dict[str, Any], pooled: bool = False) -> dict[str, Any]:
+    if pooled:
+        return _through_pooler(kwargs)
     kwargs["server_settings"] = {**SESSION_SETTINGS, **(kwargs.get("server_settings") or {})}
     kwargs.setdefault("max_cached_statement_lifetime", STATEMENT_LIFETIME_SEC)
+    return kwargs
+
+
+# A connection through a transaction-pooling PgBouncer (DL_DB_DSN when DL_DB_DIRECT_DSN is set;
+# docs/scaling.md "PgBouncer") gets another server session for every transaction, so:
+# - no named prepared statements (pgbouncer 1.18 cannot route them: "prepared statement
+#   __asyncpg_stmt_6__ does not exist"): asyncpg's unnamed statement of each call is parsed, bound
+#   and run in one exchange on one server. Each call is then planned with its real values, so
+#   the stale generic plans SESSION_SETTINGS guard against cannot happen on these connections;
+# - no settings in the start-up packet: PgBouncer refuses every parameter it does not track
+#   ("unsupported startup parameter: enable_seqscan"), and a SET would stay on whichever server
+#   session it ran on. The API's statement bound is PgBouncer's `query_timeout` there.
+def _through_pooler(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.pop("server_settings", None)
+    kwargs.pop("max_cached_statement_lifetime", None)
+    kwargs["statement_cache_size"] = 0
     return kwargs
 
 
@@ -202,9 +220,10 @@ async def ping(conn: asyncpg.Connection) -> None:
     await conn.fetchval(sql("listener_ping"))
 
 
-async def connect(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+async def connect(dsn: str, *, pooled: bool = False, **kwargs: Any) -> asyncpg.Connection:
+    """A connection of our own; `pooled`: `dsn` leads through a transaction-pooling PgBouncer."""
     kwargs.setdefault("connection_class", GuardedConnection)
-    conn = await asyncpg.connect(asyncpg_dsn(dsn), **_with_session_settings(kwargs))
+    conn = await asyncpg.connect(asyncpg_dsn(dsn), **_with_session_settings(kwargs, pooled))
     await init_connection(conn)
     return conn
 
@@ -216,7 +235,9 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     never released. An open transaction is still rolled back by the pool."""
 
 
-async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, **kwargs: Any) -> asyncpg.Pool:
+async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, pooled: bool = False,
+                      **kwargs: Any) -> asyncpg.Pool:
+    """The pool; `pooled`: `dsn` leads through a transaction-pooling PgBouncer (see _through_pooler)."""
     return await asyncpg.create_pool(
         asyncpg_dsn(dsn),
         min_size=min_size,
@@ -226,7 +247,7 @@ async def create_pool(dsn: str, *, min_size: int = 0, max_size: int = 10, **kwar
         connection_class=GuardedConnection,
         # A connection idle for a while is closed so a stopped service holds few sessions.
         max_inactive_connection_lifetime=60.0,
-        **_with_session_settings(kwargs),
+        **_with_session_settings(kwargs, pooled),
     )
 
 

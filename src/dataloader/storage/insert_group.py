@@ -48,8 +48,10 @@ class InsertGroup:
     idempotency_key already named a job. A group of several calls runs `insert_job_group.sql`,
     which takes the same parameters as arrays (one element per call)."""
 
-    def __init__(self, dsn: str, *, max_group: int = MAX_GROUP, idle_close_sec: float = IDLE_CLOSE_SEC) -> None:
+    def __init__(self, dsn: str, *, max_group: int = MAX_GROUP, idle_close_sec: float = IDLE_CLOSE_SEC,
+                 pooled: bool = False) -> None:
         self._dsn = dsn
+        self._pooled = pooled  # through a transaction-pooling PgBouncer (storage/db.py _through_pooler)
         self._max_group = max_group
         self._idle_close_sec = idle_close_sec
         self._waiting: list[Waiting] = []
@@ -150,7 +152,7 @@ class InsertGroup:
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await connect(self._dsn)
+            self._conn = await connect(self._dsn, pooled=self._pooled)
         return self._conn
 
     def _arm_idle_close(self) -> None:

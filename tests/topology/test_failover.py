@@ -1,0 +1,171 @@
+"""Primary failover with a real streaming standby (docs/scaling.md "A standby that takes over").
+
+A primary and a `pg_basebackup` standby with synchronous replication; the nodes reach them through
+one multi-host DSN with `target_session_attrs=read-write`. The chaos harness (tests/chaos) runs its
+nodes, HTTP enqueues, process calls, observers, schedules and kill -9s, and at its "restart" the
+primary is killed -9 (every process of its server) and the standby promoted with `pg_ctl promote`.
+It fails on any job the API acknowledged that is not there afterwards, any overlap of one lock_key
+(its probe lock lives on the server: the old primary's die with it and are retaken on the new one),
+any stuck job; and a node started before the failover must finish jobs after it without a restart.
+Reported: the time from the primary's death to the first job finished on the new primary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from dataloader import App, Settings
+from dataloader.storage import migrate
+from tests.chaos.harness import ChaosConfig, ChaosRun, format_table
+from tests.support.replication import ReplicatedCluster
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(420)]
+
+DATABASE = "dl_failover"
+
+
+async def test_the_standby_takes_over_mid_drain_and_nothing_acknowledged_is_lost(
+        subprocess_env: dict[str, str], tmp_path: Path, record_property) -> None:
+    with ReplicatedCluster(synchronous=True) as cluster:
+        cluster.wait_streaming()
+        admin = await asyncpg.connect(cluster.dsn())
+        try:
+            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await admin.close()
+        dsn = cluster.multi_host_dsn(DATABASE)
+        await migrate.upgrade(dsn)
+
+        failover: dict[str, float] = {}
+
+        async def fail_over() -> str:
+            failover["killed_at"] = cluster.kill_primary()
+            failover["promoted_at"] = await asyncio.to_thread(cluster.promote)
+            return "failed over"
+
+        cfg = ChaosConfig(nodes=2, concurrency=4, jobs=150, kills=4, kill_interval=(2.0, 3.0), hot_keys=8,
+                          hot_share=0.5, burst=(10, 30), drain_timeout_sec=120, restart=True, sigterm=False,
+                          processes=2, observers=2, operation_jobs=200, settle_timeout_sec=120)
+        run = ChaosRun(cfg, dsn, fail_over, subprocess_env, tmp_path / "nodes")
+        report = await run.execute()
+        table = format_table(report)
+        print(table)
+        detail = (f"{table}\nexamples: {json.dumps(report['examples'], default=str)}\n"
+                  f"primary log: {cluster.log('primary')[-1500:]}\nstandby log: {cluster.log('standby')[-1500:]}")
+        assert "killed_at" in failover, detail
+        assert report["drained"], detail
+        assert report["failures"] == {}, detail
+        assert report["counts"]["jobs_acked"] == cfg.jobs, detail
+
+        killed_at = datetime.fromtimestamp(failover["killed_at"], UTC)
+        conn = await asyncpg.connect(dsn)
+        try:
+            assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")  # the standby is the primary now
+            assert await conn.fetchval("SELECT inet_server_port()") == cluster.standby_port
+            first_done = await conn.fetchval(
+                "SELECT min(finished_at) FROM dl_jobs WHERE status = 'succeeded' AND finished_at > $1", killed_at)
+            pickers_after = {r["worker"] for r in await conn.fetch(
+                "SELECT DISTINCT payload->>'worker' AS worker FROM dl_job_events "
+                "WHERE kind = 'picked' AND ts > $1", killed_at)}
+        finally:
+            await conn.close()
+        assert first_done is not None, detail
+        # nodes whose process was started before the failover and lived past it: they went on
+        # working on the new primary without a restart
+        survivors = {inc.name for slot in run.slots for inc in slot.history
+                     if inc.started_at < failover["killed_at"]
+                     and (inc.ended_at is None or inc.ended_at > failover["promoted_at"] + 5)}
+        assert survivors & pickers_after, (survivors, pickers_after, detail)
+        to_first_job = (first_done - killed_at).total_seconds()
+        promote_took = failover["promoted_at"] - failover["killed_at"]
+        record_property("failover_to_first_job_sec", round(to_first_job, 2))
+        record_property("failover_promote_sec", round(promote_took, 2))
+        print(f"primary killed -> standby promoted: {promote_took:.2f} s; "
+              f"-> first job finished on the new primary: {to_first_job:.2f} s; "
+              f"nodes that went on without a restart: {sorted(survivors & pickers_after)}")
+
+
+@pytest.mark.parametrize("synchronous", [False, True], ids=["asynchronous", "synchronous"])
+async def test_what_a_promoted_standby_has_of_the_enqueues_the_primary_acknowledged(synchronous: bool) -> None:
+    """docs/scaling.md "Synchronous or asynchronous": the standby falls behind (the primary's WAL
+    sender stopped, as a slow link or a busy standby would hold it back), the primary dies, the
+    standby is promoted.
+    Asynchronous: enqueues the primary acknowledged in that window are gone. Synchronous: no enqueue
+    is acknowledged in that window (it waits for the standby), so none acknowledged is gone."""
+    with ReplicatedCluster(synchronous=synchronous) as cluster:
+        cluster.wait_streaming()
+        admin = await asyncpg.connect(cluster.dsn())
+        try:
+            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await admin.close()
+        dsn = cluster.multi_host_dsn(DATABASE)
+        await migrate.upgrade(dsn)
+        standby = cluster.dsn(DATABASE, port=cluster.standby_port)
+        app = App(Settings(db_dsn=dsn))
+        await app.open()
+        acknowledged: list[str] = []
+        try:
+            for i in range(5):
+                acknowledged.append(str((await app.enqueue("dl.noop", queue="q", idempotency_key=f"before-{i}")).id))
+            await _wait_replayed(standby, 5)
+            # the sender, not the receiver: WAL already in the standby's socket buffer would still arrive
+            sender = await _wal_sender_pid(cluster.dsn())
+            os.kill(sender, signal.SIGSTOP)
+            try:
+                for i in range(3 if synchronous else 20):  # synchronous: each one waits its 2 s
+                    try:
+                        job = await asyncio.wait_for(app.enqueue("dl.noop", queue="q",
+                                                                 idempotency_key=f"behind-{i}"), timeout=2)
+                    except TimeoutError:
+                        continue  # not acknowledged: the commit waits for the standby
+                    acknowledged.append(str(job.id))
+            finally:
+                cluster.kill_primary()  # SIGKILL ends the stopped sender too
+            await asyncio.to_thread(cluster.promote)
+        finally:
+            await app.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            present = {str(r["job_id"]) for r in await conn.fetch("SELECT job_id FROM dl_jobs")}
+        finally:
+            await conn.close()
+        lost = [job_id for job_id in acknowledged if job_id not in present]
+        print(f"{'synchronous' if synchronous else 'asynchronous'}: acknowledged {len(acknowledged)}, "
+              f"after the failover {len(present)}, acknowledged but lost {len(lost)}")
+        if synchronous:
+            assert len(acknowledged) == 5 and not lost  # nothing acknowledged while the standby lagged
+        else:
+            assert len(acknowledged) == 25 and len(lost) == 20  # every enqueue of the lag window is gone
+
+
+async def _wait_replayed(standby_dsn: str, jobs: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = await asyncpg.connect(standby_dsn)
+        try:
+            if await conn.fetchval("SELECT count(*) FROM dl_jobs") >= jobs:
+                return
+        finally:
+            await conn.close()
+        if time.monotonic() > deadline:
+            raise AssertionError("the standby did not replay the first jobs")
+        await asyncio.sleep(0.1)
+
+
+async def _wal_sender_pid(primary_dsn: str) -> int:
+    conn = await asyncpg.connect(primary_dsn)
+    try:
+        pid = await conn.fetchval("SELECT pid FROM pg_stat_replication WHERE application_name = 'standby1'")
+    finally:
+        await conn.close()
+    assert pid, "the primary has no WAL sender"
+    return int(pid)
