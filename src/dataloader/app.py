@@ -40,6 +40,7 @@ from dataloader.model.flow import QueueFlow
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
+from dataloader.model.queue_depth import QueueDepth
 from dataloader.observers.manager import ObserverManager
 from dataloader.observers.registry import observers as observer_kinds
 from dataloader.operations.manager import OperationManager
@@ -480,6 +481,11 @@ class App:
     async def queues(self) -> list[QueueFlow]:
         """Every queue that is paused or has queued or running jobs: paused or not, and its use."""
         return await self.flow.list()
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Every queue with live or held jobs: due (`queued`), `delayed`, `running` and `held` counts,
+        and the age of the oldest due job, on all nodes (the console's overview)."""
+        return await self.jobs.queue_depths()
 
     async def _close_capabilities(self) -> None:
         processes, self._processes = self._processes, None

@@ -11,7 +11,7 @@ from dataloader.cli.common import _print, _with_app
 if TYPE_CHECKING:
     from dataloader.app import App
 
-queues_app = typer.Typer(help="Queues: list (paused, current use), pause, resume.", no_args_is_help=True)
+queues_app = typer.Typer(help="Queues: list (paused, current use), pause, resume, depths.", no_args_is_help=True)
 
 
 @queues_app.command("list")
@@ -46,5 +46,16 @@ def queues_resume(queue: str) -> None:
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.resume_queue(queue)).to_dict()
+
+    _print(_with_app(run))
+
+
+@queues_app.command("depths")
+def queues_depths() -> None:
+    """Each queue's depth now: due, delayed, running and held jobs, and the oldest due job's age
+    (what the console's overview shows; GET /api/v1/stats/depths)."""
+
+    async def run(app: App) -> list[dict[str, Any]]:
+        return [d.to_dict() for d in await app.queue_depths()]
 
     _print(_with_app(run))
