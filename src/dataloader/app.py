@@ -421,9 +421,14 @@ class App:
         newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
         return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
 
-    async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None) -> int:
-        """How many jobs match `filter` (what a bulk operation's dry run reports)."""
-        return await self._job_search().count(filter)
+    async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
+                         at_most: int | None = None) -> int:
+        """How many jobs match `filter` (what a bulk operation's dry run reports); with `at_most`,
+        counting stops there (a capped count that stays cheap on a big table)."""
+        if at_most is not None and at_most < 1:
+            raise ValidationFailed(f"at_most must be at least 1, not {at_most}",
+                                   [{"loc": ["at_most"], "msg": "must be at least 1", "type": "value_error"}])
+        return await self._job_search().count(filter, at_most=at_most)
 
     @property
     def operations(self) -> OperationManager:

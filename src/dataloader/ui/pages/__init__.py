@@ -2,6 +2,6 @@
 paths relative to /ui), `NAV` (title and path for the navigation bar, or None) and `TOPICS` (its
 live fragments, by name: ui/topic.py)."""
 
-from dataloader.ui.pages import login, overview
+from dataloader.ui.pages import jobs, login, overview
 
-PAGES = (overview, login)
+PAGES = (overview, jobs, login)

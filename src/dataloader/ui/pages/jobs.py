@@ -1,0 +1,104 @@
+"""Jobs: the operator's search (every JobFilter field in the URL, keyset paging, a capped count)
+and a job's page (args with secrets masked, progress, result, error and traceback, the journal as a
+timeline, attempts, lock_key and who holds it, its chain), with cancel and retry. The job's state
+is live (topic `job:<id>`)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from dataloader.exceptions import DataloaderError
+from dataloader.model.job import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStatus
+from dataloader.ui import filters, render
+from dataloader.ui.actions import action_form, back
+from dataloader.ui.topic import Topic
+
+if TYPE_CHECKING:
+    from dataloader.app import App
+    from dataloader.model.job import Job
+
+NAV = ("Jobs", "/jobs")
+PAGE_SIZE = 50
+# The count shown above the results stops here ("10,000+"): exact counts of millions cost seconds.
+COUNT_CAP = 10_000
+STATUSES = [s.value for s in JobStatus]
+
+
+async def search(request: Request) -> Response:
+    app = request.app.state.console.app()
+    values = filters.form_values(request.query_params)
+    cursor = request.query_params.get("cursor") or None
+    problem = page = None
+    count = None
+    try:
+        mapping = filters.job_filter(values)
+        page = await app.search(mapping, cursor=cursor, limit=PAGE_SIZE)
+        count = await app.count_jobs(mapping, at_most=COUNT_CAP)
+    except DataloaderError as exc:  # a bad filter is shown next to the form it came from
+        problem = f"{exc.code}: {exc}"
+    return render.page(
+        request, "jobs.html", status=200 if problem is None else 422, values=values, statuses=STATUSES,
+        jobs=page.jobs if page else [], next_cursor=page.next_cursor if page else None, count=count,
+        count_cap=COUNT_CAP, problem=problem, query=filters.query_string(values),
+        next_query=filters.query_string(values, cursor=page.next_cursor or "") if page else "")
+
+
+async def lock_holder(app: App, job: Job) -> Job | None:
+    """The running job of this job's lock_key (itself, another, or none)."""
+    page = await app.search({"lock_key_prefix": job.lock_key, "statuses": ["running"]}, limit=20)
+    return next((j for j in page.jobs if j.lock_key == job.lock_key), None)
+
+
+async def job_state(app: App, job_id: uuid.UUID) -> dict[str, Any]:
+    job = await app.get(job_id)
+    return {"job": job, "holder": await lock_holder(app, job),
+            "can_cancel": job.status in ACTIVE_STATUSES and not job.cancel_requested,
+            "can_retry": job.status in RETRYABLE_STATUSES}
+
+
+async def render_job_live(app: App, arg: str, root: str) -> str:
+    return render.fragment("job_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+                           **await job_state(app, uuid.UUID(arg)))
+
+
+def is_uuid(arg: str) -> bool:
+    try:
+        uuid.UUID(arg)
+    except ValueError:
+        return False
+    return True
+
+
+async def show(request: Request) -> Response:
+    app = request.app.state.console.app()
+    job_id = request.path_params["job_id"]
+    state = await job_state(app, job_id)
+    job = state["job"]
+    events = await app.events(job_id, limit=500)
+    chain = await app.chain(job_id) if job.chain_id is not None else None
+    return render.page(request, "job.html", **state, events=events, chain=chain)
+
+
+async def cancel(request: Request) -> Response:
+    form = await action_form(request)
+    job_id = request.path_params["job_id"]
+    await request.app.state.console.app().cancel(job_id)
+    return back(request, form, f"/jobs/{job_id}")
+
+
+async def retry(request: Request) -> Response:
+    form = await action_form(request)
+    job_id = request.path_params["job_id"]
+    await request.app.state.console.app().retry(job_id)
+    return back(request, form, f"/jobs/{job_id}")
+
+
+routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/{job_id:uuid}", show, methods=["GET"]),
+          Route("/jobs/{job_id:uuid}/cancel", cancel, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"])]
+TOPICS = {"job": Topic(render_job_live, accepts=is_uuid)}
