@@ -4,21 +4,22 @@ repeats an action)."""
 
 from __future__ import annotations
 
+from starlette.datastructures import ImmutableMultiDict
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
 
 from dataloader.ui import auth
 
 
-async def action_form(request: Request) -> dict[str, str]:
-    """The form of an action, checked; Forbidden in read-only mode or without a matching CSRF token."""
+async def action_form(request: Request) -> ImmutableMultiDict[str, str]:
+    """The form of an action, checked; Forbidden in read-only mode or without a matching CSRF token.
+    `form.get(name)` is a field, `form.getlist(name)` a repeated one."""
     if request.app.state.console.settings.ui_read_only:
         raise auth.Forbidden("the console is read-only (DL_UI_READ_ONLY)")
-    form = await auth.checked_form(request)
-    return {key: values[0] for key, values in form.items()}
+    return await auth.checked_form(request)
 
 
-def back(request: Request, form: dict[str, str], default: str) -> RedirectResponse:
+def back(request: Request, form: ImmutableMultiDict[str, str], default: str) -> RedirectResponse:
     """303 to the form's `back` field when it is a console path, else to `default` (under /ui)."""
     root = request.scope.get("root_path", "")
     target = form.get("back", "")

@@ -18,6 +18,7 @@ import re
 import secrets
 from urllib.parse import parse_qsl
 
+from starlette.datastructures import ImmutableMultiDict
 from starlette.requests import Request
 
 SESSION_COOKIE = "dl_console"
@@ -71,17 +72,15 @@ def cookie_options(request: Request) -> dict[str, object]:
     return {"path": COOKIE_PATH, "httponly": True, "samesite": "strict", "secure": request.url.scheme == "https"}
 
 
-async def checked_form(request: Request) -> dict[str, list[str]]:
+async def checked_form(request: Request) -> ImmutableMultiDict[str, str]:
     """The POSTed form (urlencoded), once its CSRF field matched the cookie; Forbidden otherwise."""
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             raise Forbidden("the form is larger than the console sends")
-    form: dict[str, list[str]] = {}
-    for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-        form.setdefault(key, []).append(value)
-    sent = (form.get(CSRF_FIELD) or [""])[0]
+    form = ImmutableMultiDict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    sent = form.get(CSRF_FIELD, "")
     cookie = request.cookies.get(CSRF_COOKIE, "")
     if not _CSRF_SHAPE.match(cookie) or not hmac.compare_digest(sent.encode("utf-8", "replace"),
                                                                  cookie.encode("ascii")):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from starlette.datastructures import QueryParams
+from starlette.datastructures import ImmutableMultiDict, QueryParams
 
 from dataloader.exceptions import ValidationFailed
 
@@ -43,7 +43,7 @@ def parse_time(name: str, text: str, now: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def form_values(query: QueryParams) -> dict[str, Any]:
+def form_values(query: QueryParams | ImmutableMultiDict[str, str]) -> dict[str, Any]:
     """What the search form shows back: lists as lists, the rest as the text typed."""
     values: dict[str, Any] = {name: [v for v in query.getlist(name) if v] for name in LISTS}
     for name in (*TEXTS, *TIMES, "args_contains", "held"):

@@ -23,7 +23,7 @@ async def show(request: Request) -> Response:
 
 
 async def sign_in(request: Request) -> Response:
-    form = {k: v[0] for k, v in (await auth.checked_form(request)).items()}
+    form = await auth.checked_form(request)
     token = request.app.state.console.settings.api_token
     target = _next(request, form.get("next"))
     if token and not auth.token_matches(token, form.get("token", "")):
