@@ -135,7 +135,8 @@ async def restart(request: Request) -> Response:
     return back(request, form, process_path(ns, process_id))
 
 
-BASE = "/processes/{ns}/{process_id}"
+# `path`: an id may hold a slash (ids are any text); the actions end in a fixed word after it.
+BASE = "/processes/{ns}/{process_id:path}"
 routes = [Route("/processes", listing, methods=["GET"]), Route(BASE, show, methods=["GET"]),
           Route(BASE + "/repair", repair, methods=["POST"]),
           Route(BASE + "/simple-repair", simple_repair, methods=["POST"]),
