@@ -1,19 +1,21 @@
 """Jobs: the operator's search (every JobFilter field in the URL, keyset paging, a capped count)
 and a job's page (args with secrets masked, progress, result, error and traceback, the journal as a
-timeline, attempts, lock_key and who holds it, its chain), with cancel and retry. The job's state
+timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
+failed, canceled or lost job), set priority and delete. The job's state
 is live (topic `job:<id>`)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from dataloader.exceptions import DataloaderError
-from dataloader.model.job import ACTIVE_STATUSES, RETRYABLE_STATUSES, JobStatus
+from dataloader.exceptions import DataloaderError, InvalidJobRequest, ValidationFailed
+from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
 from dataloader.ui import filters, render
 from dataloader.ui.actions import action_form, back
 from dataloader.ui.topic import Topic
@@ -58,7 +60,8 @@ async def job_state(app: App, job_id: uuid.UUID) -> dict[str, Any]:
     job = await app.get(job_id)
     return {"job": job, "holder": await lock_holder(app, job),
             "can_cancel": job.status in ACTIVE_STATUSES and not job.cancel_requested,
-            "can_retry": job.status in RETRYABLE_STATUSES}
+            "can_retry": job.status in RETRYABLE_STATUSES, "can_set_priority": job.status == JobStatus.queued,
+            "can_delete": job.status in FINISHED_STATUSES}
 
 
 async def render_job_live(app: App, arg: str, root: str) -> str:
@@ -98,7 +101,46 @@ async def retry(request: Request) -> Response:
     return back(request, form, f"/jobs/{job_id}")
 
 
+def only_this_job(job: Job) -> dict[str, Any]:
+    """A jobs filter that matches this job alone: its queue, task, lock_key (as a prefix) and its
+    created_at to the microsecond (the column's precision). `one_job_operation` checks the count."""
+    return {"queues": [job.queue], "tasks": [job.task], "lock_key_prefix": job.lock_key,
+            "created_from": job.created_at, "created_to": job.created_at + timedelta(microseconds=1)}
+
+
+async def one_job_operation(request: Request, form: Any, kind: str, params: dict[str, Any] | None) -> Response:
+    """Set priority and delete of one job run as a bulk operation narrowed to it (`app.operations`:
+    the same rules, compare-and-set, journal and audit trail as any bulk operation); refused unless
+    its dry run counts exactly this one job."""
+    app = request.app.state.console.app()
+    job_id = request.path_params["job_id"]
+    narrowed = only_this_job(await app.get(job_id))
+    dry = await app.operations.start(kind, narrowed, params=params, dry_run=True)
+    if dry.total != 1:
+        raise InvalidJobRequest(f"the filter that narrows {kind} to job {job_id} matches {dry.total} jobs; "
+                                "use a bulk action from the jobs search instead")
+    operation = await app.operations.start(kind, narrowed, params=params, started_by=f"console (job {job_id})")
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}/operations/{operation.id}", status_code=303)
+
+
+async def set_priority(request: Request) -> Response:
+    form = await action_form(request)
+    text = form.get("priority", "").strip()
+    if not text.isdigit():
+        raise ValidationFailed("priority: a whole number from 0",
+                               [{"loc": ["priority"], "msg": "a whole number from 0", "type": "int_parsing"}])
+    return await one_job_operation(request, form, "set_priority", {"priority": int(text)})
+
+
+async def delete(request: Request) -> Response:
+    form = await action_form(request)
+    return await one_job_operation(request, form, "delete", None)
+
+
 routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/{job_id:uuid}", show, methods=["GET"]),
           Route("/jobs/{job_id:uuid}/cancel", cancel, methods=["POST"]),
-          Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"])]
+          Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/priority", set_priority, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/delete", delete, methods=["POST"])]
 TOPICS = {"job": Topic(render_job_live, accepts=is_uuid)}
