@@ -5,7 +5,7 @@ jobs and 100,000 processes).
         [--jobs 1000000] [--processes 100000] [--runs 5]
 
 A fresh database (`console_bench_<hex>`, dropped afterwards) gets `--jobs` rows in dl_jobs over
-five queues (60 % succeeded, 20 % failed with twenty error texts, a tenth of those held, 5 %
+five queues (each queue has every status; 60 % succeeded, 20 % failed with twenty error texts, a tenth of those held, 5 %
 canceled, 15 % queued of which a third delayed), their stats rollup, and `--processes` processes in
 one namespace (5 % in error) with three history events each. Then every page is asked for through
 the HTTP app in process (httpx's ASGI transport: the console's reads, templates and the App, no
@@ -40,7 +40,7 @@ async def fill(dsn: str, jobs: int, processes: int) -> None:
         await conn.execute("""
             INSERT INTO dl_jobs (job_id, queue, task, lock_key, status, attempt, max_attempts, priority, args,
                                  created_at, available_at, started_at, finished_at, error, held_at)
-            SELECT gen_random_uuid(), 'q' || (g % 5), 'task.' || (g % 7), 'key:' || (g % 50000),
+            SELECT gen_random_uuid(), 'q' || ((g / 20) % 5), 'task.' || (g % 7), 'key:' || (g % 50000),
                    s.status::dl_status, CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END, 3, g % 10,
                    jsonb_build_object('customer', g % 1000, 'rows', g % 97),
                    now() - make_interval(secs => ($1::int - g) * 0.05),
@@ -50,7 +50,7 @@ async def fill(dsn: str, jobs: int, processes: int) -> None:
                    CASE WHEN s.status IN ('succeeded', 'failed', 'canceled')
                         THEN now() - make_interval(secs => ($1::int - g) * 0.05) + interval '1 second' END,
                    CASE WHEN s.status = 'failed' THEN 'RuntimeError: boom ' || (g % 20) || E'\\n  at step ' || g END,
-                   CASE WHEN s.status = 'failed' AND g % 10 = 0 THEN now() END
+                   CASE WHEN s.status = 'failed' AND (g / 20) % 10 = 0 THEN now() END
             FROM generate_series(1, $1::int) g
             CROSS JOIN LATERAL (SELECT CASE WHEN g % 20 < 12 THEN 'succeeded' WHEN g % 20 < 16 THEN 'failed'
                                             WHEN g % 20 < 17 THEN 'canceled' ELSE 'queued' END AS status) s

@@ -146,3 +146,10 @@ async def sign_in(seen: Browser, service: Service) -> None:
     await page.fill("#token", service.token or "")
     await page.click("form[action$='/login'] button[type=submit]")
     await page.wait_for_url(f"{service.base_url}/ui/")
+
+
+async def match_count(page) -> str:
+    """The jobs page's count, once it has loaded (the page asks for it after rendering the results)."""
+    await page.wait_for_function(
+        "() => { const p = document.querySelector('#match-count'); return p && !p.textContent.includes('counting'); }")
+    return await page.inner_text("#match-count")

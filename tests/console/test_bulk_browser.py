@@ -4,7 +4,7 @@ the top errors page groups the failures and links to their jobs."""
 
 from __future__ import annotations
 
-from tests.console.browser import browser, serve, sign_in
+from tests.console.browser import browser, match_count, serve, sign_in
 from tests.support.engine import enqueue
 
 FAILED = 30
@@ -24,12 +24,11 @@ async def test_top_errors_then_a_bulk_retry_with_its_dry_run_and_live_progress(p
             assert await group.locator("td.num").inner_text() == "5"
             await seen.shot("errors")
             await group.locator("td.errtext a").click()
-            await page.wait_for_selector("#match-count")
-            assert (await page.inner_text("#match-count")).startswith("5 matching jobs")
+            assert (await match_count(page)).startswith("5 matching jobs")
             await seen.shot("errors-jobs")
 
             await page.goto(f"{service.base_url}/ui/jobs?queue=bulk&status=failed")
-            assert (await page.inner_text("#match-count")).startswith(f"{FAILED} matching jobs")
+            assert (await match_count(page)).startswith(f"{FAILED} matching jobs")
             await page.click("text=Bulk action on these…")
             await page.check('input[name="kind"][value="requeue"]')
             await page.click("#dry-run")

@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from tests.console.browser import browser, serve, sign_in
+from tests.console.browser import browser, match_count, serve, sign_in
 
 
 async def test_filter_open_a_job_and_watch_its_cancel_arrive_live(python, subprocess_env, db, tmp_path):
@@ -32,7 +32,7 @@ async def test_filter_open_a_job_and_watch_its_cancel_arrive_live(python, subpro
                 query = parse_qs(urlsplit(page.url).query)
                 assert query["queue"] == ["default"] and query["status"] == ["running"], page.url
                 assert await page.locator("table.jobs tbody tr").count() == 1
-                assert (await page.inner_text("#match-count")).startswith("1 matching job")
+                assert (await match_count(page)).startswith("1 matching job")
                 await seen.shot("jobs-filtered")
 
                 await page.click(f'tr[data-job="{long}"] a')

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from dataloader.exceptions import DataloaderError, InvalidJobRequest, ValidationFailed
@@ -32,22 +32,31 @@ STATUSES = [s.value for s in JobStatus]
 
 
 async def search(request: Request) -> Response:
+    """The results at once; their count comes after (`count`), so a costly count never holds the page."""
     app = request.app.state.console.app()
     values = filters.form_values(request.query_params)
     cursor = request.query_params.get("cursor") or None
     problem = page = None
-    count = None
     try:
-        mapping = filters.job_filter(values)
-        page = await app.search(mapping, cursor=cursor, limit=PAGE_SIZE)
-        count = await app.count_jobs(mapping, at_most=COUNT_CAP)
+        page = await app.search(filters.job_filter(values), cursor=cursor, limit=PAGE_SIZE)
     except DataloaderError as exc:  # a bad filter is shown next to the form it came from
         problem = f"{exc.code}: {exc}"
     return render.page(
         request, "jobs.html", status=200 if problem is None else 422, values=values, statuses=STATUSES,
-        jobs=page.jobs if page else [], next_cursor=page.next_cursor if page else None, count=count,
-        count_cap=COUNT_CAP, problem=problem, query=filters.query_string(values),
+        jobs=page.jobs if page else [], next_cursor=page.next_cursor if page else None,
+        problem=problem, query=filters.query_string(values),
         next_query=filters.query_string(values, cursor=page.next_cursor or "") if page else "")
+
+
+async def count(request: Request) -> Response:
+    """GET /ui/jobs/count?<filter>: the number of matching jobs (a fragment the jobs page loads)."""
+    app = request.app.state.console.app()
+    values = filters.form_values(request.query_params)
+    total = await app.count_jobs(filters.job_filter(values), at_most=COUNT_CAP)
+    html = render.fragment("jobs_count.html", root=request.scope.get("root_path", ""), count=total,
+                           count_cap=COUNT_CAP, query=filters.query_string(values),
+                           read_only=request.app.state.console.settings.ui_read_only)
+    return HTMLResponse(html)
 
 
 async def lock_holder(app: App, job: Job) -> Job | None:
@@ -138,7 +147,8 @@ async def delete(request: Request) -> Response:
     return await one_job_operation(request, form, "delete", None)
 
 
-routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/{job_id:uuid}", show, methods=["GET"]),
+routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/count", count, methods=["GET"]),
+          Route("/jobs/{job_id:uuid}", show, methods=["GET"]),
           Route("/jobs/{job_id:uuid}/cancel", cancel, methods=["POST"]),
           Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"]),
           Route("/jobs/{job_id:uuid}/priority", set_priority, methods=["POST"]),
