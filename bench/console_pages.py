@@ -5,8 +5,9 @@ jobs and 100,000 processes).
         [--jobs 1000000] [--processes 100000] [--runs 5]
 
 A fresh database (`console_bench_<hex>`, dropped afterwards) gets `--jobs` rows in dl_jobs over
-five queues (each queue has every status; 60 % succeeded, 20 % failed with twenty error texts, a tenth of those held, 5 %
-canceled, 15 % queued of which a third delayed), their stats rollup, and `--processes` processes in
+five queues, each with every status (60 % succeeded, 20 % failed with twenty error texts, a tenth
+of those held, 5 % canceled, 15 % queued of which a third delayed), their stats rollup, and
+`--processes` processes in
 one namespace (5 % in error) with three history events each. Then every page is asked for through
 the HTTP app in process (httpx's ASGI transport: the console's reads, templates and the App, no
 network), once to warm up and `--runs` times measured; the table shows the median and the slowest.
