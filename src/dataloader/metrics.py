@@ -217,3 +217,8 @@ QUEUE_PAUSED = Gauge(
     "1 while a queue is paused (flow control, all nodes; read at scrape time), 0 once resumed",
     ["queue"],
 )
+
+# The operator's console (ui/live.py): one shared live poll per node, whatever the browsers.
+UI_LIVE_SUBSCRIBERS = Gauge("dl_ui_live_subscribers", "Browsers subscribed to the console's live updates on this node")
+UI_LIVE_RENDERS = Counter("dl_ui_live_renders_total",
+                          "Live fragments the console's shared poll rendered (one per watched topic and round)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from dataloader import metrics
 from dataloader.ui.live import LiveHub, sse_event
 from tests.conftest import wait_until
 
@@ -19,6 +20,7 @@ async def test_fifty_subscribers_cost_one_render_per_topic_and_round():
         return state[topic]
 
     hub = LiveHub(render, period_sec=0.05)
+    subscribed_before = metrics.UI_LIVE_SUBSCRIBERS._value.get()
     async with contextlib.AsyncExitStack() as stack:
         queues = [await stack.enter_async_context(hub.subscribe(frozenset({"overview"}))) for _ in range(50)]
         job_watcher = await stack.enter_async_context(hub.subscribe(frozenset({"job:1"})))
@@ -32,7 +34,9 @@ async def test_fifty_subscribers_cost_one_render_per_topic_and_round():
         assert [queues[0].get_nowait(), queues[0].get_nowait()] == [("overview", "a"), ("overview", "b")]
         assert job_watcher.get_nowait() == ("job:1", "x") and job_watcher.empty()
         assert hub.subscribers == 51
+        assert metrics.UI_LIVE_SUBSCRIBERS._value.get() - subscribed_before == 51
     assert hub.subscribers == 0
+    assert metrics.UI_LIVE_SUBSCRIBERS._value.get() == subscribed_before
     await wait_until(lambda: hub._task is not None and hub._task.done(), timeout=5, message="the poll to stop")
     stopped_at = len(calls)
     await asyncio.sleep(0.2)  # nobody watches: nothing may be polled (the check is that nothing happens)

@@ -13,6 +13,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from dataloader import metrics
+
 log = logging.getLogger("dataloader.ui")
 
 # A topic's fragment, or None when it has none right now (the App is starting or stopping).
@@ -41,12 +43,14 @@ class LiveHub:
     async def subscribe(self, topics: frozenset[str]) -> AsyncIterator[asyncio.Queue[tuple[str, str]]]:
         queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue(QUEUE_BOUND)
         self._subscribers[queue] = topics
+        metrics.UI_LIVE_SUBSCRIBERS.inc()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dataloader-ui-live")
         try:
             yield queue
         finally:
             del self._subscribers[queue]
+            metrics.UI_LIVE_SUBSCRIBERS.dec()
             if not self._subscribers:
                 self._wake.set()
 
@@ -61,6 +65,7 @@ class LiveHub:
                     log.warning("console live update failed", extra={"topic": topic, "error": repr(exc)[:300]})
                     continue
                 self.renders += 1
+                metrics.UI_LIVE_RENDERS.inc()
                 if html is None or self._last.get(topic) == html:
                     continue
                 # Sent on a topic's first round too: the state may have moved since the page rendered.
