@@ -10,8 +10,8 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from tests.conftest import wait_until
+from tests.console import PROCESS_NS as NS
 from tests.console.browser import browser, serve, sign_in
-from tests.console.console_processes import NS
 from tests.support.observers import EVENTS_DDL
 
 P = "\"'><script>window.__xss=1</script><img src=xss-probe onerror=\"window.__xss=1\"><b>bold</b>"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import wait_until
+from tests.console import PROCESS_NS as NS
 from tests.console.browser import browser, serve, sign_in
-from tests.console.console_processes import NS
 
 MODULES = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.console.console_processes"}
 
