@@ -11,6 +11,7 @@ of those held, 5 % canceled, 15 % queued of which a third delayed), their stats 
 one namespace (5 % in error) with three history events each. Then every page is asked for through
 the HTTP app in process (httpx's ASGI transport: the console's reads, templates and the App, no
 network), once to warm up and `--runs` times measured; the table shows the median and the slowest.
+The jobs page renders its results first and then loads its count (`/ui/jobs/count`): both are timed.
 Results: bench/results/console-<UTC>.json.
 """
 
@@ -82,6 +83,9 @@ def pages(job_id: str, operation_id: str, process_id: str) -> dict[str, str]:
         "jobs args contain": "/ui/jobs?args_contains=%7B%22customer%22%3A+42%7D",
         "jobs held, last 2h": "/ui/jobs?held=yes&created_from=2h",
         "job": f"/ui/jobs/{job_id}",
+        "jobs count: queue+failed": "/ui/jobs/count?queue=q1&status=failed",
+        "jobs count: error text": "/ui/jobs/count?error=*boom+7*&status=failed",
+        "errors (1h, the default)": "/ui/errors",
         "errors (24h)": "/ui/errors?window=24h",
         "bulk dry run (failed of q1)": "/ui/bulk?queue=q1&status=failed&kind=requeue&count=1",
         "operations": "/ui/operations",

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import uuid
 
+from starlette.routing import Mount, Route
+
+from dataloader.ui.pages import PAGES
 from tests.console.conftest import TOKEN, console_client, csrf_of, signed_in
 from tests.support.engine import enqueue
 
@@ -76,3 +79,34 @@ async def test_the_console_can_be_turned_off(db, dsn):
     async with console_client(dsn, ui_enabled=False) as client:
         assert (await client.get("/ui/")).status_code == 404
         assert (await client.get("/api/v1/queues")).status_code == 200
+
+
+async def test_every_action_refuses_a_post_without_the_csrf_token(db, dsn):
+    """Every POST route of the console (every action, login and logout) answers 403 to a form
+    without this browser's CSRF token, before it reads or writes anything."""
+    job_id = await enqueue(db, "dl.noop", queue="csrf")
+    values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s"}
+    posts = [route for page in PAGES for route in page.routes
+             if isinstance(route, Route) and not isinstance(route, Mount) and "POST" in (route.methods or ())]
+    assert len(posts) >= 15, [r.path for r in posts]
+    async with console_client(dsn) as client:
+        await client.get("/ui/")  # the browser has its CSRF cookie; the forms below do not send it
+        for route in posts:
+            path = "/ui" + route.path
+            for name, value in values.items():
+                path = path.replace("{" + name + "}", value).replace("{" + name + ":uuid}", value) \
+                    .replace("{" + name + ":path}", value)
+            answer = await client.post(path, data={"queue": "csrf", "kind": "cancel", "token": "x"})
+            assert answer.status_code == 403, (path, answer.status_code)
+    assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id) == "queued"
+    assert not await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = 'csrf'")
+
+
+async def test_read_only_hides_and_refuses_the_job_actions(db, dsn):
+    job_id = await enqueue(db, "dl.noop", queue="ro-job")
+    async with console_client(dsn, ui_read_only=True) as client:
+        page = await client.get(f"/ui/jobs/{job_id}")
+        assert page.status_code == 200 and 'id="cancel-job"' not in page.text
+        refused = await client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf_of(page.text)})
+        assert refused.status_code == 403
+    assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id) == "queued"
