@@ -41,6 +41,7 @@ from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
+from dataloader.model.queue_depth import QueueDepth
 from dataloader.observers.manager import ObserverManager
 from dataloader.observers.registry import observers as observer_kinds
 from dataloader.operations.manager import OperationManager
@@ -488,9 +489,14 @@ class App:
         newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
         return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
 
-    async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None) -> int:
-        """How many jobs match `filter` (what a bulk operation's dry run reports)."""
-        return await self._job_search().count(filter)
+    async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
+                         at_most: int | None = None) -> int:
+        """How many jobs match `filter` (what a bulk operation's dry run reports); with `at_most`,
+        counting stops there (a capped count that stays cheap on a big table)."""
+        if at_most is not None and at_most < 1:
+            raise ValidationFailed(f"at_most must be at least 1, not {at_most}",
+                                   [{"loc": ["at_most"], "msg": "must be at least 1", "type": "value_error"}])
+        return await self._job_search().count(filter, at_most=at_most)
 
     @property
     def operations(self) -> OperationManager:
@@ -580,6 +586,11 @@ class App:
         """Every queue that is paused, has limits, or has queued or running jobs: its flow state,
         limits and use."""
         return await self.flow.list()
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Every queue with live or held jobs: due (`queued`), `delayed`, `running` and `held` counts,
+        and the age of the oldest due job, on all nodes (the console's overview)."""
+        return await self.jobs.queue_depths()
 
     async def _close_capabilities(self) -> None:
         processes, self._processes = self._processes, None

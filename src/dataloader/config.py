@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     api_token: str | None = None
+    # The operator's console at /ui (docs/console.md): served by `dataloader serve` unless off;
+    # read-only shows every page and refuses every action. The live poll is one per node, shared
+    # by every open browser: its period bounds how stale a live page may be.
+    ui_enabled: bool = True
+    ui_read_only: bool = False
+    ui_live_poll_sec: float = Field(default=1.0, ge=0.1, le=60)
     log_level: str = "INFO"
     log_format: str = "auto"
     max_args_bytes: int = Field(default=256 * 1024, gt=0)

@@ -260,3 +260,8 @@ FLOW_IN_USE = Gauge(
 # dl_db_max_connections, dl_db_connections_budget, dl_db_oldest_xmin_age_seconds,
 # dl_table_dead_tuples and friends; in api/metric_router.py: dl_queue_jobs and
 # dl_queue_oldest_runnable_age_seconds. docs/observability.md lists them with their alert rules.
+
+# The operator's console (ui/live.py): one shared live poll per node, whatever the browsers.
+UI_LIVE_SUBSCRIBERS = Gauge("dl_ui_live_subscribers", "Browsers subscribed to the console's live updates on this node")
+UI_LIVE_RENDERS = Counter("dl_ui_live_renders_total",
+                          "Live fragments the console's shared poll rendered (one per watched topic and round)")

@@ -47,6 +47,7 @@ from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -240,6 +241,10 @@ class SyncApp:
     def queues(self) -> list[QueueFlow]:
         """`App.queues`."""
         return self._call(self.app.queues())
+
+    def queue_depths(self) -> list[QueueDepth]:
+        """`App.queue_depths`."""
+        return self._call(self.app.queue_depths())
 
     # -- working ---------------------------------------------------------------------------------
 

@@ -474,3 +474,20 @@ async def test_a_direct_dsn_without_a_dsn_is_a_config_error_before_anything_star
     with pytest.raises(ConfigError) as caught:
         await App.embedded(Settings(db_direct_dsn=dsn)).open()
     assert caught.value.variable == "DL_DB_DIRECT_DSN" and "without DL_DB_DSN" in caught.value.problem
+async def test_queue_depths_read_the_same_in_every_face(py_app, http, db, dsn):
+    """A queue's depth (issue 20, the console's overview) from Python, HTTP and the CLI, and the
+    console's overview shows the same numbers."""
+    queue = f"{QUEUE}-depth"
+    for _ in range(2):
+        await py_app.enqueue("dl.noop", queue=queue)
+    await py_app.enqueue("dl.noop", queue=queue, delay=3600)
+    python = next(d.to_dict() for d in await py_app.queue_depths() if d.queue == queue)
+    over_http = next(q for q in (await http.get("/api/v1/stats/depths")).json()["queues"] if q["queue"] == queue)
+    result = await asyncio.to_thread(invoke, ["queues", "depths"], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    cli = next(q for q in json.loads(result.stdout) if q["queue"] == queue)
+    counts = ("queued", "delayed", "running", "held")
+    assert [python[c] for c in counts] == [over_http[c] for c in counts] == [cli[c] for c in counts] == [2, 1, 0, 0]
+    overview = (await http.get("/ui/")).text
+    row = overview.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
+    assert [cell.split("<", 1)[0] for cell in row.split('<td class="num">')[1:5]] == ["2", "1", "0", "0"]

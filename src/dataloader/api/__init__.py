@@ -27,6 +27,7 @@ from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.config import Settings
 from dataloader.heap import freeze_startup_objects
+from dataloader.ui import console_app
 from dataloader.version import __version__
 
 if TYPE_CHECKING:
@@ -135,6 +136,10 @@ def create_app(settings: Settings, *, context: App | None = None,
     _declare_auth_only_when_configured(app, settings)
     install_exception_handlers(app)
     register_routers(app)
+    if settings.ui_enabled:
+        # The operator's console (docs/console.md): its own auth (a login page that takes
+        # DL_API_TOKEN), reading and acting through the same App as the routes above.
+        app.mount("/ui", console_app(settings, lambda: runtime.app), name="ui")
     # Added last = outermost: the request id must be set before anything else logs.
     app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
                        max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from dataloader.app import App
 
 queues_app = typer.Typer(help="Queues: list (paused, limits, fair share, paused tasks, current use), pause, "
-                              "resume (a queue or one task), set limits and fair share, scaling.",
+                              "resume (a queue or one task), set limits and fair share, scaling, depths.",
                          no_args_is_help=True)
 
 
@@ -119,5 +119,16 @@ def queues_scaling(queue: str, target_sec: Annotated[float, typer.Option(
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.queue_scaling(queue, target_sec=target_sec)).to_dict()
+
+    _print(_with_app(run))
+
+
+@queues_app.command("depths")
+def queues_depths() -> None:
+    """Each queue's depth now: due, delayed, running and held jobs, and the oldest due job's age
+    (what the console's overview shows; GET /api/v1/stats/depths)."""
+
+    async def run(app: App) -> list[dict[str, Any]]:
+        return [d.to_dict() for d in await app.queue_depths()]
 
     _print(_with_app(run))

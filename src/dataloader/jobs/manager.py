@@ -45,6 +45,7 @@ from dataloader.model.chain import MAX_STAGES, Stage
 from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -455,6 +456,10 @@ class JobManager:
             raise JobNotRetryable(
                 f"job {job_id} is {previous}; only {', '.join(sorted(RETRYABLE_STATUSES))} jobs can be retried")
         return await self.get(job_id)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Every queue with live or held jobs: due, delayed, running and held counts, oldest due age."""
+        return await self.repo.queue_depths()
 
     async def events(self, job_id: uuid.UUID, *, after_event_id: int = 0, limit: int = 1000) -> list[JobEvent]:
         await self.get(job_id)

@@ -15,6 +15,7 @@ import asyncpg
 
 from dataloader.model.ids import new_id
 from dataloader.model.job import Job, JobEvent, JobStatus
+from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage import caller_connection
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.insert_group import InsertGroup
@@ -229,6 +230,11 @@ class JobRepository:
 
     async def queue_stats(self) -> list[asyncpg.Record]:
         return await self.pool.fetch(sql("queue_stats"))
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return [QueueDepth(queue=r["queue"], queued=r["queued"], delayed=r["delayed"], running=r["running"],
+                           held=r["held"], oldest_waiting_sec=r["oldest_waiting_sec"])
+                for r in await self.pool.fetch(sql("queue_depths"))]
 
     async def list_jobs(
         self,

@@ -104,6 +104,19 @@ class RetentionResponse(BaseModel):
     queues_sec: dict[str, dict[str, float]] = Field(description="Per-queue ages (DL_RETENTION_QUEUES_JSON)")
 
 
+class QueueDepthResponse(BaseModel):
+    queue: str
+    queued: int = Field(description="Queued jobs that are due (runnable now)")
+    delayed: int = Field(description="Queued jobs waiting for their available_at (backoff, timers, delays)")
+    running: int
+    held: int = Field(description="Held (dead-letter) jobs: failed and kept for an operator")
+    oldest_waiting_sec: float | None = Field(description="Age of the oldest due job; null when none is due")
+
+
+class QueueDepthsResponse(BaseModel):
+    queues: list[QueueDepthResponse] = Field(description="Every queue with live or held jobs, by name")
+
+
 class PruneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -156,6 +169,15 @@ async def stats(
     if end - start > MAX_RANGE:
         raise ApiError(ErrorCode.invalid_request, "from and to may be at most 366 days apart")
     return await runtime.require_app().stats(queue=queue, start=start, end=end)
+
+
+@router.get("/stats/depths", response_model=QueueDepthsResponse,
+            summary="Each queue's depth now: due, delayed, running and held jobs, oldest due age",
+            responses=error_responses())
+async def queue_depths(runtime: Annotated[Runtime, Depends(get_runtime)]) -> QueueDepthsResponse:
+    """Read from dl_jobs now (not the rollup), on all nodes; what the console's overview shows."""
+    depths = await runtime.require_app().queue_depths()
+    return QueueDepthsResponse(queues=[QueueDepthResponse(**d.to_dict()) for d in depths])
 
 
 @router.get("/stats/errors", response_model=ErrorsResponse,

@@ -1,0 +1,214 @@
+"""The console's ASGI app, mounted by the HTTP app at /ui: the pages' routes, the sign-in guard and
+security headers, the live endpoint (server-sent events from the shared poll), the static assets,
+and the error pages.
+
+A page is one module in `pages/` (its routes, its navigation entry, its live topics) and one
+template in `templates/`; `pages/__init__.py` lists them. docs/console.md "Adding a page"."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dataloader.config import Settings
+from dataloader.exceptions import DatabaseUnavailable, DataloaderError
+from dataloader.storage.db import is_connection_error
+from dataloader.ui import auth, render
+from dataloader.ui.live import LiveHub, sse_event
+from dataloader.ui.pages import PAGES
+from dataloader.ui.topic import Topic
+
+if TYPE_CHECKING:
+    from dataloader.app import App
+
+log = logging.getLogger("dataloader.ui")
+
+STATIC = Path(__file__).parent / "static"
+MOUNT = "/ui"
+MAX_TOPICS = 8
+KEEP_ALIVE_SEC = 15.0
+# Paths a browser may open before signing in.
+OPEN_PATHS = ("/login", "/static/")
+
+SECURITY_HEADERS = [
+    # No inline script runs, whatever a job's args hold: scripts come from /ui/static only.
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                 b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+@dataclass
+class Console:
+    settings: Settings
+    get_app: Callable[[], App | None]
+    nav: list[tuple[str, str]] = field(default_factory=list)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    hub: LiveHub | None = None
+    root: str = MOUNT
+
+    def app(self) -> App:
+        app = self.get_app()
+        if app is None:  # only while the service starts or stops
+            raise DatabaseUnavailable("the service is starting or stopping")
+        return app
+
+    async def render_topic(self, topic: str) -> str | None:
+        app = self.get_app()
+        if app is None:
+            return None
+        name, _, arg = topic.partition(":")
+        return await self.topics[name].render(app, arg, self.root)
+
+
+def status_of(error: DataloaderError) -> int:
+    code = error.code
+    if code.endswith("not_found"):
+        return 404
+    if code in ("validation_error", "invalid_request", "config_error"):
+        return 422
+    if code == "database_unavailable":
+        return 503
+    if code == "too_many_queries":
+        return 429
+    return 409
+
+
+def error_page(request: Request, title: str, message: str, status: int) -> Response:
+    return render.page(request, "error.html", status=status, title=title, message=message)
+
+
+async def dataloader_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DataloaderError)
+    return error_page(request, exc.code, str(exc), status_of(exc))
+
+
+async def forbidden(request: Request, exc: Exception) -> Response:
+    return error_page(request, "forbidden", str(exc), 403)
+
+
+async def live(request: Request) -> Response:
+    """GET /ui/live?topic=overview&topic=job:<id>: server-sent events, one per changed fragment."""
+    console: Console = request.app.state.console
+    topics = request.query_params.getlist("topic")
+    if not 1 <= len(topics) <= MAX_TOPICS:
+        return PlainTextResponse(f"ask for 1 to {MAX_TOPICS} topics", status_code=400)
+    for topic in topics:
+        name, _, arg = topic.partition(":")
+        spec = console.topics.get(name)
+        if spec is None or not spec.accepts(arg):
+            return PlainTextResponse("unknown topic", status_code=400)
+    hub = console.hub
+    assert hub is not None
+
+    async def stream() -> Any:
+        async with hub.subscribe(frozenset(topics)) as queue:
+            yield ": connected\n\n"
+            while True:
+                try:
+                    topic, html = await asyncio.wait_for(queue.get(), KEEP_ALIVE_SEC)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                yield sse_event(topic, html)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+class ConsoleGuard:
+    """Signed-in check (a browser that is not goes to the login page), security headers on every
+    answer, and an HTML page instead of the API's JSON when the database is away."""
+
+    def __init__(self, app: ASGIApp, console: Console) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        root = scope.get("root_path", "")
+        path = scope["path"][len(root):] if scope["path"].startswith(root) else scope["path"]
+        request = Request(scope, receive)
+        token = self.console.settings.api_token
+        if not path.startswith(OPEN_PATHS) and not auth.signed_in(request, token):
+            if scope.get("method") in ("GET", "HEAD") and path != "/live":
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                response: Response = Response(status_code=303, headers={
+                    "Location": f"{root}/login?{_next_query(target)}"})
+            else:
+                response = PlainTextResponse("sign in first", status_code=401)
+            await response(scope, receive, self._with_headers(send))
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await self._with_headers(send)(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started or not is_connection_error(exc):
+                raise
+            log.warning("database unavailable", extra={"error": repr(exc)[:300]})
+            page = error_page(request, "database_unavailable",
+                              "the database cannot be reached right now; this page retries when you reload it", 503)
+            await page(scope, receive, tracked)
+
+    @staticmethod
+    def _with_headers(send: Send) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = Headers(raw=message.get("headers", []))
+                extra = [h for h in SECURITY_HEADERS if h[0].decode() not in headers]
+                if "cache-control" not in headers:
+                    # Pages show live state and a CSRF token: never cached. Assets change only with the package.
+                    kind = headers.get("content-type", "")
+                    static = message.get("status") == 200 and ("javascript" in kind or "text/css" in kind
+                                                               or "image/" in kind)
+                    extra.append((b"cache-control", b"max-age=300" if static else b"no-store"))
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+        return sending
+
+
+def _next_query(target: str) -> str:
+    return urlencode({"next": target})
+
+
+def console_app(settings: Settings, get_app: Callable[[], App | None]) -> ASGIApp:
+    """The console for the HTTP app to mount at /ui; `get_app` gives the App requests use (None
+    while the service starts or stops)."""
+    console = Console(settings=settings, get_app=get_app)
+    routes: list[Any] = [Route("/live", live, methods=["GET"]),
+                         Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
+    for module in PAGES:
+        routes.extend(module.routes)
+        if getattr(module, "NAV", None):
+            console.nav.append(module.NAV)
+        console.topics.update(getattr(module, "TOPICS", {}))
+    console.hub = LiveHub(console.render_topic, settings.ui_live_poll_sec)
+    app = Starlette(routes=routes, exception_handlers={DataloaderError: dataloader_error, auth.Forbidden: forbidden},
+                    middleware=[Middleware(ConsoleGuard, console=console)])
+    app.state.console = console
+    return app

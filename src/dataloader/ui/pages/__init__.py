@@ -1,0 +1,7 @@
+"""Every page of the console, in navigation order. A page module has `routes` (Starlette routes,
+paths relative to /ui), `NAV` (title and path for the navigation bar, or None) and `TOPICS` (its
+live fragments, by name: ui/topic.py)."""
+
+from dataloader.ui.pages import bulk, errors, jobs, login, observers, operations, overview, processes, schedules
+
+PAGES = (overview, jobs, errors, operations, processes, schedules, observers, bulk, login)

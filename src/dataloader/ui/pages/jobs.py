@@ -1,0 +1,156 @@
+"""Jobs: the operator's search (every JobFilter field in the URL, keyset paging, a capped count)
+and a job's page (args with secrets masked, progress, result, error and traceback, the journal as a
+timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
+failed, canceled or lost job), set priority and delete. The job's state
+is live (topic `job:<id>`)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from dataloader.exceptions import DataloaderError, InvalidJobRequest, ValidationFailed
+from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
+from dataloader.ui import filters, render
+from dataloader.ui.actions import action_form, back
+from dataloader.ui.topic import Topic
+
+if TYPE_CHECKING:
+    from dataloader.app import App
+    from dataloader.model.job import Job
+
+NAV = ("Jobs", "/jobs")
+PAGE_SIZE = 50
+# The count shown above the results stops here ("10,000+"): exact counts of millions cost seconds.
+COUNT_CAP = 10_000
+STATUSES = [s.value for s in JobStatus]
+
+
+async def search(request: Request) -> Response:
+    """The results at once; their count comes after (`count`), so a costly count never holds the page."""
+    app = request.app.state.console.app()
+    values = filters.form_values(request.query_params)
+    cursor = request.query_params.get("cursor") or None
+    problem = page = None
+    try:
+        page = await app.search(filters.job_filter(values), cursor=cursor, limit=PAGE_SIZE)
+    except DataloaderError as exc:  # a bad filter is shown next to the form it came from
+        problem = f"{exc.code}: {exc}"
+    return render.page(
+        request, "jobs.html", status=200 if problem is None else 422, values=values, statuses=STATUSES,
+        jobs=page.jobs if page else [], next_cursor=page.next_cursor if page else None,
+        problem=problem, query=filters.query_string(values),
+        next_query=filters.query_string(values, cursor=page.next_cursor or "") if page else "")
+
+
+async def count(request: Request) -> Response:
+    """GET /ui/jobs/count?<filter>: the number of matching jobs (a fragment the jobs page loads)."""
+    app = request.app.state.console.app()
+    values = filters.form_values(request.query_params)
+    total = await app.count_jobs(filters.job_filter(values), at_most=COUNT_CAP)
+    html = render.fragment("jobs_count.html", root=request.scope.get("root_path", ""), count=total,
+                           count_cap=COUNT_CAP, query=filters.query_string(values),
+                           read_only=request.app.state.console.settings.ui_read_only)
+    return HTMLResponse(html)
+
+
+async def lock_holder(app: App, job: Job) -> Job | None:
+    """The running job of this job's lock_key (itself, another, or none)."""
+    page = await app.search({"lock_key_prefix": job.lock_key, "statuses": ["running"]}, limit=20)
+    return next((j for j in page.jobs if j.lock_key == job.lock_key), None)
+
+
+async def job_state(app: App, job_id: uuid.UUID) -> dict[str, Any]:
+    job = await app.get(job_id)
+    return {"job": job, "holder": await lock_holder(app, job),
+            "can_cancel": job.status in ACTIVE_STATUSES and not job.cancel_requested,
+            "can_retry": job.status in RETRYABLE_STATUSES, "can_set_priority": job.status == JobStatus.queued,
+            "can_delete": job.status in FINISHED_STATUSES}
+
+
+async def render_job_live(app: App, arg: str, root: str) -> str:
+    return render.fragment("job_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+                           **await job_state(app, uuid.UUID(arg)))
+
+
+def is_uuid(arg: str) -> bool:
+    try:
+        uuid.UUID(arg)
+    except ValueError:
+        return False
+    return True
+
+
+async def show(request: Request) -> Response:
+    app = request.app.state.console.app()
+    job_id = request.path_params["job_id"]
+    state = await job_state(app, job_id)
+    job = state["job"]
+    events = await app.events(job_id, limit=500)
+    chain = await app.chain(job_id) if job.chain_id is not None else None
+    return render.page(request, "job.html", **state, events=events, chain=chain)
+
+
+async def cancel(request: Request) -> Response:
+    form = await action_form(request)
+    job_id = request.path_params["job_id"]
+    await request.app.state.console.app().cancel(job_id)
+    return back(request, form, f"/jobs/{job_id}")
+
+
+async def retry(request: Request) -> Response:
+    form = await action_form(request)
+    job_id = request.path_params["job_id"]
+    await request.app.state.console.app().retry(job_id)
+    return back(request, form, f"/jobs/{job_id}")
+
+
+def only_this_job(job: Job) -> dict[str, Any]:
+    """A jobs filter that matches this job alone: its queue, task, lock_key (as a prefix) and its
+    created_at to the microsecond (the column's precision). `one_job_operation` checks the count."""
+    return {"queues": [job.queue], "tasks": [job.task], "lock_key_prefix": job.lock_key,
+            "created_from": job.created_at, "created_to": job.created_at + timedelta(microseconds=1)}
+
+
+async def one_job_operation(request: Request, form: Any, kind: str, params: dict[str, Any] | None) -> Response:
+    """Set priority and delete of one job run as a bulk operation narrowed to it (`app.operations`:
+    the same rules, compare-and-set, journal and audit trail as any bulk operation); refused unless
+    its dry run counts exactly this one job."""
+    app = request.app.state.console.app()
+    job_id = request.path_params["job_id"]
+    narrowed = only_this_job(await app.get(job_id))
+    dry = await app.operations.start(kind, narrowed, params=params, dry_run=True)
+    if dry.total != 1:
+        raise InvalidJobRequest(f"the filter that narrows {kind} to job {job_id} matches {dry.total} jobs; "
+                                "use a bulk action from the jobs search instead")
+    operation = await app.operations.start(kind, narrowed, params=params, started_by=f"console (job {job_id})")
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}/operations/{operation.id}", status_code=303)
+
+
+async def set_priority(request: Request) -> Response:
+    form = await action_form(request)
+    text = form.get("priority", "").strip()
+    if not text.isdigit():
+        raise ValidationFailed("priority: a whole number from 0",
+                               [{"loc": ["priority"], "msg": "a whole number from 0", "type": "int_parsing"}])
+    return await one_job_operation(request, form, "set_priority", {"priority": int(text)})
+
+
+async def delete(request: Request) -> Response:
+    form = await action_form(request)
+    return await one_job_operation(request, form, "delete", None)
+
+
+routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/count", count, methods=["GET"]),
+          Route("/jobs/{job_id:uuid}", show, methods=["GET"]),
+          Route("/jobs/{job_id:uuid}/cancel", cancel, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/priority", set_priority, methods=["POST"]),
+          Route("/jobs/{job_id:uuid}/delete", delete, methods=["POST"])]
+TOPICS = {"job": Topic(render_job_live, accepts=is_uuid)}

@@ -1,0 +1,46 @@
+"""Observers and nodes (docs/observers.md): each observer's state, the node that runs it, its moves,
+failures and last error; each node's state (live, superseded, dead, stopped), observers running
+against its capacity, queues and last heartbeat. Live (topic `observers`): an observer moving after
+its node died shows without a reload. Action: stop an observer."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from dataloader.ui import render
+from dataloader.ui.actions import action_form, back
+from dataloader.ui.topic import Topic
+
+if TYPE_CHECKING:
+    from dataloader.app import App
+
+NAV = ("Observers", "/observers")
+LIMIT = 500
+
+
+async def state(app: App) -> dict[str, Any]:
+    return {"observers": await app.observers.list(limit=LIMIT),
+            "nodes": await app.observers.nodes(include_ended=True, limit=200)}
+
+
+async def render_live(app: App, arg: str, root: str) -> str:
+    return render.fragment("observers_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+                           limit=LIMIT, **await state(app))
+
+
+async def show(request: Request) -> Response:
+    return render.page(request, "observers.html", limit=LIMIT, **await state(request.app.state.console.app()))
+
+
+async def stop(request: Request) -> Response:
+    form = await action_form(request)
+    await request.app.state.console.app().observers.stop(form.get("name", ""))
+    return back(request, form, "/observers")
+
+
+routes = [Route("/observers", show, methods=["GET"]), Route("/observers/stop", stop, methods=["POST"])]
+TOPICS = {"observers": Topic(render_live)}

@@ -1,0 +1,24 @@
+"""A live topic: what a page subscribes to over /ui/live, and how the shared poll renders it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dataloader.app import App
+
+
+def no_argument(arg: str) -> bool:
+    return arg == ""
+
+
+@dataclass(frozen=True)
+class Topic:
+    """`render(app, arg, root)` gives the fragment's HTML (shared by every browser, so it holds no
+    per-browser value: forms in it get their CSRF token from the page, static/console.js);
+    `accepts(arg)` checks the part after `name:` before anybody subscribes."""
+
+    render: Callable[[App, str, str], Awaitable[str]]
+    accepts: Callable[[str], bool] = no_argument

@@ -1,0 +1,45 @@
+"""Usable on a phone and from the keyboard: at a phone's width no page is wider than the screen
+(tables scroll inside their box), and an action is reached with Tab and pressed with Enter."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.console.browser import browser, serve, sign_in
+
+PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/schedules",
+         "/ui/observers")
+
+
+async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
+    async with serve(python, subprocess_env, tmp_path) as service:
+        headers = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=10) as http:
+            for n in range(3):
+                await http.post("/api/v1/jobs/trigger", json={"queue": "phone", "task": "dl.noop", "args": {"n": n}})
+        async with browser("phone", viewport=(390, 844)) as seen:
+            await sign_in(seen, service)
+            page = seen.page
+            for path in PAGES:
+                await page.goto(f"{service.base_url}{path}")
+                overflow = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                assert overflow <= 1, f"{path} is {overflow}px wider than a phone's screen"
+                await seen.shot(path.strip("/").replace("/", "-").split("?")[0] or "overview")
+
+        async with browser("keyboard") as seen:
+            await sign_in(seen, service)
+            page = seen.page
+            await page.goto(f"{service.base_url}/ui/")
+            await page.locator('tr[data-queue="phone"]').wait_for()
+            target = page.locator('tr[data-queue="phone"] button')
+            for _ in range(60):  # Tab through the page until the queue's Pause button has the focus
+                await page.keyboard.press("Tab")
+                if await target.evaluate("el => el === document.activeElement"):
+                    break
+            else:
+                raise AssertionError("the Pause button is not reachable with Tab")
+            await page.keyboard.press("Enter")
+            await page.wait_for_function(
+                "() => document.querySelector('tr[data-queue=\"phone\"] .status').textContent.trim() === 'paused'")
+            await seen.shot("paused-by-keyboard")
+    assert await db.fetchval("SELECT paused FROM dl_queue_flow WHERE queue = 'phone'") is True
