@@ -4,7 +4,7 @@
 -- each part reads an index and not the rows: queued jobs from ix_dl_jobs_claim (queue,
 -- available_at, priority, created_at WHERE queued), which holds every column the counts and the age
 -- need (an index-only scan where the visibility map allows); running jobs from
--- ix_dl_jobs_status_queue; held jobs from ix_dl_jobs_held (0030). The waiting age is that of
+-- ix_dl_jobs_status_queue; held jobs from ix_dl_jobs_held (0026: held jobs are `failed` rows with held_at set). The waiting age is that of
 -- oldest_waiting.sql (from max(available_at, created_at)), clamped like queue_stats.sql, so no
 -- stored time (+-infinity, a created_at in the future) can make the subtraction overflow.
 WITH queued AS (
@@ -25,7 +25,7 @@ WITH queued AS (
 ), held AS (
     SELECT queue, count(*) AS held
     FROM dl_jobs
-    WHERE held_at IS NOT NULL
+    WHERE status = 'failed' AND held_at IS NOT NULL
     GROUP BY queue
 ), queues AS (
     SELECT queue FROM queued UNION SELECT queue FROM running UNION SELECT queue FROM held

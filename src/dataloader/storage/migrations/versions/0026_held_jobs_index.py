@@ -7,13 +7,13 @@ failures; with it, only the held ones, which an operator releases or deletes. He
 so the index is small and costs nothing on the claim/finish path of jobs that are not held.
 
 Revision ID: 0026_held_jobs_index
-Revises: 0021_job_attempt_span
+Revises: 0025_task_pause
 """
 
 from alembic import op
 
 revision = "0026_held_jobs_index"
-down_revision = "0021_job_attempt_span"
+down_revision = "0025_task_pause"
 branch_labels = None
 depends_on = None
 
