@@ -65,9 +65,11 @@ async def idle_tps(admin: asyncpg.Connection, database: str, seconds: float) -> 
     return (await _xacts(admin, database) - before) / seconds
 
 
-async def connections(admin: asyncpg.Connection, database: str) -> int:
+async def connections(admin: asyncpg.Connection, database: str, own: asyncpg.Connection) -> int:
+    """Client sessions of the database, the measuring connection `own` aside."""
     return int(await admin.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", database))
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' "
+        "AND pid <> $2", database, own.get_server_pid()))
 
 
 async def _wait_live(conn: asyncpg.Connection, n: int, timeout: float) -> float:
@@ -111,7 +113,7 @@ async def measure_fleet(admin_dsn: str, dsn: str, nodes: int, *, concurrency: in
                 stdout=log, stderr=log, start_new_session=True))
         result["start_sec"] = round(await _wait_live(conn, nodes, start_timeout), 1)
         await asyncio.sleep(settle)
-        result["connections"] = await connections(admin, database)
+        result["connections"] = await connections(admin, database, conn)
         result["connections_per_node"] = round(result["connections"] / nodes, 2)
         tps = await idle_tps(admin, database, window)
         result["idle_tps"] = round(tps, 2)

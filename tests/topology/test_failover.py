@@ -154,6 +154,8 @@ async def _wait_replayed(standby_dsn: str, jobs: int, timeout: float = 30) -> No
         try:
             if await conn.fetchval("SELECT count(*) FROM dl_jobs") >= jobs:
                 return
+        except asyncpg.exceptions.UndefinedTableError:
+            pass  # asynchronous: the standby has not replayed the migration yet
         finally:
             await conn.close()
         if time.monotonic() > deadline:

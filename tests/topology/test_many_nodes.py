@@ -2,7 +2,7 @@
 "Many nodes"): real `dataloader worker` processes, measured by the bench's own `measure_fleet`, with
 the assertions the fifty-node run is held to:
 
-- connections per idle node stay within the budget formula of docs/scaling.md;
+- sessions per idle node stay within the budget formula of docs/scaling.md;
 - idle cost per node stays flat as the fleet grows (transactions per second per node, net of
   autovacuum), and is small in absolute terms (promise 6, no busy polling);
 - one enqueue's NOTIFY wakes the fleet without a storm: the transactions it sets off grow at most
@@ -22,11 +22,11 @@ from tests.support.database import with_database
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 
 CONCURRENCY = 2
-# docs/scaling.md "Connection budget": an idle worker node holds its queues' control connections (1
-# queue here), five sessions of its own (the listener, the leader elector, the LISTEN of the
-# scheduler, of the operation runner and of the node registry) and the pool connections its duties
-# keep warm (at most DL_DB_POOL_EXTRA, 4).
-IDLE_SESSIONS_BOUND = 1 + 5 + 4
+# docs/scaling.md "Connection budget": a worker node holds at most its pool (Σ concurrency + process
+# concurrency + DL_DB_POOL_EXTRA, the control connections included) and five sessions of its own
+# (the listener, the leader elector, the LISTEN of the scheduler, of the operation runner and of the
+# node registry). Idle it holds fewer (measured 9.4-10 here): the bound is the formula's.
+SESSIONS_BOUND = CONCURRENCY + 0 + 4 + 5
 
 
 async def test_idle_cost_per_node_stays_flat_from_two_to_ten_nodes(dsn: str, pg_server, tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ async def test_idle_cost_per_node_stays_flat_from_two_to_ten_nodes(dsn: str, pg_
     small, large = fleets[2], fleets[10]
     for fleet in (small, large):
         assert fleet["alive"] == fleet["nodes"], fleet
-        assert fleet["connections_per_node"] <= IDLE_SESSIONS_BOUND, fleet
+        assert fleet["connections_per_node"] <= SESSIONS_BOUND, fleet
         assert fleet["idle_tps_per_node"] < 2.0, fleet  # no busy polling: a few statements per second at most
     # flat: a node of ten costs no more than a node of two, with room for timing noise
     assert large["idle_tps_per_node"] <= small["idle_tps_per_node"] * 1.5 + 0.3, fleets
