@@ -77,6 +77,8 @@ class QueueWorker:
         # The queue has limits (0022): claim with claim_limited_jobs.sql (the flow gate). Learned
         # from next_due_in.sql after an empty claim, and from the limited claim's own answer.
         self._limited = False
+        # running attempts claimed while their queue had a global concurrency limit
+        self._limit_slots_held = 0
         self._work_generation = 1  # bumped by every hint of new work
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._busy: list[SkippedCandidate] = []
@@ -216,7 +218,10 @@ class QueueWorker:
 
     def _finishes_free_global_slots(self) -> bool:
         """A finish about to be written ends a job of a queue with a global concurrency limit (as
-        its claim saw the queue): it frees a slot another node's worker may be waiting for."""
+        its claim saw the queue): it frees a slot another node's worker may be waiting for. Only
+        looked at while such a job runs here (never for a queue that had no limit)."""
+        if not self._limit_slots_held:
+            return False
         return any(attempt.job.frees_on_finish for job_id in self.completer.pending_job_ids()
                    if (attempt := self.running.get(job_id)) is not None)
 
@@ -344,6 +349,7 @@ class QueueWorker:
     def _start(self, job: ClaimedJob) -> None:
         attempt = Attempt(job, self.env, self.completer.submit)
         self.running[job.job_id] = attempt
+        self._limit_slots_held += job.frees_on_finish
         metrics.RUNNING_JOBS.labels(self.queue).inc()
         self.heartbeats.started(self._lease_ttls())
         task = asyncio.create_task(self._run_attempt(attempt))
@@ -358,6 +364,7 @@ class QueueWorker:
             log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
         finally:
             metrics.RUNNING_JOBS.labels(self.queue).dec()
+            self._limit_slots_held -= attempt.job.frees_on_finish
             # Only if it is still this attempt: when a fenced-off attempt's refused finish was
             # written in the step that claimed the job again, the next attempt of the same job is
             # registered under the same id while this one winds down. Popping it would leave the
