@@ -185,3 +185,39 @@ async def test_the_queue_limits_hold_in_a_fair_queue(app, db):
     await app.configure_queue(queue, partition_concurrency=None, concurrency=4)
     assert len(await claim(db, queue, 8)) == 2  # 2 still run: 2 slots of 4 left
     assert await claim(db, queue, 8) == []
+
+
+async def test_a_running_worker_switches_to_the_fair_claim_when_the_queue_turns_fair(app, dsn, db):
+    """The worker learns it from the database (an empty default claim, then next_due_in.sql), with no
+    restart: after the change commits, every small tenant starts within a bound counted in starts."""
+    from tests.conftest import wait_until
+    from tests.support.engine import running_engine
+
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    await add_jobs(db, queue, "hot", 400, age_sec=3600)
+    small = ["s0", "s1", "s2"]
+    for tenant in small:
+        await add_jobs(db, queue, tenant, 3, age_sec=60)
+
+    async def picked() -> list[tuple[int, str]]:
+        rows = await db.fetch("SELECT e.event_id, j.partition_key FROM dl_job_events e JOIN dl_jobs j USING (job_id) "
+                              "WHERE e.queue = $1 AND e.kind = 'picked' ORDER BY e.event_id", queue)
+        return [(r["event_id"], r["partition_key"]) for r in rows]
+
+    async with running_engine(dsn, db, {queue: 2}):
+        async def some_hot_started() -> bool:
+            return len(await picked()) >= 20
+        await wait_until(some_hot_started, message="the hot backlog starts by age")
+        assert {t for _, t in await picked()} == {"hot"}
+        await app.configure_queue(queue, fair_share=True)
+        mark = (await picked())[-1][0]
+
+        async def small_done() -> bool:
+            return await db.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = $1 AND partition_key <> 'hot' "
+                                     "AND status = 'succeeded'", queue) == 9
+        await wait_until(small_done, timeout=30, message="the small tenants run")
+    after = [t for event_id, t in await picked() if event_id > mark]
+    first = {t: after.index(t) for t in small}
+    # claims already running at the commit may start by age (at most a batch of 2 each); then the
+    # fair claim takes the 4 tenants round-robin: each small tenant within 2 x 4 + 2 starts
+    assert max(first.values()) < 10, (first, after[:12])

@@ -104,28 +104,32 @@ async def test_a_node_killed_holding_slots_gives_them_back_within_the_lease(dsn,
     victim = workers(queues={queue: 4}, **settings)
     await victim.wait_ready()
     lease = 3
-    ids = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 1.0, "chunks": 10}, queue=queue,
-                         lock_key=f"k{i}", lease_ttl_sec=lease) for i in range(8)]
+    # two jobs that hold both slots on the victim for a minute (when retried: a moment)
+    held = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "first_seconds": 60, "seconds": 0.2,
+                                                            "chunks": 20}, queue=queue, lock_key=f"h{i}",
+                          lease_ttl_sec=lease) for i in range(2)]
 
     async def victim_holds_both() -> bool:
         return await db.fetchval("SELECT count(*) FROM test_runs WHERE job_id = ANY($1) AND pid = $2",
-                                 ids, victim.pid) == 2
+                                 held, victim.pid) == 2
     await wait_until(victim_holds_both, timeout=20, message="the first node holds both slots")
     others = [workers(queues={queue: 4}, **settings) for _ in range(2)]
     for node in others:
         await node.wait_ready()
-    assert await db.fetchval("SELECT count(*) FROM test_runs WHERE job_id = ANY($1) AND pid <> $2",
-                             ids, victim.pid) == 0, "the other nodes start nothing while the victim holds the slots"
+    waiting = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.3, "chunks": 3}, queue=queue,
+                             lock_key=f"w{i}", lease_ttl_sec=lease) for i in range(6)]
+    ids = held + waiting
     victim.signal(signal.SIGKILL)
     assert await victim.wait_exit() == -signal.SIGKILL
     killed_at = await db.fetchval("SELECT clock_timestamp()")
+    assert await db.fetchval("SELECT count(*) FROM test_runs WHERE job_id = ANY($1)", waiting) == 0, \
+        "nothing else started while the victim held both slots"
     await all_succeeded(db, ids, 90)  # no job lost or stuck
     runs = await db.fetch("SELECT r.pid, r.started_at, r.ended_at FROM test_runs r WHERE r.job_id = ANY($1) "
                           "ORDER BY r.started_at", ids)
     after = [r for r in runs if r["pid"] != victim.pid]
-    first_after = min(r["started_at"] for r in after)
-    # the slots came back within the lease (from the victim's last heartbeat, before the kill) and
-    # a reaper period, plus the claim's own time
-    assert (first_after - killed_at).total_seconds() < lease + 0.5 + 2.0
-    live = [(r["started_at"], r["ended_at"] or killed_at) for r in runs]
-    assert max_overlap(live) == 2
+    assert len(after) == 8  # the two reaped jobs again, and the six that waited
+    # the slots came back within the lease (counted from the victim's last heartbeat, before the
+    # kill) and a reaper period, plus a claim's time on a loaded machine
+    assert (min(r["started_at"] for r in after) - killed_at).total_seconds() < lease + 0.5 + 2.0
+    assert max_overlap([(r["started_at"], r["ended_at"] or killed_at) for r in runs]) == 2

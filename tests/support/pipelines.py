@@ -50,11 +50,15 @@ async def _record_end(ctx: JobContext, run_id: int) -> None:
 
 @pipeline("test.recorded_sleep")
 async def recorded_sleep(ctx: JobContext):
-    """Records start and end in test_runs; sleeps `seconds` in `chunks`."""
+    """Records start and end in test_runs; sleeps `seconds` in `chunks` (`first_seconds` on its
+    first attempt, when given: a run that is killed, then retried quickly)."""
     run_id = await _record_start(ctx)
     chunks = int(ctx.args.get("chunks", 10))
+    seconds = float(ctx.args.get("seconds", 0.5))
+    if ctx.attempt == 1 and "first_seconds" in ctx.args:
+        seconds = float(ctx.args["first_seconds"])
     for _ in range(chunks):
-        await asyncio.sleep(float(ctx.args.get("seconds", 0.5)) / chunks)
+        await asyncio.sleep(seconds / chunks)
         yield
     await _record_end(ctx, run_id)
 

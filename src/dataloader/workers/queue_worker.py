@@ -80,6 +80,8 @@ class QueueWorker:
         # The queue is fair (0024): claim with claim_jobs_fair.sql (round-robin across partition
         # keys, with the flow gate when it has limits too). Learned from next_due_in.sql likewise.
         self._fair = False
+        # running attempts claimed while their queue had a global concurrency limit
+        self._limit_slots_held = 0
         self._work_generation = 1  # bumped by every hint of new work
         self._settled_generation = 0  # the hints a claim already answered (it came back short)
         self._busy: list[SkippedCandidate] = []
@@ -219,7 +221,10 @@ class QueueWorker:
 
     def _finishes_free_global_slots(self) -> bool:
         """A finish about to be written ends a job of a queue with a global concurrency limit (as
-        its claim saw the queue): it frees a slot another node's worker may be waiting for."""
+        its claim saw the queue): it frees a slot another node's worker may be waiting for. Only
+        looked at while such a job runs here (never for a queue that had no limit)."""
+        if not self._limit_slots_held:
+            return False
         return any(attempt.job.frees_on_finish for job_id in self.completer.pending_job_ids()
                    if (attempt := self.running.get(job_id)) is not None)
 
@@ -350,6 +355,7 @@ class QueueWorker:
     def _start(self, job: ClaimedJob) -> None:
         attempt = Attempt(job, self.env, self.completer.submit)
         self.running[job.job_id] = attempt
+        self._limit_slots_held += job.frees_on_finish
         metrics.RUNNING_JOBS.labels(self.queue).inc()
         self.heartbeats.started(self._lease_ttls())
         task = asyncio.create_task(self._run_attempt(attempt))
@@ -364,6 +370,7 @@ class QueueWorker:
             log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
         finally:
             metrics.RUNNING_JOBS.labels(self.queue).dec()
+            self._limit_slots_held -= attempt.job.frees_on_finish
             # Only if it is still this attempt: when a fenced-off attempt's refused finish was
             # written in the step that claimed the job again, the next attempt of the same job is
             # registered under the same id while this one winds down. Popping it would leave the
