@@ -8,6 +8,7 @@ import uuid
 
 from starlette.routing import Mount, Route
 
+from dataloader import metrics
 from dataloader.ui.pages import PAGES
 from tests.console.conftest import TOKEN, console_client, csrf_of, signed_in
 from tests.support.engine import enqueue
@@ -110,3 +111,6 @@ async def test_read_only_hides_and_refuses_the_job_actions(db, dsn):
         refused = await client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf_of(page.text)})
         assert refused.status_code == 403
     assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id) == "queued"
+    # the HTTP metrics name a console request by its route's template under /ui (bounded labels)
+    routes = {s.labels["route"] for m in metrics.HTTP_REQUESTS.collect() for s in m.samples}
+    assert "/ui/jobs/{job_id:uuid}" in routes and not any(str(job_id) in r for r in routes)

@@ -23,3 +23,12 @@ def test_every_sql_file_and_migration_is_package_data():
     needed |= {p.relative_to(PACKAGE) for p in PACKAGE.glob("storage/migrations/versions/*.py")}
     assert len(needed) > 60
     assert not needed - declared(), f"not shipped by a non-editable install: {sorted(needed - declared())}"
+
+
+def test_every_console_template_and_asset_is_package_data():
+    """The console (issue 20) ships every template and asset (htmx, uPlot, CSS, their licenses)
+    in the wheel: nothing comes from a CDN, so a missing file is a broken page."""
+    needed = {p.relative_to(PACKAGE) for p in PACKAGE.glob("ui/templates/*") if p.is_file()}
+    needed |= {p.relative_to(PACKAGE) for p in PACKAGE.glob("ui/static/**/*") if p.is_file()}
+    assert {Path("ui/static/vendor/htmx.min.js"), Path("ui/static/vendor/uPlot.LICENSE")} <= needed
+    assert not needed - declared(), f"not shipped by a non-editable install: {sorted(needed - declared())}"

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -174,6 +175,13 @@ class ConsoleGuard:
             page = error_page(request, "database_unavailable",
                               "the database cannot be reached right now; this page retries when you reload it", 503)
             await page(scope, receive, tracked)
+        finally:
+            # The access log and HTTP metrics label a request by its route's template: the console's
+            # routes are relative to the mount, so name them with it (/ui/jobs/{job_id:uuid}).
+            route = scope.get("route")
+            template = getattr(route, "path", None)
+            if isinstance(template, str) and not template.startswith(root + "/"):
+                scope["route"] = SimpleNamespace(path=root + template)
 
     @staticmethod
     def _with_headers(send: Send) -> Send:
