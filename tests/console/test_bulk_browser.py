@@ -45,7 +45,8 @@ async def test_top_errors_then_a_bulk_retry_with_its_dry_run_and_live_progress(p
             assert await page.inner_text("#operation-progress") == f"{FAILED} / {FAILED}"
             assert await page.locator("ol.timeline li").count() >= 2, "the audit trail"
             await seen.shot("operation-finished")
+            operation_id = page.url.rsplit("/", 1)[1]
             await page.goto(f"{service.base_url}/ui/operations")
-            assert await page.locator("table.operations tbody tr").count() == 1
+            assert await page.locator(f'tr[data-operation="{operation_id}"]').count() == 1
             await seen.shot("operations")
     assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = 'bulk' AND status = 'queued'") == FAILED
