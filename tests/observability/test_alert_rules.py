@@ -19,6 +19,9 @@ from tests.conftest import wait_until
 from tests.observability.conftest import QUEUE, Samples, obs_settings, parse, value
 from tests.observability.promtool import RULES, alert_names, expect, run_promtool
 
+# promtool runs as a process of its own
+pytestmark = pytest.mark.process
+
 
 def test_the_rules_file_is_valid_and_every_alert_documents_itself():
     result = run_promtool("check", "rules", str(RULES))

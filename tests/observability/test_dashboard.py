@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
 from tests.observability.conftest import QUEUE
 from tests.observability.promtool import ROOT, RULES, run_promtool
 from tests.observability.test_alert_rules import _job, _until_done
+
+# promtool runs as a process of its own
+pytestmark = pytest.mark.process
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "dataloader.json"
 _SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
