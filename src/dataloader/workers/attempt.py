@@ -13,8 +13,7 @@ import contextvars
 import json
 import logging
 import time
-import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -51,8 +50,6 @@ _ABANDONED: set[asyncio.Task[Any]] = set()
 Finisher = Callable[[FinishRequest], Awaitable[FinishResult]]
 # Submits a finish and calls the callback with its result once it is durable (Completer.submit_later).
 LaterFinisher = Callable[[FinishRequest, Callable[[FinishResult], None]], None]
-# `raised` of a first step that was cancelled (an interruption, not an exception of the pipeline).
-_INTERRUPTED = asyncio.CancelledError()
 
 
 class Attempt:
@@ -74,6 +71,7 @@ class Attempt:
         self.timed_out: float | None = None
         self._abandoned = False
         self._span: Any = None  # the attempt's span (None: tracing off)
+        self._past_limit_task: asyncio.Task[None] | None = None  # see `_limit_reached`
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
@@ -125,70 +123,86 @@ class Attempt:
             await self._run()
 
     def start(self, submit_later: LaterFinisher, ended: Callable[[Attempt], None]) -> Coroutine[Any, Any, None] | None:
-        """Start the attempt. A plain coroutine pipeline (no tracing) takes its first step right
-        here, outside any task: a short job (a no-op, a job whose work needs no await) ends there,
-        its finish goes to the completer with a callback instead of a future, and `ended(self)` is
-        called once that finish is durable (or at once for a job with nothing to write). No task,
-        future or `asyncio.wait` per job: in a drain of short jobs those were most of the worker's
-        Python per job (bench/README.md, issue 25). Returns None then. Otherwise returns the
-        coroutine the caller runs in a task: the whole attempt (`run`), or, for a pipeline that
-        suspended in its first step, the rest of it (its pipeline task goes on from the await
-        where it stopped, in the same context, so the pipeline cannot tell the difference)."""
+        """Start the attempt without a task of its own (tracing off): the pipeline runs in its
+        task as always (so `asyncio.current_task()`, `asyncio.timeout()` and TaskGroups inside it
+        work as before), and what the attempt task used to do around it is callbacks: the
+        pipeline task's done callback decides the outcome and hands the finish to the completer
+        with a callback instead of a future (`submit_later`), and `ended(self)` is called once
+        that finish is durable. No attempt task, `asyncio.wait` or future per job: in a drain of
+        short jobs those were most of the worker's Python per job (bench/README.md, issue 25).
+        A run-time limit is a timer; only an attempt that reaches it gets a task (`_past_limit`).
+        Returns None then; otherwise (tracing on, or an unknown task) the coroutine of the whole
+        attempt (`run`), for the caller to run in a task."""
         pipeline = self.env.registry.get(self.job.task)
-        if pipeline is None or pipeline.kind != "async" or tracing.enabled():
+        if pipeline is None or tracing.enabled():
             return self.run()
-        context = contextvars.copy_context()
-        return context.run(self._first_step, pipeline, context, submit_later, ended)
-
-    def _first_step(self, pipeline: Pipeline, context: contextvars.Context, submit_later: LaterFinisher,
-                    ended: Callable[[Attempt], None]) -> Coroutine[Any, Any, None] | None:
-        """`start`'s first step, inside the attempt's own context (a copy: never reset)."""
-        job_var.set(self._log_fields())
-        ctx = self._begin(pipeline)
+        job = self.job
+        context = contextvars.copy_context()  # the attempt's own: the job's fields on every log line
+        context.run(job_var.set, self._log_fields())
+        ctx = context.run(self._begin, pipeline)
+        loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        coro = pipeline.func(ctx)
-        if not isinstance(coro, types.CoroutineType):  # an awaitable of another kind: await it in a task
-            self._pipeline_task = asyncio.create_task(_awaited(coro), context=context)
-            return self._bound(self._await_pipeline(pipeline, started))
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            self._ended_in_first_step(pipeline, started, None, stop.value, context, submit_later, ended)
-            return None
-        except asyncio.CancelledError:
-            self._ended_in_first_step(pipeline, started, _INTERRUPTED, None, context, submit_later, ended)
-            return None
-        except Exception as exc:
-            self._ended_in_first_step(pipeline, started, exc, None, context, submit_later, ended)
-            return None
-        self._pipeline_task = asyncio.create_task(_resumed(coro, yielded), context=context)
-        return self._bound(self._await_pipeline(pipeline, started))
+        task = self._pipeline_task = asyncio.create_task(self._run_pipeline(pipeline, ctx), context=context)
+        limit = job.timeout_sec if job.timeout_sec is not None else pipeline.timeout
+        timer = None if limit is None else loop.call_later(
+            limit, self._limit_reached, pipeline, task, limit, started, context, ended, context=context)
+        task.add_done_callback(lambda _: self._pipeline_ended(pipeline, task, started, timer, submit_later, ended),
+                               context=context)
+        return None
 
-    def _ended_in_first_step(self, pipeline: Pipeline, started: float, raised: BaseException | None,
-                             returned: Any, context: contextvars.Context, submit_later: LaterFinisher,
-                             ended: Callable[[Attempt], None]) -> None:
-        elapsed = time.perf_counter() - started
-        metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
-        interrupted = raised is _INTERRUPTED
-        d = self._decide(pipeline, interrupted, None if interrupted else raised, returned)
-        extra = {"duration_sec": round(elapsed, 4)}
-        request = self._request_for(d, pipeline)
-        if request is None:
-            self._report(d, None, extra)
+    def _pipeline_ended(self, pipeline: Pipeline, task: asyncio.Task[Any], started: float,
+                        timer: asyncio.TimerHandle | None, submit_later: LaterFinisher,
+                        ended: Callable[[Attempt], None]) -> None:
+        """The pipeline task's done callback (`start`): decide and submit the finish."""
+        if timer is not None:
+            timer.cancel()
+        if self._past_limit_task is not None:
+            return  # the attempt reached its run-time limit: `_past_limit` concludes it
+        try:
+            elapsed = time.perf_counter() - started
+            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            interrupted = task.cancelled() or self._abandoned
+            raised = None if interrupted else task.exception()
+            d = self._decide(pipeline, interrupted, raised,
+                             task.result() if not interrupted and raised is None else None)
+            extra = {"duration_sec": round(elapsed, 4)}
+            request = self._request_for(d, pipeline)
+            if request is None:
+                self._report(d, None, extra)
+                ended(self)
+                return
+        except Exception:
+            self.log.exception("attempt crashed")
             ended(self)
             return
 
         def durable(result: FinishResult) -> None:
             try:
-                context.run(self._report, d, result.status, extra)
+                self._report(d, result.status, extra)
             finally:
                 ended(self)
 
         submit_later(request, durable)
 
-    async def _bound(self, rest: Coroutine[Any, Any, None]) -> None:
-        with bind_job(**self._log_fields()):
-            await rest
+    def _limit_reached(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float, started: float,
+                       context: contextvars.Context, ended: Callable[[Attempt], None]) -> None:
+        if not task.done():
+            self._past_limit_task = asyncio.create_task(self._past_limit(pipeline, task, limit, started, ended),
+                                                        context=context)
+
+    async def _past_limit(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float, started: float,
+                          ended: Callable[[Attempt], None]) -> None:
+        """An attempt started by `start` reached its run-time limit: stop it (`_time_out`) and
+        write its outcome, as `_await_pipeline` does for an attempt in a task."""
+        try:
+            await self._time_out(pipeline, task, limit)
+            elapsed = time.perf_counter() - started
+            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            await self._conclude(pipeline, task, elapsed)
+        except Exception:
+            self.log.exception("attempt crashed")
+        finally:
+            ended(self)
 
     def _begin(self, pipeline: Pipeline) -> JobContext:
         """The attempt's JobContext, the wait metric and the start line."""
@@ -514,27 +528,3 @@ class Attempt:
         if self._span is not None:
             tracing.end_attempt(self._span, outcome)
 
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
-@types.coroutine
-def _resumed(coro: Coroutine[Any, Any, Any], yielded: Any) -> Generator[Any, Any, Any]:
-    """Go on driving `coro` from the await where its first step (taken outside any task, see
-    `Attempt.start`) suspended: what awaiting it from the start would have done. `yielded` (the
-    future it waits on) goes to the task as is; what the task sends or throws (a cancel) goes on
-    to `coro`."""
-    try:
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:
-                yielded = coro.throw(exc)
-            else:
-                yielded = coro.send(sent)
-    except StopIteration as stop:
-        return stop.value

@@ -315,7 +315,7 @@ class QueueWorker:
         metrics.RUNNING_JOBS.labels(self.queue).inc()
         self.heartbeats.started(self._lease_ttls())
         try:
-            # A short async job runs to its end right here (Attempt.start): no task per job.
+            # No attempt task per job (Attempt.start): its pipeline task and callbacks.
             rest = attempt.start(self.completer.submit_later, self._attempt_ended)
         except Exception:
             log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
