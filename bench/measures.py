@@ -149,7 +149,8 @@ async def _checkpoint(dsn: str) -> None:
 
 async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
     """Single: N enqueue calls one after another from one client (one connection), each its own
-    transaction. Batch: M jobs through each system's batch API, `batch_size` per call. Timed inside
+    transaction. Batch: M jobs through each system's batch API, `batch_size` per call; one call:
+    the same M jobs in a single call of that API. Timed inside
     the driver process around the loop only (connections are opened before the clock starts)."""
     sc = ctx.scale
 
@@ -161,9 +162,15 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
             await _install(ctx, system, dsn)
             batch = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
                                   "--batch", str(sc.batch_size))
+        async with fresh_database(ctx.server, "enqueue") as dsn:
+            await _install(ctx, system, dsn)
+            whole = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
+                                  "--batch", str(sc.enqueue_batch))
         return ({"enqueue.single": sc.enqueue_single / single["seconds"],
-                 "enqueue.batch": sc.enqueue_batch / batch["seconds"]},
-                {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"]})
+                 "enqueue.batch": sc.enqueue_batch / batch["seconds"],
+                 "enqueue.one_call": sc.enqueue_batch / whole["seconds"]},
+                {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"],
+                 "one_call_seconds": whole["seconds"]})
 
     return await _repeat(ctx, systems, runs, "enqueue", one)
 
@@ -594,6 +601,9 @@ def _free_port() -> int:
 
 
 WRK_SCRIPT = Path(__file__).with_name("http_trigger.lua")
+WRK_BATCH_SCRIPT = Path(__file__).with_name("http_batch.lua")
+# Jobs per request of the batch run (POST /api/v1/jobs/batch takes at most 1000).
+HTTP_BATCH = 1000
 
 
 async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
@@ -618,13 +628,14 @@ async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
         return MeasureResult()
     wrk = shutil.which("wrk")
 
-    async def with_wrk(host: str, port: int) -> tuple[int, float]:
+    async def with_wrk(host: str, port: int, script: Path = WRK_SCRIPT) -> tuple[int, float]:
         duration = max(3, int(sc.http_requests / 1000))
         done = await asyncio.create_subprocess_exec(
-            wrk, "-t2", f"-c{sc.http_clients}", f"-d{duration}s", "--latency", "-s", str(WRK_SCRIPT),
-            f"http://{host}:{port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            wrk, "-t2", f"-c{sc.http_clients}", f"-d{duration}s", "--latency", "-s", str(script),
+            f"http://{host}:{port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "BENCH_HTTP_BATCH": str(HTTP_BATCH)})
         out = (await asyncio.wait_for(done.communicate(), duration + 60))[0].decode()
-        ctx.log(DATALOADER, "http-wrk").write_text(out)
+        ctx.log(DATALOADER, f"http-wrk-{script.stem}").write_text(out)
         bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
         errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
         if done.returncode or bad or (errors and any(int(n) for n in errors.groups())):
@@ -679,21 +690,36 @@ async def http(ctx: Context, systems: list[System], runs: int) -> MeasureResult:
                         requests, rps = await with_wrk("127.0.0.1", port)
                     else:
                         requests, rps = await with_httpx(client, url)
+                    jobs = await _count_bench_jobs(dsn) - 1
+                    # wrk counts the requests answered before its time was up; the C still in flight
+                    # then were answered too (2xx or not, uncounted), so each answered one is a job,
+                    # and at most C more.
+                    if not requests <= jobs <= requests + sc.http_clients:
+                        raise RuntimeError(f"{requests} requests answered 2xx but {jobs} jobs in the database")
+                    metrics: Metrics = {"http.rps": rps}
+                    info: dict[str, Any] = {"requests": requests, "client": "wrk" if wrk else "httpx in the harness",
+                                            "clients": sc.http_clients}
+                    if wrk:  # the batch endpoint, same server, after a checkpoint
+                        await _checkpoint(dsn)
+                        batches, batch_rps = await with_wrk("127.0.0.1", port, WRK_BATCH_SCRIPT)
+                        batch_jobs = await _count_bench_jobs(dsn) - 1 - jobs
+                        if not batches * HTTP_BATCH <= batch_jobs <= (batches + sc.http_clients) * HTTP_BATCH:
+                            raise RuntimeError(f"{batches} batches answered 2xx but {batch_jobs} jobs in the database")
+                        metrics["http.batch_jobs"] = batch_rps * HTTP_BATCH
+                        info["batches"] = batches
             finally:
                 await procs.stop(server)
-            conn = await asyncpg.connect(dsn)
-            try:
-                jobs = await conn.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = 'bench'") - 1
-            finally:
-                await conn.close()
-        # wrk counts the requests answered before its time was up; the C still in flight then were
-        # answered too (2xx or not, uncounted), so each answered one is a job, and at most C more.
-        if not requests <= jobs <= requests + sc.http_clients:
-            raise RuntimeError(f"{requests} requests answered 2xx but {jobs} jobs in the database")
-        return {"http.rps": rps}, {"requests": requests, "client": "wrk" if wrk else "httpx in the harness",
-                                   "clients": sc.http_clients}
+        return metrics, info
 
     return await _repeat(ctx, [DATALOADER], runs, "http", one)
+
+
+async def _count_bench_jobs(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = 'bench'")
+    finally:
+        await conn.close()
 
 
 # -- 9. retention: prune beside a drain ------------------------------------------------------------------

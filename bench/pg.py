@@ -88,8 +88,9 @@ async def read_settings(server: Server) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def fresh_database(server: Server, label: str) -> AsyncIterator[str]:
     """CREATE DATABASE for one measurement; DROP ... WITH (FORCE) afterwards, which also ends any
-    session a killed worker may have left behind."""
-    name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+    session a killed worker may have left behind. BENCH_DB_PREFIX (default "bench") starts its name:
+    on a server shared with others, a prefix of one's own keeps the databases apart."""
+    name = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_{label}_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(server.admin_dsn)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')

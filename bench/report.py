@@ -21,6 +21,7 @@ def _metrics() -> dict[str, Metric]:
     m: dict[str, Metric] = {
         "enqueue.single": Metric("enqueue, one call per job", "jobs/s", True),
         "enqueue.batch": Metric("enqueue, batch API ×1000", "jobs/s", True),
+        "enqueue.one_call": Metric("enqueue, the whole batch in one call", "jobs/s", True),
     }
     for p, what in (("p1", "1 worker ×16"), ("p2", "2 workers ×16")):
         m[f"processing.{p}.active"] = Metric(f"drain no-ops, {what}, first start→last finish", "jobs/s", True)
@@ -43,6 +44,7 @@ def _metrics() -> dict[str, Metric]:
     m["handoff.overlaps"] = Metric("serialized jobs that overlapped (must be 0)", "count", False)
     m["idle.tps"] = Metric("idle worker, DB transactions per second", "tx/s", False)
     m["http.rps"] = Metric("HTTP POST /api/v1/jobs/trigger, 8 clients", "req/s", True)
+    m["http.batch_jobs"] = Metric("HTTP POST /api/v1/jobs/batch ×1000, 8 clients", "jobs/s", True)
     m["prune.drain_alone"] = Metric("drain of 100k jobs beside 1M old finished ones, no pruner", "jobs/s", True)
     m["prune.drain_beside"] = Metric("the same drain while the pruner deletes the 1M", "jobs/s", True)
     m["prune.drain_ratio"] = Metric("drain rate with / without the pruner", "ratio", True)

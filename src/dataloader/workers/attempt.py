@@ -9,10 +9,11 @@ runs `ctx.transaction()`, the pipeline's own transaction that finishes the job a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ import asyncpg
 
 from dataloader import metrics, tracing
 from dataloader.exceptions import AttemptFenced, JobStopped
-from dataloader.logger.context_vars import bind_job
+from dataloader.logger.context_vars import bind_job, job_var
 from dataloader.model.chain import Stage, Then
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
@@ -47,6 +48,8 @@ _STOP_PRIORITY: dict[str | None, int] = {None: 0, "shutdown": 1, "timeout": 2, "
 _ABANDONED: set[asyncio.Task[Any]] = set()
 
 Finisher = Callable[[FinishRequest], Awaitable[FinishResult]]
+# Submits a finish and calls the callback with its result once it is durable (Completer.submit_later).
+LaterFinisher = Callable[[FinishRequest, Callable[[FinishResult], None]], None]
 
 
 class Attempt:
@@ -68,6 +71,7 @@ class Attempt:
         self.timed_out: float | None = None
         self._abandoned = False
         self._span: Any = None  # the attempt's span (None: tracing off)
+        self._past_limit_task: asyncio.Task[None] | None = None  # see `_limit_reached`
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
@@ -98,11 +102,16 @@ class Attempt:
 
     # -- the attempt -------------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    def _log_fields(self) -> dict[str, Any]:
         job = self.job
         fields = {"job_id": str(job.job_id), "queue": job.queue, "task": job.task, "attempt": job.attempt}
         if job.request_id:
             fields["request_id"] = job.request_id
+        return fields
+
+    async def run(self) -> None:
+        job = self.job
+        fields = self._log_fields()
         if not tracing.enabled():
             with bind_job(**fields):
                 await self._run()
@@ -113,16 +122,91 @@ class Attempt:
                 bind_job(**fields):
             await self._run()
 
-    async def _run(self) -> None:
+    def start(self, submit_later: LaterFinisher, ended: Callable[[Attempt], None]) -> Coroutine[Any, Any, None] | None:
+        """Start the attempt without a task of its own (tracing off): the pipeline runs in its
+        task as always (so `asyncio.current_task()`, `asyncio.timeout()` and TaskGroups inside it
+        work as before), and what the attempt task used to do around it is callbacks: the
+        pipeline task's done callback decides the outcome and hands the finish to the completer
+        with a callback instead of a future (`submit_later`), and `ended(self)` is called once
+        that finish is durable. No attempt task, `asyncio.wait` or future per job: in a drain of
+        short jobs those were most of the worker's Python per job (bench/README.md, issue 25).
+        A run-time limit is a timer; only an attempt that reaches it gets a task (`_past_limit`).
+        Returns None then; otherwise (tracing on, or an unknown task) the coroutine of the whole
+        attempt (`run`), for the caller to run in a task."""
+        pipeline = self.env.registry.get(self.job.task)
+        if pipeline is None or tracing.enabled():
+            return self.run()
         job = self.job
-        pipeline = self.env.registry.get(job.task)
-        if pipeline is None:
-            error = (f"no pipeline registered for task {job.task!r} on this worker "
-                     f"(registered: {', '.join(self.env.registry.names())})")
-            await self._finish("error", error=error, fatal=True)
-            self._count("failed")
-            self.log.error("unknown task, job failed", extra={"error": error})
+        context = contextvars.copy_context()  # the attempt's own: the job's fields on every log line
+        context.run(job_var.set, self._log_fields())
+        ctx = context.run(self._begin, pipeline)
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        task = self._pipeline_task = asyncio.create_task(self._run_pipeline(pipeline, ctx), context=context)
+        limit = job.timeout_sec if job.timeout_sec is not None else pipeline.timeout
+        timer = None if limit is None else loop.call_later(
+            limit, self._limit_reached, pipeline, task, limit, started, context, ended, context=context)
+        task.add_done_callback(lambda _: self._pipeline_ended(pipeline, task, started, timer, submit_later, ended),
+                               context=context)
+        return None
+
+    def _pipeline_ended(self, pipeline: Pipeline, task: asyncio.Task[Any], started: float,
+                        timer: asyncio.TimerHandle | None, submit_later: LaterFinisher,
+                        ended: Callable[[Attempt], None]) -> None:
+        """The pipeline task's done callback (`start`): decide and submit the finish."""
+        if timer is not None:
+            timer.cancel()
+        if self._past_limit_task is not None:
+            return  # the attempt reached its run-time limit: `_past_limit` concludes it
+        try:
+            elapsed = time.perf_counter() - started
+            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            interrupted = task.cancelled() or self._abandoned
+            raised = None if interrupted else task.exception()
+            d = self._decide(pipeline, interrupted, raised,
+                             task.result() if not interrupted and raised is None else None)
+            extra = {"duration_sec": round(elapsed, 4)}
+            request = self._request_for(d, pipeline)
+            if request is None:
+                self._report(d, None, extra)
+                ended(self)
+                return
+        except Exception:
+            self.log.exception("attempt crashed")
+            ended(self)
             return
+
+        def durable(result: FinishResult) -> None:
+            try:
+                self._report(d, result.status, extra)
+            finally:
+                ended(self)
+
+        submit_later(request, durable)
+
+    def _limit_reached(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float, started: float,
+                       context: contextvars.Context, ended: Callable[[Attempt], None]) -> None:
+        if not task.done():
+            self._past_limit_task = asyncio.create_task(self._past_limit(pipeline, task, limit, started, ended),
+                                                        context=context)
+
+    async def _past_limit(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float, started: float,
+                          ended: Callable[[Attempt], None]) -> None:
+        """An attempt started by `start` reached its run-time limit: stop it (`_time_out`) and
+        write its outcome, as `_await_pipeline` does for an attempt in a task."""
+        try:
+            await self._time_out(pipeline, task, limit)
+            elapsed = time.perf_counter() - started
+            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            await self._conclude(pipeline, task, elapsed)
+        except Exception:
+            self.log.exception("attempt crashed")
+        finally:
+            ended(self)
+
+    def _begin(self, pipeline: Pipeline) -> JobContext:
+        """The attempt's JobContext, the wait metric and the start line."""
+        job = self.job
         self._pipeline = pipeline
         self.ctx = JobContext(
             job_id=job.job_id, queue=job.queue, task=job.task, args=job.args, attempt=job.attempt,
@@ -135,16 +219,37 @@ class Attempt:
         metrics.JOB_WAIT_SECONDS.labels(job.queue).observe(max(0.0, job.wait_sec))
         if self.log.isEnabledFor(logging.INFO):
             self.log.info("job started", extra={"wait_sec": round(job.wait_sec, 4)})
+        return self.ctx
 
+    async def _run(self) -> None:
+        job = self.job
+        pipeline = self.env.registry.get(job.task)
+        if pipeline is None:
+            error = (f"no pipeline registered for task {job.task!r} on this worker "
+                     f"(registered: {', '.join(self.env.registry.names())})")
+            await self._finish("error", error=error, fatal=True)
+            self._count("failed")
+            self.log.error("unknown task, job failed", extra={"error": error})
+            return
+        ctx = self._begin(pipeline)
         started = time.perf_counter()
-        self._pipeline_task = asyncio.create_task(self._call_pipeline(pipeline, self.ctx))
+        self._pipeline_task = asyncio.create_task(self._call_pipeline(pipeline, ctx))
+        await self._await_pipeline(pipeline, started)
+
+    async def _await_pipeline(self, pipeline: Pipeline, started: float) -> None:
+        """Wait for the pipeline task within the run-time limit (counted from `started`), then
+        write the outcome."""
+        job = self.job
+        task = self._pipeline_task
+        assert task is not None
         limit = job.timeout_sec if job.timeout_sec is not None else pipeline.timeout
-        done, _ = await asyncio.wait({self._pipeline_task}, timeout=limit)
+        wait = None if limit is None else max(0.0, limit - (time.perf_counter() - started))
+        done, _ = await asyncio.wait({task}, timeout=wait)
         if not done:
-            await self._time_out(pipeline, self._pipeline_task, limit)  # type: ignore[arg-type]
+            await self._time_out(pipeline, task, limit)  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
         metrics.JOB_RUN_SECONDS.labels(job.queue, job.task).observe(elapsed)
-        await self._conclude(pipeline, self._pipeline_task, elapsed)
+        await self._conclude(pipeline, task, elapsed)
 
     async def _time_out(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float) -> None:
         """The attempt ran past its run-time limit: stop it. A plain coroutine is cancelled at once
@@ -188,28 +293,51 @@ class Attempt:
         self.log.info("the thread of a timed-out pipeline ended; its lock_key is released")
 
     async def _conclude(self, pipeline: Pipeline, task: asyncio.Task[Any], elapsed: float) -> None:
-        job = self.job
         interrupted = task.cancelled() or self._abandoned
         raised = None if interrupted else task.exception()
+        returned = task.result() if not interrupted and raised is None else None
+        d = self._decide(pipeline, interrupted, raised, returned)
+        extra = {"duration_sec": round(elapsed, 4)}
+        request = self._request_for(d, pipeline)
+        if request is None:
+            self._report(d, None, extra)
+            return
+        result = await self._submit(request, d.outcome)
+        self._report(d, result.status, extra)
+
+    def _decide(self, pipeline: Pipeline, interrupted: bool, raised: BaseException | None,
+                returned: Any) -> Decision:
+        job = self.job
         max_attempts = pipeline.max_attempts or job.max_attempts
         decision = decide(
             stop_reason=self.stop_reason, stop_seen=self.ctx is not None and self.ctx.stop_seen,
-            interrupted=interrupted, raised=raised,
-            returned=task.result() if not interrupted and raised is None else None,
+            interrupted=interrupted, raised=raised, returned=returned,
             attempts_left=max_attempts - (job.attempt - job.attempts_before_retry),
             backoff=lambda: retry_delay(pipeline, job.attempt, self.log),
             committed=self._transaction == "committed", max_result_bytes=self.env.settings.max_args_bytes,
             timeout_sec=self.timed_out, plan_next=self._plan_next,
         )
-        if decision.kind == "committed" and not interrupted and raised is None and isinstance(task.result(), Then):
+        if decision.kind == "committed" and not interrupted and raised is None and isinstance(returned, Then):
             self.log.error("the pipeline returned Then after its ctx.transaction() committed: the job had "
                            "already ended, so those stages are not enqueued (pass then= to ctx.transaction())")
-        await self._perform(decision, pipeline, {"duration_sec": round(elapsed, 4)})
+        return decision
 
-    async def _perform(self, d: Decision, pipeline: Pipeline, extra: dict[str, Any]) -> None:
-        """Write the decision (one finish request), count it and log it. The finish statement has
-        the last word: it refuses a fenced-off attempt (status None) and cancels a job whose cancel
-        was requested meanwhile instead of retrying it."""
+    def _request_for(self, d: Decision, pipeline: Pipeline) -> FinishRequest | None:
+        """The finish request that writes the decision; None for a job its pipeline's
+        ctx.transaction() already finished (its lock was released right after the commit)."""
+        if d.kind == "committed":
+            return None
+        return self._request(
+            d.outcome, keep_lock=(d.outcome == "release" or self._abandoned) and self._thread_still_running(),
+            error=d.error,
+            fatal=d.fatal, max_attempts=pipeline.max_attempts if d.outcome == "error" else None,
+            delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json, next_json=d.next_json)
+
+    def _report(self, d: Decision, status: str | None, extra: dict[str, Any]) -> None:
+        """Count and log the decision, once its finish is durable (`status`: what the finish
+        statement wrote; None: refused, the attempt had been fenced off). The finish statement has
+        the last word: it refuses a fenced-off attempt and cancels a job whose cancel was requested
+        meanwhile instead of retrying it."""
         if d.kind == "committed":
             # Finished by the pipeline's transaction, lock released right after its commit.
             self._count("succeeded")
@@ -219,12 +347,6 @@ class Attempt:
             elif self.log.isEnabledFor(logging.INFO):
                 self.log.info("job succeeded (finished by its transaction)", extra=extra)
             return
-        result = await self._finish(
-            d.outcome, keep_lock=(d.outcome == "release" or self._abandoned) and self._thread_still_running(),
-            error=d.error,
-            fatal=d.fatal, max_attempts=pipeline.max_attempts if d.outcome == "error" else None,
-            delay_sec=d.delay_sec, reason=d.reason, result_json=d.result_json, next_json=d.next_json)
-        status = result.status
         if status is None:
             self._count("fenced")
             if d.reason == "lease_lost":
@@ -379,16 +501,21 @@ class Attempt:
         # than when the pipeline returns, so the next job of the key is not held back.
         await self._finish("committed")
 
-    async def _finish(self, outcome: FinishOutcome, *, keep_lock: bool = False, error: str | None = None,
-                      fatal: bool = False, max_attempts: int | None = None, delay_sec: float = 0.0,
-                      reason: str | None = None, result_json: str | None = None,
-                      next_json: str | None = None) -> FinishResult:
+    def _request(self, outcome: FinishOutcome, *, keep_lock: bool = False, error: str | None = None,
+                 fatal: bool = False, max_attempts: int | None = None, delay_sec: float = 0.0,
+                 reason: str | None = None, result_json: str | None = None,
+                 next_json: str | None = None) -> FinishRequest:
         job = self.job
-        request = FinishRequest(
+        return FinishRequest(
             job_id=job.job_id, attempt=job.attempt, outcome=outcome, lock_key=job.lock_key, unlock=not keep_lock,
             error=error, fatal=fatal, max_attempts=max_attempts, delay_sec=delay_sec, reason=reason,
             result_json=result_json, next_json=next_json, span=tracing.traceparent_of(self._span),
         )
+
+    async def _finish(self, outcome: FinishOutcome, **fields: Any) -> FinishResult:
+        return await self._submit(self._request(outcome, **fields), outcome)
+
+    async def _submit(self, request: FinishRequest, outcome: FinishOutcome) -> FinishResult:
         if self._span is None:
             return await self._finisher(request)
         with tracing.child_span("finish", {"dataloader.job.finish": outcome}) as span:
@@ -400,3 +527,4 @@ class Attempt:
         metrics.JOBS_FINISHED.labels(self.job.queue, self.job.task, outcome).inc()
         if self._span is not None:
             tracing.end_attempt(self._span, outcome)
+

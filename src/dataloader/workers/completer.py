@@ -11,6 +11,7 @@ pending, and the next step writes it again, so no result is lost.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,7 +28,31 @@ from dataloader.workers.control import LockLedger
 # Finishes written by one statement at most.
 MAX_FINISH_BATCH = 256
 
-_Pending = tuple[FinishRequest, "asyncio.Future[FinishResult]"]
+log = logging.getLogger("dataloader.worker")
+
+
+class _Later:
+    """The answer of `submit_later`: a callback in a future's place (resolve() treats both alike)."""
+
+    __slots__ = ("_done", "_on_durable")
+
+    def __init__(self, on_durable: Callable[[FinishResult], None]) -> None:
+        self._on_durable = on_durable
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: FinishResult) -> None:
+        self._done = True
+        try:
+            self._on_durable(result)
+        except Exception:
+            # One attempt's bookkeeping must not keep the other finishes of the batch unanswered.
+            log.exception("finishing an attempt failed after its finish committed")
+
+
+_Pending = tuple[FinishRequest, "asyncio.Future[FinishResult] | _Later"]
 
 
 class Completer:
@@ -63,6 +88,12 @@ class Completer:
         self._pending.append((request, future))
         self._on_submit()
         return await future
+
+    def submit_later(self, request: FinishRequest, on_durable: Callable[[FinishResult], None]) -> None:
+        """`submit` without a future: `on_durable(result)` is called once the finish has committed
+        (an attempt that ended in its first step, outside any task: Attempt.start)."""
+        self._pending.append((request, _Later(on_durable)))
+        self._on_submit()
 
     def begin_step(self) -> None:
         """Forget a batch written by a step that did not commit: it is still pending."""

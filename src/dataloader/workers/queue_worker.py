@@ -15,7 +15,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import asyncpg
 
@@ -358,30 +359,41 @@ class QueueWorker:
         self._limit_slots_held += job.frees_on_finish
         metrics.RUNNING_JOBS.labels(self.queue).inc()
         self.heartbeats.started(self._lease_ttls())
-        task = asyncio.create_task(self._run_attempt(attempt))
-        self._tasks.add(task)
-
-    async def _run_attempt(self, attempt: Attempt) -> None:
         try:
-            await attempt.run()
+            # No attempt task per job (Attempt.start): its pipeline task and callbacks.
+            rest = attempt.start(self.completer.submit_later, self._attempt_ended)
+        except Exception:
+            log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
+            self._attempt_ended(attempt)
+            return
+        if rest is not None:
+            task = asyncio.create_task(self._run_attempt(attempt, rest))
+            self._tasks.add(task)
+
+    async def _run_attempt(self, attempt: Attempt, rest: Coroutine[Any, Any, None]) -> None:
+        try:
+            await rest
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
         finally:
-            metrics.RUNNING_JOBS.labels(self.queue).dec()
-            self._limit_slots_held -= attempt.job.frees_on_finish
-            # Only if it is still this attempt: when a fenced-off attempt's refused finish was
-            # written in the step that claimed the job again, the next attempt of the same job is
-            # registered under the same id while this one winds down. Popping it would leave the
-            # new attempt without heartbeats and its lock_key locked forever.
-            if self.running.get(attempt.job.job_id) is attempt:
-                del self.running[attempt.job.job_id]
-                self._holds_parked.discard(attempt.job.job_id)
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
-            if not self.running:
-                self.heartbeats.idle()
-            self._wake.set()  # a slot is free
+            self._attempt_ended(attempt)
+
+    def _attempt_ended(self, attempt: Attempt) -> None:
+        metrics.RUNNING_JOBS.labels(self.queue).dec()
+        self._limit_slots_held -= attempt.job.frees_on_finish
+        # Only if it is still this attempt: when a fenced-off attempt's refused finish was
+        # written in the step that claimed the job again, the next attempt of the same job is
+        # registered under the same id while this one winds down. Popping it would leave the
+        # new attempt without heartbeats and its lock_key locked forever.
+        if self.running.get(attempt.job.job_id) is attempt:
+            del self.running[attempt.job.job_id]
+            self._holds_parked.discard(attempt.job.job_id)
+        if not self.running:
+            self.heartbeats.idle()
+        self._wake.set()  # a slot is free
 
     # -- heartbeat ---------------------------------------------------------------------------------
 
