@@ -76,8 +76,8 @@ async def test_an_http_trigger_and_the_run_it_causes_are_one_trace(app: App, db:
     assert [j.id for j in result.succeeded] == [job_id]
 
     finished = list(spans.get_finished_spans())
-    assert {hex_trace(s) for s in finished} == {CALLER_TRACE}, [(s.name, hex_trace(s)[:8], s.kind.name, dict(s.attributes or {}))
-                                                                for s in finished]
+    seen = [(s.name, hex_trace(s)[:8], s.kind.name, dict(s.attributes or {})) for s in finished]
+    assert {hex_trace(s) for s in finished} == {CALLER_TRACE}, seen
     # the request's SERVER span (FastAPI's telemetry), a child of the caller's span
     (server,) = [s for s in finished if s.kind == SpanKind.SERVER]
     assert server.name == "POST /api/v1/jobs/trigger"
