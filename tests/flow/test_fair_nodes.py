@@ -72,8 +72,10 @@ async def test_a_paused_task_starts_nothing_on_two_nodes_while_the_other_task_ru
         for node in nodes:
             await node.wait_ready()
         held = [await enqueue(db, "test.async_sleep", queue=queue, args={"seconds": 0.01}) for _ in range(4)]
+        # the other task's jobs last 0.3 s each, so one node's 2 slots cannot take all 20 before the
+        # other node's claim (a NOTIFY away): both nodes must claim while the paused task waits
         for _ in range(20):
-            await enqueue(db, "dl.noop", queue=queue)
+            await enqueue(db, "test.sync_sleep", queue=queue, args={"seconds": 0.3})
         await wait_until(lambda: done(db, queue, 20), timeout=30, interval=0.1, message="the other task runs")
         before = await task_probes(db)
 
