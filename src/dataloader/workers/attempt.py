@@ -182,7 +182,10 @@ class Attempt:
             finally:
                 ended(self)
 
-        submit_later(request, durable)
+        # The completer calls back from its own task: the report runs in the attempt's context (a
+        # copy: this one is entered right now), so its log lines carry the job's fields.
+        attempt_context = contextvars.copy_context()
+        submit_later(request, lambda result: attempt_context.run(durable, result))
 
     def _limit_reached(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float, started: float,
                        context: contextvars.Context, ended: Callable[[Attempt], None]) -> None:
