@@ -31,7 +31,7 @@ async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
             page = seen.page
             await page.goto(f"{service.base_url}/ui/")
             await page.locator('tr[data-queue="phone"]').wait_for()
-            target = page.locator('tr[data-queue="phone"] button')
+            target = page.locator('tr[data-queue="phone"]').get_by_role("button", name="Pause")
             for _ in range(60):  # Tab through the page until the queue's Pause button has the focus
                 await page.keyboard.press("Tab")
                 if await target.evaluate("el => el === document.activeElement"):

@@ -84,24 +84,11 @@ def queues_set(
     """Change a queue's limits and fair share on every node (a runtime setting: it wins over
     declared ones). Options not given are kept."""
     from dataloader.flow.manager import check_queue_name
-    from dataloader.model.flow import check_changes, parse_fair_weights_text, parse_limit_text, parse_rate_text
+    from dataloader.model.flow import changes_from_text
 
     check_queue_name(queue)  # every check before any connection (exit 2, nothing written)
-    changes: dict[str, Any] = {}
-    if concurrency is not None:
-        changes["concurrency"] = parse_limit_text("concurrency", concurrency)
-    if partition_concurrency is not None:
-        changes["partition_concurrency"] = parse_limit_text("partition_concurrency", partition_concurrency)
-    if rate is not None:
-        changes["rate_limit"], changes["rate_period_sec"] = parse_rate_text("rate", rate)
-    if partition_rate is not None:
-        changes["partition_rate_limit"], changes["partition_rate_period_sec"] = parse_rate_text(
-            "partition_rate", partition_rate)
-    if fair_share is not None:
-        changes["fair_share"] = fair_share
-    if fair_weights is not None:
-        changes["fair_weights"] = parse_fair_weights_text(fair_weights)
-    check_changes(changes)
+    changes = changes_from_text(concurrency=concurrency, partition_concurrency=partition_concurrency, rate=rate,
+                                partition_rate=partition_rate, fair_share=fair_share, fair_weights=fair_weights)
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.configure_queue(queue, **changes)).to_dict()

@@ -259,6 +259,29 @@ def check_changes(changes: Mapping[str, object]) -> dict[str, Any]:
     return checked
 
 
+def changes_from_text(*, concurrency: str | None = None, partition_concurrency: str | None = None,
+                      rate: str | None = None, partition_rate: str | None = None, fair_share: bool | None = None,
+                      fair_weights: str | None = None) -> dict[str, Any]:
+    """A partial update of a queue's settings from their text forms, as the CLI's options and the
+    console's form give them (None: keep; "none": clear; rates as "10/1s"), checked by
+    check_changes: one reading for both faces."""
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        changes["concurrency"] = parse_limit_text("concurrency", concurrency)
+    if partition_concurrency is not None:
+        changes["partition_concurrency"] = parse_limit_text("partition_concurrency", partition_concurrency)
+    if rate is not None:
+        changes["rate_limit"], changes["rate_period_sec"] = parse_rate_text("rate", rate)
+    if partition_rate is not None:
+        changes["partition_rate_limit"], changes["partition_rate_period_sec"] = parse_rate_text(
+            "partition_rate", partition_rate)
+    if fair_share is not None:
+        changes["fair_share"] = fair_share
+    if fair_weights is not None:
+        changes["fair_weights"] = parse_fair_weights_text(fair_weights)
+    return check_changes(changes)
+
+
 def settings_from_declaration(declared: Mapping[str, object], where: str = "limits") -> QueueSettings:
     """The settings a queue declares in code (`Queue("load", limits={...})`) or in DL_QUEUES_JSON:
     the setting names, plus `rate` / `partition_rate` as text ("10/1s"). ValidationFailed otherwise."""

@@ -1,7 +1,8 @@
 """Overview: every queue's depth (due, delayed, running, held), paused or not, the oldest due job's
 age, throughput and failure rate over the last day from the stats rollup, and the nodes with their
 load. The queue and node tables are live (topic `overview`); the charts come from the hourly rollup
-and are drawn once per page view. Actions: pause and resume a queue."""
+and are drawn once per page view. Actions: pause and resume a queue, change its limits (flow control:
+docs/flow-control.md) through app.configure_queue, read from the form as the CLI reads its options."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from dataloader.model.flow import QueueFlow, QueueSettings, changes_from_text, format_rate
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, back
 from dataloader.ui.topic import Topic
@@ -23,11 +25,47 @@ if TYPE_CHECKING:
 NAV = ("Overview", "/")
 
 
+def flow_summary(flow: QueueFlow | None) -> list[str]:
+    """A queue's flow control in words, for its row: limits with their use, fair share, paused
+    tasks, jobs held back and the autoscaling signal. Empty for a queue with none of them."""
+    if flow is None:
+        return []
+    settings, said = flow.settings, []
+    if settings.concurrency is not None:
+        said.append(f"concurrency {flow.running}/{settings.concurrency}")
+    if settings.partition_concurrency is not None:
+        said.append(f"{settings.partition_concurrency} per partition")
+    if settings.rate_limit is not None:
+        said.append(f"rate {format_rate(settings.rate_limit, settings.rate_period_sec)}")
+    if settings.partition_rate_limit is not None:
+        said.append(f"{format_rate(settings.partition_rate_limit, settings.partition_rate_period_sec)} per partition")
+    if settings.fair_share:
+        said.append("fair share")
+    if flow.paused_tasks:
+        said.append("paused tasks: " + ", ".join(sorted(flow.paused_tasks)))
+    held = sum(flow.held_back.values())
+    if held:
+        said.append(f"{held} held back")
+    if flow.desired_workers is not None and (said or flow.queued):
+        said.append(f"wants {flow.desired_workers} slots")
+    return said
+
+
+def limit_texts(flow: QueueFlow | None) -> dict[str, str]:
+    """Each limit as its form field reads it ("none" when unset): the limits form's placeholders."""
+    settings = flow.settings if flow is not None else QueueSettings()
+    return {"concurrency": str(settings.concurrency or "none"),
+            "partition_concurrency": str(settings.partition_concurrency or "none"),
+            "rate": format_rate(settings.rate_limit, settings.rate_period_sec) or "none",
+            "partition_rate": format_rate(settings.partition_rate_limit, settings.partition_rate_period_sec) or "none"}
+
+
 async def live_state(app: App) -> dict[str, Any]:
     """What the live part shows: one row per queue (depth and flow state merged by name), nodes."""
     depths = {d.queue: d for d in await app.queue_depths()}
     flows = {f.queue: f for f in await app.queues()}
-    queues = [{"name": name, "depth": depths.get(name), "flow": flows.get(name)}
+    queues = [{"name": name, "depth": depths.get(name), "flow": flows.get(name),
+               "flow_summary": flow_summary(flows.get(name)), "limits": limit_texts(flows.get(name))}
               for name in sorted(set(depths) | set(flows))]
     nodes = await app.observers.nodes()
     return {"queues": queues, "nodes": nodes}
@@ -85,6 +123,17 @@ async def resume(request: Request) -> Response:
     return back(request, form, "/")
 
 
+async def limits(request: Request) -> Response:
+    """Change a queue's limits: each field left empty is kept, "none" clears it (the CLI's
+    `queues set` options, read by the same function)."""
+    form = await action_form(request)
+    fields = {name: form.get(name, "").strip() or None
+              for name in ("concurrency", "partition_concurrency", "rate", "partition_rate")}
+    changes = changes_from_text(**fields)
+    await request.app.state.console.app().configure_queue(form.get("queue", ""), **changes)
+    return back(request, form, "/")
+
+
 routes = [Route("/", show, methods=["GET"]), Route("/queues/pause", pause, methods=["POST"]),
-          Route("/queues/resume", resume, methods=["POST"])]
+          Route("/queues/resume", resume, methods=["POST"]), Route("/queues/limits", limits, methods=["POST"])]
 TOPICS = {"overview": Topic(render_live)}
