@@ -75,9 +75,16 @@ async def test_an_http_trigger_and_the_run_it_causes_are_one_trace(app: App, db:
     result = await drain(app, "q", timeout=30)
     assert [j.id for j in result.succeeded] == [job_id]
 
-    finished = list(spans.get_finished_spans())
-    seen = [(s.name, hex_trace(s)[:8], s.kind.name, dict(s.attributes or {})) for s in finished]
-    assert {hex_trace(s) for s in finished} == {CALLER_TRACE}, seen
+    recorded = list(spans.get_finished_spans())
+    # Other activity of this process may be recorded too (in a full run, something an earlier test
+    # of this worker left in its database - an observer, a schedule - runs in this test's app, in
+    # traces of its own): none of it may be this request or this job. Everything else is checked on
+    # the caller's trace alone.
+    finished = [s for s in recorded if hex_trace(s) == CALLER_TRACE]
+    strays = [(s.name, hex_trace(s)[:8], s.kind.name, dict(s.attributes or {})) for s in recorded
+              if hex_trace(s) != CALLER_TRACE]
+    assert not [s for s in strays if s[2] in ("SERVER", "CONSUMER") or s[3].get("messaging.message.id") == str(job_id)
+                or s[0] in ("wait", "finish", "run dl.noop") or s[0].startswith("fastapi.")], strays
     # the request's SERVER span (FastAPI's telemetry), a child of the caller's span
     (server,) = [s for s in finished if s.kind == SpanKind.SERVER]
     assert server.name == "POST /api/v1/jobs/trigger"

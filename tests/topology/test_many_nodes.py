@@ -27,6 +27,7 @@ CONCURRENCY = 2
 # (the listener, the leader elector, the LISTEN of the scheduler, of the operation runner and of the
 # node registry). Idle it holds fewer (measured 9.4-10 here): the bound is the formula's.
 SESSIONS_BOUND = CONCURRENCY + 0 + 4 + 5
+NODE_HEARTBEAT_TPS = 1 / 2  # the node registry's heartbeat, every DL_NODE_HEARTBEAT_SEC (2 s by default)
 
 
 async def test_idle_cost_per_node_stays_flat_from_two_to_ten_nodes(dsn: str, pg_server, tmp_path: Path) -> None:
@@ -46,8 +47,12 @@ async def test_idle_cost_per_node_stays_flat_from_two_to_ten_nodes(dsn: str, pg_
         assert fleet["alive"] == fleet["nodes"], fleet
         assert fleet["connections_per_node"] <= SESSIONS_BOUND, fleet
         assert fleet["idle_tps_per_node"] < 2.0, fleet  # no busy polling: a few statements per second at most
-    # flat: a node of ten costs no more than a node of two, with room for timing noise
-    assert large["idle_tps_per_node"] <= small["idle_tps_per_node"] * 1.5 + 0.3, fleets
+    # flat: a node of ten costs no more than a node of two, with room for timing noise. A node's idle
+    # cost is at least its own heartbeat (one statement per DL_NODE_HEARTBEAT_SEC, 2 s: 0.5/s); the
+    # two-node figure is net of the server's baseline, measured apart, and a baseline that moved by a
+    # few transactions per second reads two nodes as costing nothing (a CI run saw 0.0): it counts
+    # as no less than the heartbeat.
+    assert large["idle_tps_per_node"] <= max(small["idle_tps_per_node"], NODE_HEARTBEAT_TPS) * 1.5 + 0.3, fleets
     # fan-out: one enqueue costs its insert, the winner's claim and finish, and per other node woken
     # an empty claim and its look for the next due job (2-3 statements: docs/scaling.md measured
     # 1.9 per node at 10 nodes, 3.0 at 50): linear in the nodes, never in their concurrency
