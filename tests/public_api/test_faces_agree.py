@@ -491,3 +491,34 @@ async def test_queue_depths_read_the_same_in_every_face(py_app, http, db, dsn):
     overview = (await http.get("/ui/")).text
     row = overview.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
     assert [cell.split("<", 1)[0] for cell in row.split('<td class="num">')[1:5]] == ["2", "1", "0", "0"]
+
+
+# The console's limits form (issue 21's console face): the CLI's texts, read by the same function
+# (model/flow.changes_from_text), refused as a 422 page naming the same problem, writing nothing.
+CONSOLE_FIELDS = {"--concurrency": "concurrency", "--partition-concurrency": "partition_concurrency",
+                  "--rate": "rate", "--partition-rate": "partition_rate"}
+CONSOLE_LIMITS = [row for row in BAD_LIMITS if all(opt in CONSOLE_FIELDS for opt in row[3][::2])]
+
+
+@pytest.mark.parametrize(("py", "cli"), [(row[1], row[3]) for row in CONSOLE_LIMITS],
+                         ids=[row[0] for row in CONSOLE_LIMITS])
+async def test_a_bad_limit_in_the_console_form_is_the_same_refusal(py_app, http, dsn, db, py, cli):
+    """The same code as Python and the CLI; the page names the problem in the CLI's words (both read
+    texts: "none" clears, where Python and HTTP say null)."""
+    import html
+    import re
+
+    queue = f"limits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_queue(queue, **py)
+    result = await asyncio.to_thread(invoke, ["queues", "set", queue, *cli], cli_env(dsn))
+    assert result.exit_code == 2 and caught.value.code == "validation_error"
+    cli_problem = error_line(result).split("validation_error: ", 1)[1]
+    page = (await http.get("/ui/")).text
+    csrf = re.search(r'name="dl-csrf" content="([^"]+)"', page).group(1)
+    fields = {CONSOLE_FIELDS[opt]: text for opt, text in zip(cli[::2], cli[1::2], strict=True)}
+    form = {"csrf": csrf, "queue": queue, **fields}
+    answer = await http.post("/ui/queues/limits", data=form)
+    assert answer.status_code == 422, answer.text
+    assert cli_problem in html.unescape(answer.text), (cli_problem, answer.text)
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
