@@ -373,6 +373,18 @@ class App:
         """A failed, canceled or lost job back to the queue with a fresh attempt budget."""
         return await self.jobs.retry(_uuid(job_id))
 
+    async def set_job_priority(self, job_id: uuid.UUID | str, priority: int) -> Job:
+        """A queued job's new priority (lower runs first; 0..2^31-1, as `enqueue`'s), journaled as
+        `priority_changed` with the old and new value; the same priority again changes nothing.
+        JobNotQueued for a running or finished job (only the claim reads priority)."""
+        return await self.jobs.set_priority(_uuid(job_id), priority)
+
+    async def delete_job(self, job_id: uuid.UUID | str) -> None:
+        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
+        delete does; the log line `job deleted` is its audit record. JobNotFinished for a queued or
+        running job: cancel it first."""
+        await self.jobs.delete(_uuid(job_id))
+
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
         """The job's journal, oldest first."""
         return await self.jobs.events(_uuid(job_id), after_event_id=after, limit=limit)

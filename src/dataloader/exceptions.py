@@ -131,6 +131,20 @@ class JobNotRetryable(DataloaderError):
     code = "job_not_retryable"
 
 
+class JobNotQueued(DataloaderError):
+    """Only a queued job's priority can change: the claim is its only reader, so a running or
+    finished job's priority would change nothing but its history."""
+
+    code = "job_not_queued"
+
+
+class JobNotFinished(DataloaderError):
+    """Only a finished job can be deleted: a queued or running one is canceled first (a worker must
+    never find its running job gone, and a queued one may hold its key's place)."""
+
+    code = "job_not_finished"
+
+
 # -- requests about schedules --------------------------------------------------------------------
 
 class InvalidScheduleRequest(DataloaderError):

@@ -105,6 +105,11 @@ LEADER_ACQUIRED = Counter(
 JOBS_PRUNED = Counter(
     "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
 )
+JOBS_CHANGED_BY_OPERATOR = Counter(
+    "dl_jobs_changed_by_operator_total",
+    "Single jobs an operator changed through set_job_priority or delete_job (bulk ones: dl_operation_jobs_total)",
+    ["queue", "action"],
+)
 FEED_ROWS_PRUNED = Counter(
     "dl_process_feed_pruned_total",
     "Rows of the processes' event feed deleted by the pruner (DL_RETENTION_PROCESS_FEED)",

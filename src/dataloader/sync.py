@@ -215,6 +215,14 @@ class SyncApp:
         """A failed, canceled or lost job back to the queue with a fresh attempt budget."""
         return self._call(self.app.retry(job_id))
 
+    def set_job_priority(self, job_id: uuid.UUID | str, priority: int) -> Job:
+        """A queued job's new priority (lower runs first), journaled as `priority_changed`."""
+        return self._call(self.app.set_job_priority(job_id, priority))
+
+    def delete_job(self, job_id: uuid.UUID | str) -> None:
+        """Delete a finished job with its journal; a queued or running one is canceled first."""
+        return self._call(self.app.delete_job(job_id))
+
     def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
         """The job's journal, oldest first."""
         return self._call(self.app.events(job_id, after=after, limit=limit))

@@ -7,15 +7,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 
-from dataloader import App, Settings
-from dataloader.api import create_app
 from dataloader.exceptions import ValidationFailed
 from dataloader.ui import filters
-from tests.conftest import wait_until
-from tests.console.conftest import console_client, csrf_of
+from tests.console.conftest import console_client
 from tests.support.engine import enqueue
 
 
@@ -62,33 +58,3 @@ async def test_search_filters_pages_and_masks(db, dsn):
         assert "&#34;password&#34;: &#34;***&#34;" in job.text
         missing = await client.get(f"/ui/jobs/{uuid.uuid4()}")
         assert missing.status_code == 404 and "job_not_found" in missing.text
-
-
-async def test_set_priority_and_delete_one_job_through_a_narrowed_operation(db, dsn):
-    queue = f"one-{uuid.uuid4().hex[:8]}"
-    queued = await enqueue(db, "dl.noop", queue=queue)
-    twin = await enqueue(db, "dl.noop", queue=queue)  # same queue and task: the filter must not take it
-    done = await enqueue(db, "dl.noop", queue=queue)
-    await db.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now() WHERE job_id = $1", done)
-    app = await App(Settings(db_dsn=dsn, workers=[], operations_period_sec=0.2)).open()
-    try:
-        async with app.running(queues=[f"{queue}-unserved"]):
-            transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
-            async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
-                page = await client.get(f"/ui/jobs/{queued}")
-                assert 'id="set-priority"' in page.text and 'id="delete-job"' not in page.text
-                csrf = csrf_of(page.text)
-                bad = await client.post(f"/ui/jobs/{queued}/priority", data={"csrf": csrf, "priority": "high"})
-                assert bad.status_code == 422
-                moved = await client.post(f"/ui/jobs/{queued}/priority", data={"csrf": csrf, "priority": "7"})
-                assert moved.status_code == 303 and "/ui/operations/" in moved.headers["location"]
-                await wait_until(lambda: db.fetchval("SELECT priority = 7 FROM dl_jobs WHERE job_id = $1", queued),
-                                 timeout=20, message="the priority to change")
-                assert await db.fetchval("SELECT priority FROM dl_jobs WHERE job_id = $1", twin) != 7
-                gone = await client.post(f"/ui/jobs/{done}/delete", data={"csrf": csrf})
-                assert gone.status_code == 303
-                await wait_until(lambda: db.fetchval("SELECT count(*) = 0 FROM dl_jobs WHERE job_id = $1", done),
-                                 timeout=20, message="the job to be deleted")
-                assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE queue = $1", queue) == 2
-    finally:
-        await app.close()

@@ -522,3 +522,85 @@ async def test_a_bad_limit_in_the_console_form_is_the_same_refusal(py_app, http,
     assert answer.status_code == 422, answer.text
     assert cli_problem in html.unescape(answer.text), (cli_problem, answer.text)
     assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+# One job's priority and its deletion (the console's job page calls the same App methods): the same
+# bad input or refused state gets the same code from Python, HTTP, the CLI and the console's form, and
+# writes nothing. The console and the CLI read text, so a number given as text has no row there.
+# (id, the job's status (None: no such job), Python priority, HTTP body, CLI/console text, code)
+PRIORITIES: list[tuple[str, str | None, Any, Any, str | None, str]] = [
+    ("priority negative", "queued", -1, {"priority": -1}, "-1", "validation_error"),
+    ("priority past 2^31-1", "queued", 2**31, {"priority": 2**31}, "2147483648", "validation_error"),
+    ("priority a word", "queued", "high", {"priority": "high"}, "high", "validation_error"),
+    ("priority a fraction", "queued", 1.5, {"priority": 1.5}, "1.5", "validation_error"),
+    ("priority as text", "queued", "5", {"priority": "5"}, None, "validation_error"),
+    ("priority a boolean", "queued", True, {"priority": True}, None, "validation_error"),
+    ("no such job", None, 1, {"priority": 1}, "1", "job_not_found"),
+    ("a running job", "running", 1, {"priority": 1}, "1", "job_not_queued"),
+    ("a finished job", "succeeded", 1, {"priority": 1}, "1", "job_not_queued"),
+]
+
+
+async def a_job_in(db, status: str | None) -> str:
+    if status is None:
+        return str(uuid.uuid4())
+    job_id = await db.fetchval("INSERT INTO dl_jobs (job_id, queue, task, lock_key, status) "
+                               "VALUES (gen_random_uuid(), $1, 'dl.noop', 'k', $2) RETURNING job_id", QUEUE, status)
+    return str(job_id)
+
+
+async def console_code(http: httpx.AsyncClient, url: str, form: dict[str, str]) -> str:
+    import re
+
+    page = (await http.get("/ui/")).text
+    csrf = re.search(r'name="dl-csrf" content="([^"]+)"', page).group(1)
+    answer = await http.post(url, data={"csrf": csrf, **form})
+    assert 400 <= answer.status_code < 500, answer.text
+    return re.search(r"<code>([a-z_]+)</code>", answer.text).group(1)
+
+
+@pytest.mark.parametrize(("status", "py", "body", "text", "code"), [row[1:] for row in PRIORITIES],
+                         ids=[row[0] for row in PRIORITIES])
+async def test_a_refused_priority_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, dsn, db,
+                                                                                       status, py, body, text, code):
+    job_id = await a_job_in(db, status)
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.set_job_priority(job_id, py)
+    codes = {"python": caught.value.code, "http": await http_code(http, "PATCH", f"/api/v1/jobs/{job_id}", body)}
+    if text is not None:
+        codes["cli"] = await cli_code(dsn, ["jobs", "set-priority", job_id, text])
+        codes["console"] = await console_code(http, f"/ui/jobs/{job_id}/priority", {"priority": text})
+    assert codes == dict.fromkeys(codes, code)
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE priority <> 100") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_job_events WHERE kind = 'priority_changed'") == 0
+
+
+# (id, the job's status (None: no such job), code)
+DELETES = [("no such job", None, "job_not_found"), ("a queued job", "queued", "job_not_finished"),
+           ("a running job", "running", "job_not_finished")]
+
+
+@pytest.mark.parametrize(("status", "code"), [row[1:] for row in DELETES], ids=[row[0] for row in DELETES])
+async def test_a_refused_delete_gets_the_same_code_from_every_face_and_deletes_nothing(py_app, http, dsn, db,
+                                                                                      status, code):
+    job_id = await a_job_in(db, status)
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.delete_job(job_id)
+    codes = {"python": caught.value.code, "http": await http_code(http, "DELETE", f"/api/v1/jobs/{job_id}"),
+             "cli": await cli_code(dsn, ["jobs", "delete", job_id]),
+             "console": await console_code(http, f"/ui/jobs/{job_id}/delete", {})}
+    assert codes == dict.fromkeys(codes, code)
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == (0 if status is None else 1)
+
+
+async def test_a_job_id_that_is_not_a_uuid_is_the_same_validation_error_for_priority_and_delete(py_app, http, dsn):
+    for call, request_, cli in [
+        (py_app.set_job_priority("nope", 1), ("PATCH", "/api/v1/jobs/nope", {"priority": 1}),
+         ["jobs", "set-priority", "nope", "1"]),
+        (py_app.delete_job("nope"), ("DELETE", "/api/v1/jobs/nope"), ["jobs", "delete", "nope"]),
+    ]:
+        with pytest.raises(DataloaderError) as caught:
+            await call
+        codes = {"python": caught.value.code, "http": await http_code(http, *request_),
+                 "cli": await cli_code(dsn, cli)}
+        assert codes == dict.fromkeys(codes, "validation_error")

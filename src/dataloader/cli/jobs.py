@@ -1,4 +1,4 @@
-"""`dataloader jobs`: enqueue, inspect, cancel and retry jobs (`jobs prune` is retention's)."""
+"""`dataloader jobs`: enqueue, inspect, cancel, retry, reprioritise and delete jobs (`jobs prune` is retention's)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataloader.exceptions import ValidationFailed
 if TYPE_CHECKING:
     from dataloader.app import App
 
-jobs_app = typer.Typer(help="Enqueue, inspect, cancel and retry jobs.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Enqueue, inspect, cancel, retry, reprioritise and delete jobs.", no_args_is_help=True)
 
 
 def _job_id(value: str) -> uuid.UUID:
@@ -130,6 +130,37 @@ def jobs_retry(job_id: str) -> None:
 
     async def run(app: App) -> dict[str, Any]:
         return status_view(await app.retry(jid))
+
+    _print(_with_app(run))
+
+
+@jobs_app.command("set-priority", context_settings={"ignore_unknown_options": True})
+def jobs_set_priority(
+    job_id: str,
+    priority: Annotated[str, typer.Argument(help="The new priority, 0 to 2147483647 (lower runs first)")],
+) -> None:
+    """Change a queued job's priority (journaled as priority_changed)."""
+    from dataloader.jobs.manager import check_priority
+
+    jid = _job_id(job_id)
+    # Read as text, so a word or a negative number gets the same validation_error as in every face.
+    value = check_priority(int(priority) if priority.strip().lstrip("-").isdigit() else priority)
+
+    async def run(app: App) -> dict[str, Any]:
+        job = await app.set_job_priority(jid, value)
+        return {k: v for k, v in job.to_dict().items() if k != "args"}
+
+    _print(_with_app(run))
+
+
+@jobs_app.command("delete")
+def jobs_delete(job_id: str) -> None:
+    """Delete a finished job with its journal (a queued or running one: cancel it first)."""
+    jid = _job_id(job_id)
+
+    async def run(app: App) -> dict[str, Any]:
+        await app.delete_job(jid)
+        return {"job_id": str(jid), "deleted": True}
 
     _print(_with_app(run))
 

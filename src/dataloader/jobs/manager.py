@@ -7,6 +7,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,9 @@ from dataloader.exceptions import (
     InvalidCursor,
     InvalidJobRequest,
     JobAlreadyFinished,
+    JobNotFinished,
     JobNotFound,
+    JobNotQueued,
     JobNotRetryable,
     RestartConflict,
     UnknownTask,
@@ -49,6 +52,8 @@ from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
+
+log = logging.getLogger("dataloader.jobs")
 
 MAX_LIST_LIMIT = 500
 MAX_CHAIN_JOBS = 10_000
@@ -457,6 +462,37 @@ class JobManager:
                 f"job {job_id} is {previous}; only {', '.join(sorted(RETRYABLE_STATUSES))} jobs can be retried")
         return await self.get(job_id)
 
+    async def set_priority(self, job_id: uuid.UUID, priority: Any, *, request_id: str | None = None) -> Job:
+        """A queued job's priority (lower runs first), journaled as `priority_changed` with the old
+        and new value; the same priority again changes nothing. A running or finished job:
+        JobNotQueued (its priority is read only by the claim)."""
+        priority = check_priority(priority)
+        previous, before, changed = await self.repo.set_job_priority(job_id, priority, request_id)
+        if previous is None:
+            raise JobNotFound(f"no job {job_id}")
+        if previous != JobStatus.queued.value:
+            raise JobNotQueued(f"job {job_id} is {previous}; only a queued job's priority can change")
+        job = await self.get(job_id)
+        if changed:
+            metrics.JOBS_CHANGED_BY_OPERATOR.labels(job.queue, "set_priority").inc()
+            log.info("job priority changed", extra={"job_id": str(job_id), "queue": job.queue, "from": before,
+                                                    "to": priority, "request_id": request_id})
+        return job
+
+    async def delete(self, job_id: uuid.UUID, *, request_id: str | None = None) -> None:
+        """Delete a finished job with its journal (the bulk delete's rule, one job). A queued or
+        running job: JobNotFinished (cancel it first). The journal goes with the job, so the audit
+        record is the log line `job deleted` (and dl_jobs_changed_by_operator_total)."""
+        previous, queue, deleted = await self.repo.delete_job(job_id)
+        if previous is None:
+            raise JobNotFound(f"no job {job_id}")
+        if not deleted:
+            raise JobNotFinished(f"job {job_id} is {previous}; only a finished job can be deleted "
+                                 "(cancel it first)")
+        metrics.JOBS_CHANGED_BY_OPERATOR.labels(queue, "delete").inc()
+        log.info("job deleted", extra={"job_id": str(job_id), "queue": queue, "status": previous,
+                                       "request_id": request_id})
+
     async def queue_depths(self) -> list[QueueDepth]:
         """Every queue with live or held jobs: due, delayed, running and held counts, oldest due age."""
         return await self.repo.queue_depths()
@@ -495,6 +531,18 @@ class JobManager:
             return JobPage(jobs, None)
         last = jobs[limit - 1]
         return JobPage(jobs[:limit], encode_cursor(last.created_at, last.id))
+
+
+def check_priority(priority: Any) -> int:
+    """A priority as every face takes it (JobRequest's field: an int, not text or a bool, 0..2^31-1),
+    or the validation_error HTTP gives the same value."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        problem, kind = "must be a whole number", "int_type"
+    elif not 0 <= priority <= PG_INT_MAX:
+        problem, kind = f"must be between 0 and {PG_INT_MAX}", "int_range"
+    else:
+        return priority
+    raise ValidationFailed(f"priority: {problem}", [{"loc": ["priority"], "msg": problem, "type": kind}])
 
 
 def unique_window_key(req: JobRequest, now: datetime) -> str:

@@ -206,6 +206,21 @@ class JobRepository:
         row = await self.pool.fetchrow(sql("retry_job"), job_id, request_id)
         return (None, False) if row is None else (row["previous_status"], row["retried"])
 
+    async def set_job_priority(self, job_id: uuid.UUID, priority: int, request_id: str | None = None
+                               ) -> tuple[str | None, int | None, bool]:
+        """A queued job's new priority, journaled. (status before, priority before, whether it
+        changed); status None: no such job."""
+        row = await self.pool.fetchrow(sql("set_job_priority"), job_id, priority, request_id)
+        if row is None:
+            return None, None, False
+        return row["previous_status"], row["previous_priority"], row["changed"]
+
+    async def delete_job(self, job_id: uuid.UUID) -> tuple[str | None, str | None, bool]:
+        """Delete a finished job with its journal. (status before, its queue, whether it was
+        deleted); status None: no such job."""
+        row = await self.pool.fetchrow(sql("delete_job"), job_id)
+        return (None, None, False) if row is None else (row["previous_status"], row["queue"], row["deleted"])
+
     async def list_events(self, job_id: uuid.UUID, after_event_id: int = 0, limit: int = 1000) -> list[JobEvent]:
         rows = await self.pool.fetch(sql("list_job_events"), job_id, after_event_id, limit)
         return [JobEvent.from_row(row) for row in rows]

@@ -27,6 +27,8 @@ class ErrorCode(StrEnum):
     idempotency_conflict = "idempotency_conflict"
     job_already_finished = "job_already_finished"
     job_not_retryable = "job_not_retryable"
+    job_not_queued = "job_not_queued"
+    job_not_finished = "job_not_finished"
     restart_conflict = "restart_conflict"
     chain_not_found = "chain_not_found"
     schedule_not_found = "schedule_not_found"
@@ -67,6 +69,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.idempotency_conflict: 409,
     ErrorCode.job_already_finished: 409,
     ErrorCode.job_not_retryable: 409,
+    ErrorCode.job_not_queued: 409,
+    ErrorCode.job_not_finished: 409,
     ErrorCode.restart_conflict: 409,
     ErrorCode.chain_not_found: 404,
     ErrorCode.schedule_not_found: 404,

@@ -11,9 +11,11 @@ from dataloader.api.runtime import get_job_api, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import QUEUE_NOT_SERVED, WARNING_HEADER, ErrorCode, JobStatus
 from dataloader.api.v1.schemas import (
+    JobChanges,
     JobEventsResponse,
     JobListResponse,
     JobStatusResponse,
+    JobSummary,
     Rfc3339Time,
     TriggerBatchRequest,
     TriggerBatchResponse,
@@ -114,6 +116,34 @@ async def retry(job_id: JobId, api: Api) -> JobStatusResponse:
     every write of the job). Journaled as a `requeue` with reason `manual_retry`. 409 for a job
     that is queued, running or succeeded."""
     return await api.retry(job_id, request_id=request_id_var.get())
+
+
+@router.patch(
+    "/jobs/{job_id}",
+    response_model=JobSummary,
+    summary="Change a queued job's priority",
+    responses=error_responses(ErrorCode.job_not_found, ErrorCode.job_not_queued, ErrorCode.invalid_json,
+                              ErrorCode.unsupported_media_type),
+)
+async def change_job(job_id: JobId, body: JobChanges, api: Api) -> JobSummary:
+    """The new priority (lower runs first) of a queued job, journaled as `priority_changed` with the
+    old and new value; the same priority again changes nothing. 409 `job_not_queued` for a running
+    or finished job: only the claim reads priority."""
+    return await api.set_priority(job_id, body.priority, request_id=request_id_var.get())
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a finished job with its journal",
+    responses=error_responses(ErrorCode.job_not_found, ErrorCode.job_not_finished),
+)
+async def delete_job(job_id: JobId, api: Api) -> Response:
+    """A succeeded, failed, canceled or lost job is deleted with its journal rows, as a bulk delete
+    does (the log line `job deleted` is the audit record). 409 `job_not_finished` for a queued or
+    running job: cancel it first."""
+    await api.delete(job_id, request_id=request_id_var.get())
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get(

@@ -20,7 +20,7 @@ from dataloader.api.v1.utils import (
     check_rfc3339,
     check_utc_representable,
 )
-from dataloader.jobs.manager import JobRequest
+from dataloader.jobs.manager import PG_INT_MAX, JobRequest
 from dataloader.model.job import Job, JobStatus
 
 Rfc3339Time = Annotated[
@@ -130,6 +130,15 @@ class JobSummary(BaseModel):
     def from_job(cls, job: Job) -> JobSummary:
         data = {name: getattr(job, name) for name in cls.model_fields if name != "job_id"}
         return cls(job_id=job.id, **data)
+
+
+class JobChanges(BaseModel):
+    """What an operator may change on a job that exists: its priority, while it is queued."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The trigger's field: a number, never text (docs/errors.md), in the same range.
+    priority: int = Field(ge=0, le=PG_INT_MAX, strict=True, description="The new priority (lower runs first)")
 
 
 class JobListResponse(BaseModel):

@@ -100,6 +100,12 @@ class JobResponses:
         log.info("job retried", extra={"job_id": str(job_id), "attempt": job.attempt})
         return JobStatusResponse.model_validate(status_view(job))
 
+    async def set_priority(self, job_id: uuid.UUID, priority: int, *, request_id: str | None) -> JobSummary:
+        return JobSummary.from_job(await self.jobs.set_priority(job_id, priority, request_id=request_id))
+
+    async def delete(self, job_id: uuid.UUID, *, request_id: str | None) -> None:
+        await self.jobs.delete(job_id, request_id=request_id)
+
     async def list(self, *, queue: str | None, task: str | None, statuses: list[str] | None,
                    created_from: datetime | None, created_to: datetime | None, cursor: str | None,
                    limit: int) -> JobListResponse:

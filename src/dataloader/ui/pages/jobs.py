@@ -1,20 +1,21 @@
 """Jobs: the operator's search (every JobFilter field in the URL, keyset paging, a capped count)
 and a job's page (args with secrets masked, progress, result, error and traceback, the journal as a
 timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
-failed, canceled or lost job), set priority and delete. The job's state
-is live (topic `job:<id>`)."""
+failed, canceled or lost job), set priority (a queued job) and delete (a finished one), each the
+`App` call every face makes. The job's state is live (topic `job:<id>`)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from dataloader.exceptions import DataloaderError, InvalidJobRequest, ValidationFailed
+from dataloader.exceptions import DataloaderError
+from dataloader.jobs.manager import check_priority
 from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
 from dataloader.ui import filters, render
 from dataloader.ui.actions import action_form, back
@@ -110,41 +111,29 @@ async def retry(request: Request) -> Response:
     return back(request, form, f"/jobs/{job_id}")
 
 
-def only_this_job(job: Job) -> dict[str, Any]:
-    """A jobs filter that matches this job alone: its queue, task, lock_key (as a prefix) and its
-    created_at to the microsecond (the column's precision). `one_job_operation` checks the count."""
-    return {"queues": [job.queue], "tasks": [job.task], "lock_key_prefix": job.lock_key,
-            "created_from": job.created_at, "created_to": job.created_at + timedelta(microseconds=1)}
-
-
-async def one_job_operation(request: Request, form: Any, kind: str, params: dict[str, Any] | None) -> Response:
-    """Set priority and delete of one job run as a bulk operation narrowed to it (`app.operations`:
-    the same rules, compare-and-set, journal and audit trail as any bulk operation); refused unless
-    its dry run counts exactly this one job."""
-    app = request.app.state.console.app()
-    job_id = request.path_params["job_id"]
-    narrowed = only_this_job(await app.get(job_id))
-    dry = await app.operations.start(kind, narrowed, params=params, dry_run=True)
-    if dry.total != 1:
-        raise InvalidJobRequest(f"the filter that narrows {kind} to job {job_id} matches {dry.total} jobs; "
-                                "use a bulk action from the jobs search instead")
-    operation = await app.operations.start(kind, narrowed, params=params, started_by=f"console (job {job_id})")
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/operations/{operation.id}", status_code=303)
+def priority_from_form(text: str) -> int:
+    """The form's text as a priority, refused as the CLI refuses the same text (one check,
+    `check_priority`, behind every face)."""
+    text = text.strip()
+    return check_priority(int(text) if text.lstrip("-").isdigit() else text)
 
 
 async def set_priority(request: Request) -> Response:
     form = await action_form(request)
-    text = form.get("priority", "").strip()
-    if not text.isdigit():
-        raise ValidationFailed("priority: a whole number from 0",
-                               [{"loc": ["priority"], "msg": "a whole number from 0", "type": "int_parsing"}])
-    return await one_job_operation(request, form, "set_priority", {"priority": int(text)})
+    job_id = request.path_params["job_id"]
+    await request.app.state.console.app().set_job_priority(job_id, priority_from_form(form.get("priority", "")))
+    return back(request, form, f"/jobs/{job_id}")
 
 
 async def delete(request: Request) -> Response:
-    form = await action_form(request)
-    return await one_job_operation(request, form, "delete", None)
+    """The job is gone afterwards: back to the jobs of its queue."""
+    await action_form(request)
+    app = request.app.state.console.app()
+    job_id = request.path_params["job_id"]
+    queue = (await app.get(job_id)).queue
+    await app.delete_job(job_id)
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}/jobs?{urlencode({'queue': queue})}", status_code=303)
 
 
 routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/count", count, methods=["GET"]),
