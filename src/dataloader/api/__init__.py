@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from dataloader.api import metric_router, os_router
-from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
+from dataloader.api.middleware import ApiGuardMiddleware, OneSegmentPaths, RequestContextMiddleware
 from dataloader.api.runtime import Runtime
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
@@ -140,6 +140,7 @@ def create_app(settings: Settings, *, context: App | None = None,
         # The operator's console (docs/console.md): its own auth (a login page that takes
         # DL_API_TOKEN), reading and acting through the same App as the routes above.
         app.mount("/ui", console_app(settings, lambda: runtime.app), name="ui")
+    app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
     # Added last = outermost: the request id must be set before anything else logs.
     app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
                        max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,

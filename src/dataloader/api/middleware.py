@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from starlette.datastructures import Headers
 from starlette.routing import Match
@@ -28,7 +28,7 @@ from dataloader import metrics
 from dataloader.api.runtime import token_matches, unauthorized
 from dataloader.api.v1.exceptions import error_response
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.utils import flat_routes, safe_text
+from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
 from dataloader.logger.context_vars import request_id_var
 from dataloader.logger.utils import mask
 from dataloader.storage.db import is_connection_error
@@ -236,3 +236,39 @@ class ApiGuardMiddleware:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+class OneSegmentPaths:
+    """Routes `/api/v1/processes/...` on the raw path's segments, so a process id holding '/' (sent
+    as `%2F`, as any client encodes a path parameter) stays one segment: `GET …/{ns}/a%2Fb` is the
+    process `a/b`, `GET …/{ns}/a%2Ftrace` the process `a/trace`, and `GET …/{ns}/a/trace` the trace
+    of `a`. Inside a segment a decoded '/' is kept as `%2F` and '%' as `%25` (api/v1/utils.py
+    `escape_segment`); the processes router's path parameters decode them (`one_segment`). Only a
+    path that has an encoded '/' or '%' is touched, and only when the raw path is the one the server
+    decoded (no proxy rewrote one of them)."""
+
+    PREFIX = "/api/v1/processes/"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw and (b"%2" in raw) and self.PREFIX in scope["path"]:
+                routed = one_segment_path(raw)
+                if routed is not None and unquote(routed) == scope["path"]:
+                    scope = {**scope, "path": routed}
+        await self.app(scope, receive, send)
+
+
+def one_segment_path(raw: bytes) -> str | None:
+    """The raw path decoded segment by segment, each segment's '/' and '%' escaped; None when it
+    needs nothing of the kind."""
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if not re.search("%2[fF5]", text):
+        return None
+    return "/".join(escape_segment(unquote(segment)) for segment in text.split("/"))

@@ -19,13 +19,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
+from dataloader.api.v1.utils import json_storage_problem, location, one_segment, storable_text_problem
 from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
 from dataloader.model.operation import DryRun
@@ -41,8 +41,13 @@ async def get_process_manager(runtime: Runtime = Depends(get_runtime)) -> Proces
 
 
 Api = Annotated[ProcessManager, Depends(get_process_manager)]
-Ns = Annotated[str, Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
-Id = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="The process id")]
+# A path parameter is one segment: '/' and '%' in it are sent percent-encoded (`a%2Fb`), as clients
+# encode path parameters, and decoded here (OneSegmentPaths in api/middleware.py routes on them).
+Ns = Annotated[str, BeforeValidator(one_segment),
+               Path(pattern=NS_PATTERN, description="The namespace (its processor's name)")]
+Id = Annotated[str, BeforeValidator(one_segment), Path(
+    min_length=1, max_length=200, pattern=r"^[^\x00]+$",
+    description="The process id, any text: percent-encode it as one path segment ('/' as %2F, '%' as %25)")]
 MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"
 OFFSET_TEXT = "Event id to start after (forward) or before (backward); 0: from the first / from the newest"
 TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCode.process_task_failed,

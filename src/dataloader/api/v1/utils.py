@@ -35,6 +35,25 @@ def flat_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
             yield route
 
 
+# An id inside one path segment may hold '/' or '%' (a process id is any text). The server decodes
+# the path before routing, so `a%2Fb` would become two segments; `OneSegmentPaths` (api/middleware.py)
+# routes on the raw path instead, keeping a decoded '/' as `%2F` and a decoded '%' as `%25` inside
+# its segment, and `one_segment` turns the parameter back into the text the client encoded.
+_SEGMENT_ESCAPES = {"%25": "%", "%2F": "/"}
+_SEGMENT_ESCAPED = re.compile("%25|%2F")
+
+
+def escape_segment(text: str) -> str:
+    return text.replace("%", "%25").replace("/", "%2F")
+
+
+def one_segment(value: Any) -> Any:
+    """A path parameter as the client encoded it (the reverse of `escape_segment`)."""
+    if isinstance(value, str) and "%" in value:
+        return _SEGMENT_ESCAPED.sub(lambda m: _SEGMENT_ESCAPES[m.group(0)], value)
+    return value
+
+
 def location(*segments: str) -> str:
     """A Location header's path from its segments, each percent-encoded (UTF-8): a header is
     Latin-1 on the wire, so an id like "zh-Ж" sent raw cannot be encoded and would fail the answer
