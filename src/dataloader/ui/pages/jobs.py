@@ -2,7 +2,8 @@
 and a job's page (args with secrets masked, progress, result, error and traceback, the journal as a
 timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
 failed, canceled or lost job), set priority (a queued job) and delete (a finished one), each the
-`App` call every face makes. The job's state is live (topic `job:<id>`)."""
+`App` call every face makes. The job's state and its journal are live (topics `job:<id>` and
+`journal:<id>`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ PAGE_SIZE = 50
 # The count shown above the results stops here ("10,000+"): exact counts of millions cost seconds.
 COUNT_CAP = 10_000
 STATUSES = [s.value for s in JobStatus]
+# The journal rows a job's page shows (oldest first), on the page and live.
+JOURNAL_LIMIT = 500
 
 
 async def search(request: Request) -> Response:
@@ -79,6 +82,14 @@ async def render_job_live(app: App, arg: str, root: str) -> str:
                            **await job_state(app, uuid.UUID(arg)))
 
 
+async def render_journal_live(app: App, arg: str, root: str) -> str:
+    """The job's journal as the page shows it: a topic of its own, so a new row (a requeue, a
+    priority change, a cancel request) appears without a reload, rendered once per round for every
+    browser on the page, like the job's state."""
+    events = await app.events(uuid.UUID(arg), limit=JOURNAL_LIMIT)
+    return render.fragment("job_journal.html", root=root, events=events)
+
+
 def is_uuid(arg: str) -> bool:
     try:
         uuid.UUID(arg)
@@ -92,7 +103,7 @@ async def show(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     state = await job_state(app, job_id)
     job = state["job"]
-    events = await app.events(job_id, limit=500)
+    events = await app.events(job_id, limit=JOURNAL_LIMIT)
     chain = await app.chain(job_id) if job.chain_id is not None else None
     return render.page(request, "job.html", **state, events=events, chain=chain)
 
@@ -142,4 +153,4 @@ routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/count", count, m
           Route("/jobs/{job_id:uuid}/retry", retry, methods=["POST"]),
           Route("/jobs/{job_id:uuid}/priority", set_priority, methods=["POST"]),
           Route("/jobs/{job_id:uuid}/delete", delete, methods=["POST"])]
-TOPICS = {"job": Topic(render_job_live, accepts=is_uuid)}
+TOPICS = {"job": Topic(render_job_live, accepts=is_uuid), "journal": Topic(render_journal_live, accepts=is_uuid)}
