@@ -592,3 +592,48 @@ async def test_the_same_task_limits_set_through_every_face_read_back_the_same(py
         assert {k: python[k] for k in want} == want
         assert over_http[queue]["tasks"][TASK] == python == over_cli[queue]["tasks"][TASK]
         assert listed[queue].settings.concurrency is None, "the queue's own limits are untouched"
+
+
+CONSOLE_TASK_LIMITS = [row for row in BAD_TASK_LIMITS if all(opt in CONSOLE_FIELDS for opt in row[3][::2])]
+
+
+async def _console_form(http: httpx.AsyncClient) -> str:
+    import re
+
+    page = (await http.get("/ui/")).text
+    return re.search(r'name="dl-csrf" content="([^"]+)"', page).group(1)
+
+
+@pytest.mark.parametrize(("py", "cli"), [(row[1], row[3]) for row in CONSOLE_TASK_LIMITS],
+                         ids=[row[0] for row in CONSOLE_TASK_LIMITS])
+async def test_a_bad_task_limit_in_the_console_form_is_the_same_refusal(py_app, http, dsn, db, py, cli):
+    """The console's limits form with a task named: the CLI's `--task` refusal, in its words."""
+    import html
+
+    queue = f"tlimits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_task(queue, TASK, **py)
+    result = await asyncio.to_thread(invoke, ["queues", "set", queue, "--task", TASK, *cli], cli_env(dsn))
+    assert result.exit_code == 2 and caught.value.code == "validation_error"
+    cli_problem = error_line(result).split("validation_error: ", 1)[1]
+    fields = {CONSOLE_FIELDS[opt]: text for opt, text in zip(cli[::2], cli[1::2], strict=True)}
+    answer = await http.post("/ui/queues/limits", data={"csrf": await _console_form(http), "queue": queue,
+                                                         "task": TASK, **fields})
+    assert answer.status_code == 422, answer.text
+    assert cli_problem in html.unescape(answer.text), (cli_problem, answer.text)
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_a_task_limit_set_in_the_console_shows_on_its_queues_row(py_app, http, db):
+    queue = f"tlimits-ui-{uuid.uuid4().hex[:6]}"
+    await py_app.enqueue(TASK, queue=queue)
+    answer = await http.post("/ui/queues/limits", data={"csrf": await _console_form(http), "queue": queue,
+                                                         "task": TASK, "concurrency": "3", "rate": "10/1s",
+                                                         "back": "/ui/"})
+    assert answer.status_code in (200, 303), answer.text
+    state = {q.queue: q for q in await py_app.queues()}[queue]
+    assert state.task_limits[TASK].settings.to_dict() == {"concurrency": 3, "rate_limit": 10, "rate_period_sec": 1.0}
+    assert state.settings.concurrency is None
+    overview = (await http.get("/ui/")).text
+    row = overview.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
+    assert f"task {TASK}: concurrency 0/3, rate 10/1s (0 in window)" in row

@@ -86,15 +86,13 @@ def queues_set(
 ) -> None:
     """Change a queue's limits and fair share on every node (a runtime setting: it wins over
     declared ones), or with --task one task's limits in the queue. Options not given are kept."""
-    from dataloader.model.flow import changes_from_text, check_task_changes, task_changes_from_text
+    from dataloader.model.flow import changes_from_text, task_changes_from_text
 
     _check(queue, task)  # every check before any connection (exit 2, nothing written)
     if task is not None:
-        queue_only = {"partition_concurrency": partition_concurrency, "partition_rate": partition_rate,
-                      "fair_share": fair_share, "fair_weights": fair_weights}
-        if any(v is not None for v in queue_only.values()):  # refused as Python refuses them
-            check_task_changes({k: v for k, v in queue_only.items() if v is not None})
-        changes = task_changes_from_text(concurrency=concurrency, rate=rate)
+        changes = task_changes_from_text(concurrency=concurrency, rate=rate,
+                                         partition_concurrency=partition_concurrency, partition_rate=partition_rate,
+                                         fair_share=fair_share, fair_weights=fair_weights)
     else:
         changes = changes_from_text(concurrency=concurrency, partition_concurrency=partition_concurrency, rate=rate,
                                     partition_rate=partition_rate, fair_share=fair_share, fair_weights=fair_weights)

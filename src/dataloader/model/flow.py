@@ -350,9 +350,15 @@ def check_task_changes(changes: Mapping[str, object]) -> dict[str, Any]:
     return check_changes(changes)
 
 
-def task_changes_from_text(*, concurrency: str | None = None, rate: str | None = None) -> dict[str, Any]:
-    """A partial update of a task's limits from their text forms (the CLI's `queues set --task` and
-    the console's form): changes_from_text's one reading."""
+def task_changes_from_text(*, concurrency: str | None = None, rate: str | None = None,
+                           **queue_only: object) -> dict[str, Any]:
+    """A partial update of a task's limits from their text forms, as the CLI's `queues set --task`
+    and the console's limits form with a task give them: changes_from_text's one reading. A queue's
+    option given for a task (`partition_concurrency=...`, `fair_share=...`; None: not given) is
+    refused as check_task_changes refuses it."""
+    refused = {name: value for name, value in queue_only.items() if value is not None}
+    if refused:
+        check_task_changes(refused)
     return check_task_changes(changes_from_text(concurrency=concurrency, rate=rate) if (
         concurrency is not None or rate is not None) else {})
 
