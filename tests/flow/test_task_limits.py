@@ -208,3 +208,29 @@ async def test_the_task_limit_metrics_read_the_database(app, db):
     await app.configure_task(queue, SLEEP, concurrency=None, rate_limit=None)
     await app.flow.refresh_metrics()
     assert f'queue="{queue}"' not in generate_latest().decode().split("dl_task_limit", 1)[1].split("# HELP", 1)[0]
+
+
+async def test_a_task_limit_holds_in_a_fair_queue_too(app, db, dsn):
+    """The fair claim carries the same gate: a task's limit holds across its tenants."""
+    queue = _queue("tfair")
+    await app.configure_queue(queue, fair_share=True)
+    await app.configure_task(queue, SLEEP, concurrency=2)
+    limited = [await enqueue(db, SLEEP, args={"dsn": dsn, "seconds": 0.2, "chunks": 2}, queue=queue,
+                             lock_key=f"a{i}", partition_key=f"t{i % 4}") for i in range(8)]
+    other = [await enqueue(db, OTHER, args={"dsn": dsn, "seconds": 0.2, "chunks": 2}, queue=queue,
+                           lock_key=f"b{i}", partition_key=f"t{i % 4}") for i in range(4)]
+    async with app.running(queues=[Queue(queue, 8)], reaper=False):
+        await drain(db, limited + other, 30)
+    runs = await _runs(db, limited + other)
+    assert max_overlap([(r["started_at"], r["ended_at"]) for r in runs if r["task"] == SLEEP]) == 2
+    assert max_overlap([(r["started_at"], r["ended_at"]) for r in runs if r["task"] == OTHER]) == 4
+
+
+def test_sync_app_configures_a_task_too(db, dsn):
+    from dataloader import SyncApp
+
+    queue = _queue("tsync")
+    with SyncApp(Settings(db_dsn=dsn, workers=[])) as app:
+        state = app.configure_task(queue, SLEEP, rate_limit=4)
+        assert state.task_limits[SLEEP].settings == TaskSettings(None, 4, 1.0)
+        assert app.configure_task(queue, SLEEP, rate_limit=None).task_limits == {}
