@@ -45,6 +45,9 @@ WITH RECURSIVE flow AS MATERIALIZED (
     SELECT f.fair_weights AS weights,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
                OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
+           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
+               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
            -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
            -- gates the read): the walk passes their jobs over, the gate decides
@@ -164,7 +167,7 @@ WITH RECURSIVE flow AS MATERIALIZED (
     -- claim_limited_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
     SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
                         ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos)
+                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos), f.queue_limited
            ) AS verdicts
     FROM flow f
     WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)

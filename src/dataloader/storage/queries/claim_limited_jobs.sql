@@ -48,10 +48,17 @@
 -- from this statement's snapshot (cheap, may be a moment stale; the gate decides): a queue at its
 -- limit walks nothing, and partition keys at theirs are skipped by the walk, so a hot partition's
 -- backlog does not fill the batch with jobs that may not start.
+-- Limits per task (0027): the row's task_limited makes the queue limited too; the gate then locks the
+-- candidates' limited tasks' rows (dl_task_flow) and counts their running jobs and starts
+-- (dl_task_starts), and tasks at their limit in this snapshot are passed over by the walk
+-- (`full_tasks`), as partition keys are, so the queue's other tasks go on.
 WITH flow AS MATERIALIZED (
     SELECT f.paused, f.fair_share,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
                OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
+           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
+               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
            -- a finish frees a slot here: the worker wakes the queue's other workers after it
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
            -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
@@ -126,7 +133,7 @@ WITH flow AS MATERIALIZED (
     -- candidates in claim order; the ones that will not ask for their lock (key_rank > 1) as NULL.
     SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
                         ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos)
+                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos), f.queue_limited
            ) AS verdicts
     FROM flow f
     WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)

@@ -19,8 +19,9 @@ What:
   limit, stamped by the gate's clock after its lock: "at most N starts in any window" is a count of
   rows, the same on every node and after a restart (no burst). Kept apart from dl_flow_starts,
   whose rows the queue's own rate counts.
-- `dl_flow_gate(queue, job_ids, partition_keys, tasks)` replaces the three-argument gate: besides
-  the queue's row (locked only when the queue has limits of its own) it locks the rows of the
+- `dl_flow_gate(queue, job_ids, partition_keys, tasks, queue_limited)` replaces the three-argument
+  gate: besides the queue's row (locked only when the queue has limits of its own; at once when the
+  claim's snapshot says so) it locks the rows of the
   candidates' limited tasks, in task order (every claim, and every change of a task's limits, which
   locks the queue's row first, takes them in that order: no deadlock), then counts each task's
   running jobs and starts in a fresh snapshot. Verdicts 'task_concurrency' and 'task_rate' join the
@@ -41,7 +42,8 @@ branch_labels = None
 depends_on = None
 
 GATE = r"""
-CREATE OR REPLACE FUNCTION dl_flow_gate(p_queue text, p_job_ids uuid[], p_partitions text[], p_tasks text[])
+CREATE OR REPLACE FUNCTION dl_flow_gate(p_queue text, p_job_ids uuid[], p_partitions text[], p_tasks text[],
+                                        p_queue_limited boolean)
 RETURNS text[] LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     f record;  -- not %ROWTYPE: a column added to dl_queue_flow later must not stale a compiled gate
@@ -57,6 +59,7 @@ DECLARE
     -- per limited task among the candidates: slots and starts left (absent: no such limit)
     t_conc_left jsonb := '{}';
     t_rate_left jsonb := '{}';
+    t_period jsonb := '{}';
     t_rated text[] := '{}';
     started_ids uuid[] := '{}';
     started_keys text[] := '{}';
@@ -69,14 +72,20 @@ DECLARE
     tc bigint;
     ts bigint;
 BEGIN
-    SELECT * INTO f FROM dl_queue_flow WHERE queue = p_queue;
+    -- The queue's row is locked when it has limits of its own: at once when the claim's snapshot
+    -- said so (one read, the common case), else after a read shows limits set since that snapshot.
+    IF p_queue_limited THEN
+        SELECT * INTO f FROM dl_queue_flow WHERE queue = p_queue FOR UPDATE;
+    ELSE
+        SELECT * INTO f FROM dl_queue_flow WHERE queue = p_queue;
+    END IF;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     queue_limited := f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
                      OR f.partition_rate_limit IS NOT NULL;
-    IF queue_limited THEN
-        -- the lock first, then the row as the last committed change left it
+    IF queue_limited AND NOT p_queue_limited THEN
+        -- the lock, then the row as the last committed change left it
         SELECT * INTO f FROM dl_queue_flow WHERE queue = p_queue FOR UPDATE;
         queue_limited := f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL
                          OR f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL;
@@ -92,6 +101,7 @@ BEGIN
             END IF;
             IF tr.rate_limit IS NOT NULL THEN
                 t_rate_left := t_rate_left || jsonb_build_object(tr.task, tr.rate_limit);
+                t_period := t_period || jsonb_build_object(tr.task, tr.rate_period_sec);
                 t_rated := t_rated || tr.task;
             END IF;
         END LOOP;
@@ -131,15 +141,14 @@ BEGIN
                 AND task = ANY (ARRAY(SELECT jsonb_object_keys(t_conc_left)))
               GROUP BY task) s;
     END IF;
-    IF t_rate_left <> '{}' THEN
-        SELECT t_rate_left || COALESCE(jsonb_object_agg(s.task, (t_rate_left ->> s.task)::bigint - s.c), '{}')
-        INTO t_rate_left
-        FROM (SELECT st.task, count(*) AS c FROM dl_task_starts st
-              JOIN dl_task_flow tf ON tf.queue = st.queue AND tf.task = st.task
-              WHERE st.queue = p_queue AND st.task = ANY (t_rated)
-                AND st.started_at > t - make_interval(secs => tf.rate_period_sec) AND st.started_at <= t
-              GROUP BY st.task) s;
-    END IF;
+    -- each rated task's starts in its window: one range of ix_dl_task_starts per task
+    FOREACH tk IN ARRAY t_rated LOOP
+        SELECT (t_rate_left ->> tk)::bigint - count(*) INTO ts
+        FROM dl_task_starts
+        WHERE queue = p_queue AND task = tk
+          AND started_at > t - make_interval(secs => (t_period ->> tk)::float8) AND started_at <= t;
+        t_rate_left := jsonb_set(t_rate_left, ARRAY[tk], to_jsonb(ts));
+    END LOOP;
     FOR i IN 1 .. n LOOP
         k := p_partitions[i];
         CONTINUE WHEN k IS NULL;
@@ -188,9 +197,11 @@ BEGIN
         INSERT INTO dl_task_starts (queue, task, job_id, started_at)
         SELECT p_queue, s.tk, s.id, t FROM unnest(task_started_names, task_started_ids) AS s(tk, id);
         -- the last minute (at least the period) of each rated task's starts stays readable
-        DELETE FROM dl_task_starts st USING dl_task_flow tf
-        WHERE st.queue = p_queue AND st.task = ANY (t_rated) AND tf.queue = st.queue AND tf.task = st.task
-          AND st.started_at <= t - make_interval(secs => GREATEST(60, tf.rate_period_sec));
+        FOREACH tk IN ARRAY t_rated LOOP
+            DELETE FROM dl_task_starts
+            WHERE queue = p_queue AND task = tk
+              AND started_at <= t - make_interval(secs => GREATEST(60, (t_period ->> tk)::float8));
+        END LOOP;
     END IF;
     RETURN verdicts;
 END
@@ -221,7 +232,7 @@ def downgrade() -> None:
     # the three-argument gate of 0023, as that migration wrote it
     flow_gate = importlib.import_module("dataloader.storage.migrations.versions.0023_flow_gate")
     op.execute(flow_gate.GATE)
-    op.execute("DROP FUNCTION IF EXISTS dl_flow_gate(text, uuid[], text[], text[])")
+    op.execute("DROP FUNCTION IF EXISTS dl_flow_gate(text, uuid[], text[], text[], boolean)")
     op.execute("DROP TABLE IF EXISTS dl_task_starts")
     op.execute("ALTER TABLE dl_queue_flow DROP COLUMN IF EXISTS task_limited")
     op.execute("ALTER TABLE dl_task_flow DROP COLUMN IF EXISTS concurrency, DROP COLUMN IF EXISTS rate_limit,"
