@@ -4,12 +4,14 @@ and with each limit on (claim_limited_jobs.sql, the flow gate; limits set high e
 is held back, so each sample claims the same jobs).
 
     python -m bench.flow_limits --dsn postgresql://postgres@127.0.0.1:5432/postgres [--base main]
+        [--against plain|limited]
 
 A fresh database (named after the flow-limits branch) is made and dropped per run: 20,000 queued
 jobs of queue `q`, distinct lock_keys, 100 partition keys, ANALYZE. Each sample runs the claim in a
 transaction that is rolled back (and the advisory locks released), so every sample sees the same
 table; the gate's writes (the starts of a rate-limited queue) roll back with it. The rate shapes
-keep 1,000 starts in their window (period one day), so their counts read a full window's rows.
+keep 1,000 starts in their window (period one day), so their counts read a full window's rows; so
+do the shapes of a task's limits (0027: the task's row, and dl_task_starts for its rate).
 Prints the median round trip per shape, in µs, and each shape's ratio to the base commit's claim
 measured in the same loop.
 """
@@ -41,16 +43,31 @@ SHAPES: dict[str, str | None] = {
     "all four": "INSERT INTO dl_queue_flow (queue, concurrency, partition_concurrency, rate_limit, rate_period_sec, "
                 "partition_rate_limit, partition_rate_period_sec) VALUES ('q', 1000000, 1000000, 100000, 86400, "
                 "100000, 86400)",
+    # limits per task (0027): the queue's row says task_limited, the task's row holds the limit
+    "task concurrency": "INSERT INTO dl_queue_flow (queue, task_limited) VALUES ('q', true); "
+                        "INSERT INTO dl_task_flow (queue, task, concurrency) VALUES ('q', 'dl.noop', 1000000)",
+    "task rate": "INSERT INTO dl_queue_flow (queue, task_limited) VALUES ('q', true); "
+                 "INSERT INTO dl_task_flow (queue, task, rate_limit, rate_period_sec) "
+                 "VALUES ('q', 'dl.noop', 100000, 86400)",
+    "a paused other task": "INSERT INTO dl_task_flow (queue, task, paused) VALUES ('q', 'other', true)",
 }
 
 
-UNLIMITED = ("no flow row", "flow row, no limit")
+UNLIMITED = ("no flow row", "flow row, no limit", "a paused other task")
 
 
-def base_claim_sql(base: str, limit: int) -> str:
-    text = subprocess.run(["git", "show", f"{base}:src/dataloader/storage/queries/claim_jobs.sql"],
+def base_claim_sql(base: str, limit: int, name: str = "claim_jobs") -> str:
+    text = subprocess.run(["git", "show", f"{base}:src/dataloader/storage/queries/{name}.sql"],
                           check=True, capture_output=True, text=True).stdout
     return text.replace("{limit}", str(limit))
+
+
+async def install_base_gate(conn: asyncpg.Connection) -> None:
+    """The three-argument gate of 0023, beside the current one: what the base commit's limited claim
+    calls (0027 replaced it), so `--against limited` can run the base's limited claim here."""
+    import importlib
+
+    await conn.execute(importlib.import_module("dataloader.storage.migrations.versions.0023_flow_gate").GATE)
 
 
 async def _sample(conn: asyncpg.Connection, statement: str) -> float:
@@ -79,13 +96,24 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
                                "FROM generate_series(1, $1) g", args.jobs)
             await conn.execute("INSERT INTO dl_flow_starts (queue, partition_key, job_id, started_at) "
                                "SELECT 'q', 'p' || (g % 100), gen_random_uuid(), now() FROM generate_series(1, 1000) g")
+            await conn.execute("INSERT INTO dl_task_starts (queue, task, job_id, started_at) "
+                               "SELECT 'q', 'dl.noop', gen_random_uuid(), now() FROM generate_series(1, 1000) g")
             await conn.execute("ANALYZE")
+            if args.against == "limited":
+                await install_base_gate(conn)
             for limit in args.limits:
-                base = base_claim_sql(args.base, limit)
                 for shape, setup in SHAPES.items():
                     # what the worker runs: the plain claim for a queue with no limit, the gated one otherwise
                     new = claim_sql(limit) if shape in UNLIMITED else claim_limited_sql(limit)
-                    await conn.execute("DELETE FROM dl_queue_flow")
+                    # `--against limited`: a queue's limits against the base's gated claim (a task's
+                    # limits have no base: they are skipped); otherwise against the base's plain claim
+                    if args.against == "limited" and shape not in UNLIMITED:
+                        if shape.startswith("task"):
+                            continue
+                        base = base_claim_sql(args.base, limit, "claim_limited_jobs")
+                    else:
+                        base = base_claim_sql(args.base, limit)
+                    await conn.execute("DELETE FROM dl_queue_flow; DELETE FROM dl_task_flow")
                     if setup:
                         await conn.execute(setup)
                     base_t: list[float] = []
@@ -119,6 +147,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--limits", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--against", choices=("plain", "limited"), default="plain",
+                        help="compare a limited queue's claim with the base's plain claim (what a limit costs) "
+                             "or with the base's limited claim (what this change costs it)")
     print(json.dumps(asyncio.run(_run(parser.parse_args())), indent=2))
 
 

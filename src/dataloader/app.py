@@ -37,7 +37,7 @@ from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
 from dataloader.logger import ensure_visible
-from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges
+from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.ids import new_id
 from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
@@ -413,6 +413,8 @@ class App:
                                   await self._engine_pool_for_workers(), self.registry,
                                   reaper=reaper, capabilities=True)
         await self.flow.apply_declared(settings.declared_queue_settings())
+        await self.flow.apply_declared_tasks(self.registry.declared_task_limits(),
+                                             [w.queue for w in settings.workers])
         await manager.start()
         self._managers.append(manager)
         try:
@@ -587,6 +589,14 @@ class App:
         clears it. Runtime settings win over declared ones (`Queue(limits=...)`, DL_QUEUES_JSON) and
         persist. Holds for every claim that starts after this call returns."""
         return await self.flow.configure(queue, changes)
+
+    async def configure_task(self, queue: str, task: str, **changes: Unpack[TaskSettingsChanges]) -> QueueFlow:
+        """Change the limits of `task` in `queue` across every node: `concurrency` (its jobs running at
+        once), `rate_limit` with `rate_period_sec` (starts per period) — a queue's keys and ranges
+        (docs/flow-control.md "Limits per task"). A partial update: a setting not named is kept, None
+        clears it. Wins over `@pipeline(limits=...)` and persists. Holds for every claim that
+        starts after this call returns. Returns the queue's state (`task_limits` has the task's)."""
+        return await self.flow.configure_task(queue, task, changes)
 
     async def queue_scaling(self, queue: str, *, target_sec: float = 60.0) -> QueueScaling:
         """The autoscaling signal of `queue` (docs/flow-control.md "Autoscaling"): the job slots it

@@ -259,6 +259,30 @@ FLOW_IN_USE = Gauge(
     "Jobs of a queue with a concurrency limit running now, all nodes (read at scrape time)",
     ["queue", "limit"],
 )
+# Limits per task of a queue (0027): the `limit` label is concurrency or rate, as the task declares it.
+TASK_HELD_BACK = Counter(
+    "dl_task_held_back_total",
+    "Claim candidates a task's own limit held back (flow control: concurrency, rate), counted by the "
+    "worker that claimed; a task at its limit is not walked at all",
+    ["queue", "task", "limit"],
+)
+TASK_HELD_BACK_NOW = Gauge(
+    "dl_task_held_back_jobs",
+    "Runnable jobs of a task each of its limits holds back now, all nodes (read at scrape time)",
+    ["queue", "task", "limit"],
+)
+TASK_LIMIT = Gauge(
+    "dl_task_limit",
+    "A task's limit in its queue across every node: concurrency (running jobs) or rate (starts per its "
+    "period), read at scrape time",
+    ["queue", "task", "limit"],
+)
+TASK_IN_USE = Gauge(
+    "dl_task_in_use",
+    "A limited task's use now, all nodes: concurrency (its jobs running) or rate (its starts in the "
+    "rate's window), read at scrape time",
+    ["queue", "task", "limit"],
+)
 
 # Read from the database at scrape time (issue 23), in dataloader.health.collector, the same on every
 # node: dl_jobs_lease_expired, dl_jobs_held, dl_observers_waiting, dl_nodes, dl_db_connections,

@@ -45,7 +45,7 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
-from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges
+from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
@@ -241,6 +241,10 @@ class SyncApp:
     def configure_queue(self, queue: str, **changes: Unpack[QueueSettingsChanges]) -> QueueFlow:
         """`App.configure_queue`: change a queue's limits across every node (partial; None clears)."""
         return self._call(self.app.configure_queue(queue, **changes))
+
+    def configure_task(self, queue: str, task: str, **changes: Unpack[TaskSettingsChanges]) -> QueueFlow:
+        """`App.configure_task`: change one task's limits in a queue across every node (partial; None clears)."""
+        return self._call(self.app.configure_task(queue, task, **changes))
 
     def queue_scaling(self, queue: str, *, target_sec: float = 60.0) -> QueueScaling:
         """`App.queue_scaling`."""

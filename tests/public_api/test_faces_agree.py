@@ -604,3 +604,118 @@ async def test_a_job_id_that_is_not_a_uuid_is_the_same_validation_error_for_prio
         codes = {"python": caught.value.code, "http": await http_code(http, *request_),
                  "cli": await cli_code(dsn, cli)}
         assert codes == dict.fromkeys(codes, "validation_error")
+
+
+# Limits per task (issue 21, 0027): the same bad change of one task's limits, refused with the same
+# code by configure_task, PATCH /api/v1/queues/{queue}/tasks/{task} and `dataloader queues set
+# --task`, writing nothing. The queue's rows where a task has the setting, plus what a task lacks.
+# (id, Python kwargs, HTTP body, CLI options)
+BAD_TASK_LIMITS: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
+    *[row for row in BAD_LIMITS if all(key in ("concurrency", "rate_limit", "rate_period_sec") for key in row[1])],
+    ("a period with no rate", {"rate_period_sec": 1}, {"rate_period_sec": 1}, ["--rate", "x/1s"]),
+    ("a partition limit", {"partition_concurrency": 2}, {"partition_concurrency": 2},
+     ["--partition-concurrency", "2"]),
+    ("a partition rate", {"partition_rate_limit": 2}, {"partition_rate_limit": 2}, ["--partition-rate", "2/1s"]),
+    ("fair share", {"fair_share": True}, {"fair_share": True}, ["--fair-share"]),
+    ("fair weights", {"fair_weights": {"a": 2}}, {"fair_weights": {"a": 2}}, ["--fair-weights", '{"a": 2}']),
+    ("concurrency a float", {"concurrency": 2.5}, {"concurrency": 2.5}, ["--concurrency", "2.5"]),
+    ("rate a word", {"rate_limit": "ten"}, {"rate_limit": "ten"}, ["--rate", "ten"]),
+]
+TASK = "test.recorded_sleep"
+
+
+@pytest.mark.parametrize(("py", "body", "cli"), [row[1:] for row in BAD_TASK_LIMITS],
+                         ids=[row[0] for row in BAD_TASK_LIMITS])
+async def test_a_bad_task_limit_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, dsn, db, py,
+                                                                                      body, cli):
+    queue = f"tlimits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_task(queue, TASK, **py)
+    codes = {"python": caught.value.code,
+             "http": await http_code(http, "PATCH", f"/api/v1/queues/{queue}/tasks/{TASK}", body),
+             "cli": await cli_code(dsn, ["queues", "set", queue, "--task", TASK, *cli])}
+    assert codes == dict.fromkeys(codes, "validation_error")
+    assert await db.fetchval("SELECT count(*) FROM dl_task_flow WHERE queue = $1", queue) == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+@pytest.mark.parametrize("task", ["", " ", "x" * 201, "a\x00b"], ids=["empty", "blank", "too long", "NUL"])
+async def test_a_bad_task_name_for_a_limit_gets_the_same_code_from_every_face(py_app, http, dsn, db, task):
+    queue = f"tlimits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_task(queue, task, concurrency=1)
+    codes = {"python": caught.value.code, "cli": await cli_code(dsn, ["queues", "set", queue, "--task", task,
+                                                                       "--concurrency", "1"])}
+    if task and "\x00" not in task:  # an empty path segment or a NUL is no URL to PATCH
+        codes["http"] = await http_code(http, "PATCH", f"/api/v1/queues/{queue}/tasks/{task}", {"concurrency": 1})
+    assert codes == dict.fromkeys(codes, "validation_error")
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_the_same_task_limits_set_through_every_face_read_back_the_same(py_app, http, dsn, db):
+    """One set of defaults: a rate given without a period counts per second everywhere; the state
+    reads the same from Python, GET /api/v1/queues and `queues list`."""
+    queues = {face: f"tlimits-{face}-{uuid.uuid4().hex[:6]}" for face in ("python", "http", "cli")}
+    await py_app.configure_task(queues["python"], TASK, concurrency=3, rate_limit=10)
+    response = await http.patch(f"/api/v1/queues/{queues['http']}/tasks/{TASK}",
+                                json={"concurrency": 3, "rate_limit": 10})
+    assert response.status_code == 200, response.text
+    assert response.json()["tasks"][TASK]["concurrency"] == 3
+    result = await asyncio.to_thread(invoke, ["queues", "set", queues["cli"], "--task", TASK, "--concurrency", "3",
+                                              "--rate", "10"], cli_env(dsn))
+    assert result.exit_code == 0, result.output
+    listed = {q.queue: q for q in await py_app.queues()}
+    over_http = {q["queue"]: q for q in (await http.get("/api/v1/queues")).json()["queues"]}
+    result = await asyncio.to_thread(invoke, ["queues", "list"], cli_env(dsn))
+    over_cli = {q["queue"]: q for q in json.loads(result.stdout)}
+    want = {"concurrency": 3, "rate_limit": 10, "rate_period_sec": 1.0, "settings_source": "runtime"}
+    for queue in queues.values():
+        python = listed[queue].to_dict()["tasks"][TASK]
+        assert {k: python[k] for k in want} == want
+        assert over_http[queue]["tasks"][TASK] == python == over_cli[queue]["tasks"][TASK]
+        assert listed[queue].settings.concurrency is None, "the queue's own limits are untouched"
+
+
+CONSOLE_TASK_LIMITS = [row for row in BAD_TASK_LIMITS if all(opt in CONSOLE_FIELDS for opt in row[3][::2])]
+
+
+async def _console_form(http: httpx.AsyncClient) -> str:
+    import re
+
+    page = (await http.get("/ui/")).text
+    return re.search(r'name="dl-csrf" content="([^"]+)"', page).group(1)
+
+
+@pytest.mark.parametrize(("py", "cli"), [(row[1], row[3]) for row in CONSOLE_TASK_LIMITS],
+                         ids=[row[0] for row in CONSOLE_TASK_LIMITS])
+async def test_a_bad_task_limit_in_the_console_form_is_the_same_refusal(py_app, http, dsn, db, py, cli):
+    """The console's limits form with a task named: the CLI's `--task` refusal, in its words."""
+    import html
+
+    queue = f"tlimits-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DataloaderError) as caught:
+        await py_app.configure_task(queue, TASK, **py)
+    result = await asyncio.to_thread(invoke, ["queues", "set", queue, "--task", TASK, *cli], cli_env(dsn))
+    assert result.exit_code == 2 and caught.value.code == "validation_error"
+    cli_problem = error_line(result).split("validation_error: ", 1)[1]
+    fields = {CONSOLE_FIELDS[opt]: text for opt, text in zip(cli[::2], cli[1::2], strict=True)}
+    answer = await http.post("/ui/queues/limits", data={"csrf": await _console_form(http), "queue": queue,
+                                                         "task": TASK, **fields})
+    assert answer.status_code == 422, answer.text
+    assert cli_problem in html.unescape(answer.text), (cli_problem, answer.text)
+    assert await db.fetchval("SELECT count(*) FROM dl_queue_flow WHERE queue = $1", queue) == 0
+
+
+async def test_a_task_limit_set_in_the_console_shows_on_its_queues_row(py_app, http, db):
+    queue = f"tlimits-ui-{uuid.uuid4().hex[:6]}"
+    await py_app.enqueue(TASK, queue=queue)
+    answer = await http.post("/ui/queues/limits", data={"csrf": await _console_form(http), "queue": queue,
+                                                         "task": TASK, "concurrency": "3", "rate": "10/1s",
+                                                         "back": "/ui/"})
+    assert answer.status_code in (200, 303), answer.text
+    state = {q.queue: q for q in await py_app.queues()}[queue]
+    assert state.task_limits[TASK].settings.to_dict() == {"concurrency": 3, "rate_limit": 10, "rate_period_sec": 1.0}
+    assert state.settings.concurrency is None
+    overview = (await http.get("/ui/")).text
+    row = overview.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
+    assert f"task {TASK}: concurrency 0/3, rate 10/1s (0 in window)" in row

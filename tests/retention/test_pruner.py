@@ -186,3 +186,26 @@ def test_the_feed_age_is_a_setting_with_durations():
     assert Settings(retention_process_feed="45d").retention_process_feed == 45 * DAY
     with pytest.raises(ValueError):
         Settings(retention_process_feed=60)
+
+
+async def test_fair_shares_rows_of_idle_tenants_are_pruned_and_the_others_stay(db):
+    """dl_queue_partitions (0024) keeps a row per tenant a fair queue served: a tenant with no
+    queued job, last served over the idle age ago, loses it; one with a queued (or delayed) job, or
+    served recently, keeps it; a parked-only tenant has no unparked queued job and goes."""
+    from dataloader.retention.pruner import prune_fair_tenants
+    from tests.support.engine import enqueue
+
+    await db.execute("DELETE FROM dl_queue_partitions WHERE queue = 'fairq'")
+    await db.execute("INSERT INTO dl_queue_partitions (queue, partition_key, served_at) "
+                     "SELECT 'fairq', 'gone' || n, now() - interval '2 days' FROM generate_series(1, 25) n")
+    await db.execute("INSERT INTO dl_queue_partitions (queue, partition_key, served_at) VALUES "
+                     "('fairq', 'recent', now() - interval '1 hour'), ('fairq', 'waiting', now() - interval '2 days'),"
+                     "('fairq', 'delayed', now() - interval '2 days')")
+    await enqueue(db, "dl.noop", queue="fairq", partition_key="waiting")
+    from datetime import UTC, datetime, timedelta
+    await enqueue(db, "dl.noop", queue="fairq", partition_key="delayed",
+                  available_at=datetime.now(UTC) + timedelta(hours=1))
+    assert await prune_fair_tenants(db, DAY, batch_size=10) == 25
+    assert await prune_fair_tenants(db, DAY, batch_size=10) == 0
+    assert sorted(r["partition_key"] for r in await db.fetch(
+        "SELECT partition_key FROM dl_queue_partitions WHERE queue = 'fairq'")) == ["delayed", "recent", "waiting"]

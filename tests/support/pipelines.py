@@ -63,6 +63,10 @@ async def recorded_sleep(ctx: JobContext):
     await _record_end(ctx, run_id)
 
 
+# The same run under another task name: a queue's second task beside a limited one (0027).
+pipeline("test.recorded_other")(recorded_sleep)
+
+
 @pipeline("test.flaky", max_attempts=3, backoff=lambda attempt: 0.2)
 async def flaky(ctx: JobContext) -> None:
     """Fails until attempt `succeed_on`; retries after 0.2 s."""

@@ -80,17 +80,26 @@ def queues_set(
     fair_weights: Annotated[str | None, typer.Option(
         help='partition_key -> weight under fair share, as JSON: \'{"big": 3}\' (a key not named weighs 1)'
              + _NONE)] = None,
+    task: Annotated[str | None, typer.Option(
+        "--task", help="Set this task's own limits in the queue (--concurrency, --rate only): its jobs running "
+                       "at once and its starts per period, all nodes")] = None,
 ) -> None:
     """Change a queue's limits and fair share on every node (a runtime setting: it wins over
-    declared ones). Options not given are kept."""
-    from dataloader.flow.manager import check_queue_name
-    from dataloader.model.flow import changes_from_text
+    declared ones), or with --task one task's limits in the queue. Options not given are kept."""
+    from dataloader.model.flow import changes_from_text, task_changes_from_text
 
-    check_queue_name(queue)  # every check before any connection (exit 2, nothing written)
-    changes = changes_from_text(concurrency=concurrency, partition_concurrency=partition_concurrency, rate=rate,
-                                partition_rate=partition_rate, fair_share=fair_share, fair_weights=fair_weights)
+    _check(queue, task)  # every check before any connection (exit 2, nothing written)
+    if task is not None:
+        changes = task_changes_from_text(concurrency=concurrency, rate=rate,
+                                         partition_concurrency=partition_concurrency, partition_rate=partition_rate,
+                                         fair_share=fair_share, fair_weights=fair_weights)
+    else:
+        changes = changes_from_text(concurrency=concurrency, partition_concurrency=partition_concurrency, rate=rate,
+                                    partition_rate=partition_rate, fair_share=fair_share, fair_weights=fair_weights)
 
     async def run(app: App) -> dict[str, Any]:
+        if task is not None:
+            return (await app.configure_task(queue, task, **changes)).to_dict()
         return (await app.configure_queue(queue, **changes)).to_dict()
 
     _print(_with_app(run))

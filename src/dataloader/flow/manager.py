@@ -21,14 +21,23 @@ persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JS
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from dataloader import metrics
 from dataloader.exceptions import ValidationFailed
 from dataloader.flow.scaling import DEFAULT_TARGET_SEC, desired_workers
-from dataloader.model.flow import QUEUE_NAME_MAX, TASK_NAME_MAX, QueueFlow, QueueScaling, QueueSettings, check_changes
+from dataloader.model.flow import (
+    QUEUE_NAME_MAX,
+    TASK_NAME_MAX,
+    QueueFlow,
+    QueueScaling,
+    QueueSettings,
+    TaskSettings,
+    check_changes,
+    check_task_changes,
+)
 from dataloader.storage.flow_repository import FlowRepository
 
 
@@ -98,6 +107,24 @@ class FlowManager:
         checked = check_changes(changes)
         return await self.repo.configure(queue, lambda current: current.merged(checked))
 
+    async def configure_task(self, queue: str, task: str, changes: Mapping[str, Any]) -> QueueFlow:
+        """Change the limits of `task` in `queue` on every node (0027): `concurrency`, `rate_limit`
+        with `rate_period_sec`; a partial update checked as a queue's (None clears), stored as a
+        runtime setting (it wins over `@pipeline(limits=...)`). Wakes the queue's workers. Returns
+        the queue's state (its `task_limits` show the task's)."""
+        queue, task = check_queue_name(queue), check_task_name(task)
+        checked = check_task_changes(changes)
+        return await self.repo.configure_task(queue, task, lambda current: current.merged(checked))
+
+    async def apply_declared_tasks(self, declared: Mapping[str, TaskSettings], queues: Iterable[str]) -> None:
+        """Apply the limits tasks declare in code (`@pipeline(limits=...)`) at a node's start, in each
+        of `queues` (the queues this node's workers serve: a task's limit holds per queue), to every
+        task whose limits were not set at run time there."""
+        for queue in sorted(set(queues)):
+            for task, settings in sorted(declared.items()):
+                if settings.limited:
+                    await self.repo.declare_task(check_queue_name(queue), check_task_name(task), settings)
+
     async def apply_declared(self, declared: Mapping[str, QueueSettings]) -> None:
         """Apply the limits a node declares (code, settings) at its start, to every queue whose
         limits were not set at run time."""
@@ -144,7 +171,8 @@ class FlowManager:
 
     async def refresh_limit_metrics(self) -> None:
         """Set dl_flow_limit, dl_flow_in_use and dl_flow_held_back from the database, for every
-        queue with a limit (a queue whose limits were cleared drops out)."""
+        queue with a limit (a queue whose limits were cleared drops out), and the dl_task_* ones
+        for every task with a limit of its own (0027)."""
         gauges = (metrics.FLOW_LIMIT, metrics.FLOW_IN_USE, metrics.FLOW_HELD_BACK_NOW)
         limited = [q for q in await self.repo.list() if q.settings.limited]
         for gauge in gauges:
@@ -159,3 +187,15 @@ class FlowManager:
                 metrics.FLOW_HELD_BACK_NOW.labels(flow.queue, name).set(flow.held_back.get(name, 0))
             if s.concurrency is not None:
                 metrics.FLOW_IN_USE.labels(flow.queue, "concurrency").set(flow.running)
+        task_gauges = (metrics.TASK_LIMIT, metrics.TASK_IN_USE, metrics.TASK_HELD_BACK_NOW)
+        for gauge in task_gauges:
+            gauge.clear()
+        for queue, tasks in (await self.repo.task_limits()).items():
+            for task, tf in tasks.items():
+                for name, limit, used in (("concurrency", tf.settings.concurrency, tf.running),
+                                          ("rate", tf.settings.rate_limit, tf.starts)):
+                    if limit is None:
+                        continue
+                    metrics.TASK_LIMIT.labels(queue, task, name).set(limit)
+                    metrics.TASK_IN_USE.labels(queue, task, name).set(used)
+                    metrics.TASK_HELD_BACK_NOW.labels(queue, task, name).set(tf.held_back[name])

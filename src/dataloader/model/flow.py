@@ -316,6 +316,119 @@ def held_back(settings: QueueSettings, *, running: int, runnable: int, starts: i
             "partition_rate": partition_rate_held if settings.partition_rate_limit else 0}
 
 
+# Flow control per TASK of a queue (0027): a task's running jobs and starts per period, across every
+# node. The same key names, ranges and validation as a queue's (LIMIT_RULES); the partition limits
+# and fair share are the queue's alone.
+TASK_LIMIT_SETTINGS = ("concurrency", "rate_limit", "rate_period_sec")
+TASK_DECLARATION_KEYS = ("concurrency", "rate", "rate_limit", "rate_period_sec")
+# The limits a claim can hold a job back by for its task (the `limit` label of dl_task_held_back_total).
+TASK_LIMIT_NAMES = ("concurrency", "rate")
+
+
+class TaskSettingsChanges(TypedDict, total=False):
+    """The keyword arguments of `configure_task` (a partial update; None clears a limit)."""
+
+    concurrency: int | None
+    rate_limit: int | None
+    rate_period_sec: float | None
+
+
+def _not_task_limit(name: str, allowed: tuple[str, ...]) -> ValidationFailed:
+    return _problem(name, f"not a task limit (allowed: {', '.join(allowed)}; partition limits and fair share "
+                          "are a queue's)")
+
+
+def check_task_changes(changes: Mapping[str, object]) -> dict[str, Any]:
+    """A partial update of a task's limits, checked as a queue's (check_changes) after refusing the
+    settings a task does not have. ValidationFailed listing every problem; nothing written before."""
+    if not changes:
+        raise ValidationFailed(f"nothing to change: name at least one of {', '.join(TASK_LIMIT_SETTINGS)}")
+    problems = [_not_task_limit(str(name), TASK_LIMIT_SETTINGS).fields[0]
+                for name in changes if name not in TASK_LIMIT_SETTINGS]
+    if problems:
+        raise ValidationFailed("; ".join(f"{p['loc'][0]}: {p['msg']}" for p in problems), problems)
+    return check_changes(changes)
+
+
+def task_changes_from_text(*, concurrency: str | None = None, rate: str | None = None,
+                           **queue_only: object) -> dict[str, Any]:
+    """A partial update of a task's limits from their text forms, as the CLI's `queues set --task`
+    and the console's limits form with a task give them: changes_from_text's one reading. A queue's
+    option given for a task (`partition_concurrency=...`, `fair_share=...`; None: not given) is
+    refused as check_task_changes refuses it."""
+    refused = {name: value for name, value in queue_only.items() if value is not None}
+    if refused:
+        check_task_changes(refused)
+    return check_task_changes(changes_from_text(concurrency=concurrency, rate=rate) if (
+        concurrency is not None or rate is not None) else {})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """A task's limits within its queue, across every node (None: no limit): `concurrency` jobs of
+    the task running at once, `rate_limit` starts per `rate_period_sec`. Stored in dl_task_flow
+    (0027); enforced by the limited claim's gate (docs/flow-control.md "Limits per task")."""
+
+    concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period_sec: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency is not None or self.rate_limit is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def merged(self, changes: Mapping[str, Any]) -> TaskSettings:
+        """QueueSettings.merged's rules (a rate's period made whole, a period of no rate refused)."""
+        merged = QueueSettings(**self.to_dict()).merged(changes)
+        return TaskSettings(merged.concurrency, merged.rate_limit, merged.rate_period_sec)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> TaskSettings:
+        return cls(row["concurrency"], row["rate_limit"], row["rate_period_sec"])
+
+
+def task_settings_from_declaration(declared: object, where: str = "limits") -> TaskSettings:
+    """The limits a task declares in code (`@pipeline("x", limits={"concurrency": 3, "rate": "10/s"})`):
+    settings_from_declaration's reading, for a task's keys only. ValidationFailed otherwise."""
+    if not isinstance(declared, Mapping):
+        raise _problem(where, 'must be an object like {"concurrency": 3, "rate": "10/1s"}')
+    problems = [_not_task_limit(str(key), TASK_DECLARATION_KEYS).fields[0]
+                for key in declared if key not in TASK_DECLARATION_KEYS]
+    if problems:
+        raise ValidationFailed("; ".join(f"{p['loc'][0]}: {p['msg']}" for p in problems), problems)
+    settings = settings_from_declaration(declared, where)
+    return TaskSettings(settings.concurrency, settings.rate_limit, settings.rate_period_sec)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFlow:
+    """One task of a queue with limits: the limits, who set them ("runtime" wins over "declared"),
+    and their use now on all nodes: running jobs of the task, starts in its rate's window, and the
+    runnable jobs each limit holds back."""
+
+    task: str
+    settings: TaskSettings = field(default_factory=TaskSettings)
+    settings_source: str | None = None
+    running: int = 0
+    runnable: int = 0
+    starts: int = 0
+
+    @property
+    def held_back(self) -> dict[str, int]:
+        def beyond(limit: int | None, used: int) -> int:
+            return 0 if limit is None else max(0, self.runnable - max(0, limit - used))
+
+        return {"concurrency": beyond(self.settings.concurrency, self.running),
+                "rate": beyond(self.settings.rate_limit, self.starts)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.settings.to_dict(), "settings_source": self.settings_source, "running": self.running,
+                "runnable": self.runnable, "starts": self.starts, "held_back": self.held_back}
+
+
 @dataclass(frozen=True, slots=True)
 class QueueFlow:
     """One queue: paused or not, since when, its limits (and whether they were set at run time or
@@ -336,6 +449,8 @@ class QueueFlow:
     paused_tasks: dict[str, datetime] = field(default_factory=dict)
     # the autoscaling signal (flow/scaling.py): job slots the queue wants on all nodes (None: not read)
     desired_workers: int | None = None
+    # the queue's tasks with limits of their own (0027), by task
+    task_limits: dict[str, TaskFlow] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"queue": self.queue, "paused": self.paused,
@@ -344,7 +459,8 @@ class QueueFlow:
                 "settings_source": self.settings_source,
                 "held_back": {name: self.held_back.get(name, 0) for name in LIMIT_NAMES},
                 "paused_tasks": {task: iso(at) for task, at in self.paused_tasks.items()},
-                "desired_workers": self.desired_workers}
+                "desired_workers": self.desired_workers,
+                "tasks": {task: t.to_dict() for task, t in self.task_limits.items()}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,12 +37,19 @@ from dataloader.storage import retention_repository, stats_repository
 log = logging.getLogger("dataloader.retention.pruner")
 
 
+# A fair queue's tenant idle this long (no queued job, not served) loses its served-at row: a day,
+# so a tenant that works daily keeps its turn, and one that left does not stay a row forever.
+FAIR_TENANTS_IDLE_SEC = 86_400.0
+
+
 class PrunerSettings(PeriodicSettings):
     period_sec: float = Field(default=60, gt=0, le=24 * 3600, description="DL_RETENTION_PERIOD_SEC")
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="DL_RETENTION_BATCH_SIZE")
     # Never delete a job the stats rollup has not counted yet (when the rollup runs).
     wait_for_stats: bool = Field(default=True)
     process_feed_sec: float = Field(default=30 * 86400, ge=3600, description="DL_RETENTION_PROCESS_FEED")
+    # Fair share's served-tenant rows (0024) of tenants with no queued job, last served this long ago.
+    fair_tenants_idle_sec: float = Field(default=FAIR_TENANTS_IDLE_SEC, ge=60)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PrunerSettings:
@@ -132,6 +139,19 @@ async def prune_process_feed(pool: asyncpg.Pool, older_than_sec: float, *, batch
     return deleted_total
 
 
+async def prune_fair_tenants(pool: asyncpg.Pool, idle_sec: float, *, batch_size: int = 1000,
+                             stopping: asyncio.Event | None = None) -> int:
+    """Delete fair share's rows of tenants idle for `idle_sec` (retention/prune_fair_tenants_batch.sql),
+    batch by batch; returns how many."""
+    deleted_total = 0
+    while stopping is None or not stopping.is_set():
+        deleted = await retention_repository.prune_fair_tenants_batch(pool, idle_sec, batch_size)
+        deleted_total += deleted
+        if deleted < batch_size:
+            break
+    return deleted_total
+
+
 class Pruner(PeriodicService):
     name = "pruner"
     scope = Scope.LEADER
@@ -160,4 +180,8 @@ class Pruner(PeriodicService):
                                         batch_size=self.settings.batch_size, stopping=self.stopping)
         if feed:
             log.info("pruned the processes' event feed", extra={"rows": feed})
+        tenants = await prune_fair_tenants(self.pool, self.settings.fair_tenants_idle_sec,
+                                           batch_size=self.settings.batch_size, stopping=self.stopping)
+        if tenants:
+            log.info("pruned fair share's idle tenants", extra={"rows": tenants})
         return report

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.model.flow import QueueFlow, QueueSettings, held_back
+from dataloader.model.flow import QueueFlow, QueueSettings, TaskFlow, TaskSettings, held_back
 from dataloader.storage.queries import sql
 
 
@@ -45,6 +45,38 @@ class FlowRepository:
                                 new.partition_rate_period_sec, new.fair_share, new.fair_weights)
         return await self.get(queue)
 
+    async def configure_task(self, queue: str, task: str, merge: Callable[[TaskSettings], TaskSettings]
+                             ) -> QueueFlow:
+        """Lock the queue's row, then the task's (the gate's order), merge a change into the task's
+        limits (`merge` may raise: nothing is written then), write them back as a runtime setting
+        and the queue's task_limited flag, in one transaction; wakes the queue's workers."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.fetchrow(sql("flow/lock_queue_settings"), queue)
+            new = merge(TaskSettings.from_row(await conn.fetchrow(sql("flow/lock_task_settings"), queue, task)))
+            await conn.execute(sql("flow/set_task_settings"), queue, task, new.concurrency, new.rate_limit,
+                               new.rate_period_sec)
+            await conn.fetchrow(sql("flow/task_limited"), queue)
+        return await self.get(queue)
+
+    async def declare_task(self, queue: str, task: str, settings: TaskSettings) -> bool:
+        """Apply a task's declared limits in `queue` unless set at run time; whether anything changed."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.fetchrow(sql("flow/lock_queue_settings"), queue)
+            applied = await conn.fetchval(sql("flow/declare_task_settings"), queue, task, settings.concurrency,
+                                          settings.rate_limit, settings.rate_period_sec)
+            if applied:
+                await conn.fetchrow(sql("flow/task_limited"), queue)
+        return bool(applied)
+
+    async def task_limits(self, queue: str | None = None) -> dict[str, dict[str, TaskFlow]]:
+        """The tasks with limits of their own and their use now: queue -> task -> TaskFlow."""
+        result: dict[str, dict[str, TaskFlow]] = {}
+        for r in await self.pool.fetch(sql("flow/task_limit_use"), queue):
+            result.setdefault(r["queue"], {})[r["task"]] = TaskFlow(
+                task=r["task"], settings=TaskSettings.from_row(r), settings_source=r["settings_source"],
+                running=r["running"], runnable=r["runnable"], starts=r["starts"])
+        return result
+
     async def declare(self, queue: str, settings: QueueSettings) -> bool:
         """Apply declared settings unless a runtime setting is in place; whether anything changed."""
         s = settings
@@ -64,7 +96,8 @@ class FlowRepository:
         return await self._with_held_back(QueueFlow(
             queue=flow.queue, paused=flow.paused, paused_at=flow.paused_at, running=use["running"],
             queued=use["queued"], settings=flow.settings, settings_source=flow.settings_source,
-            paused_tasks={task: at for (q, task), (paused, at) in tasks.items() if q == flow.queue and paused}))
+            paused_tasks={task: at for (q, task), (paused, at) in tasks.items() if q == flow.queue and paused},
+            task_limits=(await self.task_limits(flow.queue)).get(flow.queue, {})))
 
     async def pause_task(self, queue: str, task: str) -> QueueFlow:
         await self.pool.fetchrow(sql("flow/pause_task"), queue, task)
@@ -89,9 +122,10 @@ class FlowRepository:
 
     async def list(self) -> list[QueueFlow]:
         rows = await self.pool.fetch(sql("flow/list_queues"))
-        return [await self._with_held_back(_flow(r, r["running"], r["queued"],
-                                                 dict(zip(r["paused_tasks"], r["tasks_paused_at"], strict=True))))
-                for r in rows]
+        task_limits = await self.task_limits()
+        flows = [_flow(r, r["running"], r["queued"], dict(zip(r["paused_tasks"], r["tasks_paused_at"], strict=True)))
+                 for r in rows]
+        return [await self._with_held_back(replace(f, task_limits=task_limits.get(f.queue, {}))) for f in flows]
 
     async def paused_states(self) -> dict[str, bool]:
         """Every queue with flow state: paused or not."""

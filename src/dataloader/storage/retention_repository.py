@@ -24,6 +24,11 @@ async def prune_batch(pool: asyncpg.Pool, queue: str, status: str, older_than_se
     return await pool.fetchval(sql("retention/prune_batch"), queue, status, older_than_sec, batch_size)
 
 
+async def prune_fair_tenants_batch(pool: asyncpg.Pool, idle_sec: float, batch_size: int) -> int:
+    """Delete one batch of fair share's rows of tenants idle for `idle_sec`; how many rows."""
+    return await pool.fetchval(sql("retention/prune_fair_tenants_batch"), idle_sec, batch_size)
+
+
 async def prune_feed_batch(pool: asyncpg.Pool, older_than_sec: float, batch_size: int) -> int:
     """Delete one batch from the head of the processes' event feed; how many rows."""
     return await pool.fetchval(sql("retention/prune_feed_batch"), older_than_sec, batch_size)

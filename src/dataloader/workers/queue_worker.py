@@ -40,6 +40,9 @@ MAX_CLAIM_BATCH = 64
 # The limits that hold back a whole queue (flow control, 0022), as dl_flow_gate names them; a
 # partition key's limits hold back that key only.
 QUEUE_LIMITS = frozenset({"concurrency", "rate"})
+# The gate's verdicts of a task's own limits (0027), and their `limit` label. Like a partition
+# key's, they hold back one task's jobs only: the next walk passes that task over.
+TASK_LIMITS = {"task_concurrency": "concurrency", "task_rate": "rate"}
 
 
 # Jobs parked per statement behind a key this worker holds (park_key_waiters.sql): one batch per
@@ -246,7 +249,10 @@ class QueueWorker:
             self._limited = False  # the limits were cleared: back to the plain claim
         held = batch.held
         for candidate in held:
-            metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
+            if candidate.held in TASK_LIMITS:  # a task's own limit (0027): labelled with the task
+                metrics.TASK_HELD_BACK.labels(self.queue, candidate.task, TASK_LIMITS[candidate.held]).inc()
+            else:
+                metrics.FLOW_HELD_BACK.labels(self.queue, candidate.held).inc()
         # (The fair claim reads a bounded number of each tenant's jobs, so a short batch of it does
         # not mean the queue has no more: only an empty one settles it.)
         if (batch.candidates < want and not (self._fair and batch.candidates)) \

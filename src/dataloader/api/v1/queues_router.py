@@ -23,6 +23,7 @@ from dataloader.model.flow import (
     PERIOD_MAX_SEC,
     PERIOD_MIN_SEC,
     RATE_LIMIT_MAX,
+    TASK_LIMIT_NAMES,
     WEIGHT_MAX,
     QueueFlow,
 )
@@ -89,6 +90,32 @@ class QueueSettingsBody(BaseModel):
                           "named weighs 1 (null: every key does)")
 
 
+class TaskSettingsBody(BaseModel):
+    """A partial change of one task's limits in a queue: a field left out is kept, null clears it.
+    A queue's keys and ranges; partition limits and fair share are the queue's alone."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    concurrency: int | None = Field(None, description=f"Jobs of the task running at once in the queue, all nodes "
+                                                      f"({_COUNT})")
+    rate_limit: int | None = Field(None, description=f"Starts of the task per rate_period_sec, all nodes ({_RATE})")
+    rate_period_sec: float | None = Field(None, description=f"The period rate_limit counts over ({_PERIOD})")
+
+
+class TaskLimitsResponse(BaseModel):
+    concurrency: int | None = Field(description="At most this many jobs of the task running at once (null: none)")
+    rate_limit: int | None = Field(description="At most this many starts of the task per rate_period_sec")
+    rate_period_sec: float | None = Field(description="The task's rate limit's period in seconds")
+    settings_source: str | None = Field(
+        description="Who set them last: runtime (PATCH, CLI, Python; wins) or declared (@pipeline(limits=...) at "
+                    "a node's start)")
+    running: int = Field(description="Jobs of the task in the queue running now, all nodes")
+    runnable: int = Field(description="Jobs of the task in the queue that could start now (due, not parked)")
+    starts: int = Field(description="Starts of the task in its rate's window now (0 without a rate)")
+    held_back: dict[str, int] = Field(
+        description=f"Runnable jobs of the task each of its limits holds back now ({', '.join(TASK_LIMIT_NAMES)})")
+
+
 class QueueResponse(BaseModel):
     queue: str
     paused: bool = Field(description="No job of the queue starts on any node while true; enqueue still works")
@@ -113,6 +140,9 @@ class QueueResponse(BaseModel):
                                                     "nodes now (see GET /api/v1/queues/{queue}/scaling)")
     held_back: dict[str, int] = Field(
         description=f"Runnable jobs each limit holds back now, by limit ({', '.join(LIMIT_NAMES)})")
+    tasks: dict[str, TaskLimitsResponse] = Field(
+        description="The queue's tasks with limits of their own (PATCH /api/v1/queues/{queue}/tasks/{task}), "
+                    "with their use")
 
 
 class QueueListResponse(BaseModel):
@@ -169,6 +199,23 @@ async def queue_scaling(queue: QueueName, api: Api,
                                                            "this many seconds")] = 60.0) -> ScalingResponse:
     """Computed from the database on every call, so every node answers the same."""
     return ScalingResponse.model_validate((await api.scaling(queue, target_sec))[0].to_dict())
+
+
+# Before the queue's PATCH: a queue name may hold slashes, so `/{queue}` would also match a task's
+# path. The queue's name is the longest that leaves `/tasks/{task}` (a queue named with "/tasks/"
+# in it has its own limits changed through the CLI or Python).
+@router.patch("/{queue:dl_queue}/tasks/{task:dl_queue}", response_model=QueueResponse,
+              summary="Change one task's limits in a queue on every node",
+              responses=error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type))
+async def configure_task(queue: QueueName, task: Annotated[str, PathParam(
+        min_length=1, max_length=200, description="The task's name (1 to 200 characters, as a job's `task`)")],
+        body: TaskSettingsBody, api: Api) -> QueueResponse:
+    """A partial update of the task's limits in the queue (a field left out is kept, null clears it;
+    an unknown field or a value out of range is a 422 and changes nothing). Stored as a runtime
+    setting, which wins over `@pipeline(limits=...)`, and holds for every claim on every node from
+    this call's answer on. Wakes the queue's workers. The answer is the queue's state; `tasks`
+    holds the task's limits while it has any."""
+    return _view(await api.configure_task(queue, task, body.model_dump(exclude_unset=True)))
 
 
 @router.patch("/{queue:dl_queue}", response_model=QueueResponse, summary="Change a queue's limits on every node",

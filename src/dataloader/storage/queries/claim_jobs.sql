@@ -52,11 +52,13 @@ WITH candidate AS (
       -- limit set at run time holds from its commit on, as a pause does, and an unlimited queue's
       -- claim keeps this plan: the same probe, a longer filter on the row it found.
       -- Nor a fair queue (0024), left to claim_jobs_fair.sql the same way (its own order across
-      -- partition keys, with the flow gate when it also has limits).
+      -- partition keys, with the flow gate when it also has limits). Nor a queue with a limited
+      -- task (0027: task_limited, on the same row, so no other probe).
       AND NOT EXISTS (SELECT 1 FROM dl_queue_flow f
                       WHERE f.queue = $1
                         AND (f.paused OR f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL
-                             OR f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL OR f.fair_share))
+                             OR f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL OR f.fair_share
+                             OR f.task_limited))
       -- A paused task of the queue (dl_task_flow, 0025) starts nothing: the array of its paused
       -- tasks is uncorrelated, so one probe of that table's primary key per claim (an InitPlan; an
       -- empty table when no task was ever paused), and each candidate is compared with the array.

@@ -44,8 +44,24 @@ WITH RECURSIVE flow AS MATERIALIZED (
     -- queue only, with its weights
     SELECT f.fair_weights AS weights,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL AS limited,
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL AS frees_on_finish,
+               OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
+           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
+               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
+           -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
+           -- gates the read): the walk passes their jobs over, the gate decides
+           CASE WHEN f.task_limited THEN ARRAY(
+               SELECT t.task FROM dl_task_flow t
+               WHERE t.queue = $1
+                 AND (COALESCE(t.concurrency <= (SELECT count(*) FROM dl_jobs r
+                                                 WHERE r.queue = $1 AND r.task = t.task AND r.status = 'running'), false)
+                      OR COALESCE(t.rate_limit <= (SELECT count(*) FROM dl_task_starts s
+                                                   WHERE s.queue = $1 AND s.task = t.task
+                                                     AND s.started_at <= now()
+                                                     AND s.started_at > now()
+                                                         - make_interval(secs => t.rate_period_sec)), false)))
+           END AS full_tasks,
            COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
                         (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
                     END, false)
@@ -68,7 +84,9 @@ WITH RECURSIVE flow AS MATERIALIZED (
     WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
 ), paused_task AS (
     -- the queue's paused tasks (0025), read once: claim_jobs.sql's rule
-    SELECT ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused) AS tasks
+    -- and its limited tasks at their limit (0027), passed over the same way
+    SELECT ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused)
+           || COALESCE((SELECT fl.full_tasks FROM flow fl), '{}'::text[]) AS tasks
     -- (compared with `task || ''`, as in claim_jobs.sql: a queue of one task had its walk costed
     -- as a read of every row, and a tenant's head was read by a bitmap scan and a sort)
 ), tenant AS (
@@ -148,7 +166,8 @@ WITH RECURSIVE flow AS MATERIALIZED (
 ), gate AS MATERIALIZED (
     -- claim_limited_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
     SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos)
+                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos),
+                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos), f.queue_limited
            ) AS verdicts
     FROM flow f
     WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)

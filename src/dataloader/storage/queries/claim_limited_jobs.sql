@@ -48,12 +48,32 @@
 -- from this statement's snapshot (cheap, may be a moment stale; the gate decides): a queue at its
 -- limit walks nothing, and partition keys at theirs are skipped by the walk, so a hot partition's
 -- backlog does not fill the batch with jobs that may not start.
+-- Limits per task (0027): the row's task_limited makes the queue limited too; the gate then locks the
+-- candidates' limited tasks' rows (dl_task_flow) and counts their running jobs and starts
+-- (dl_task_starts), and tasks at their limit in this snapshot are passed over by the walk
+-- (`full_tasks`), as partition keys are, so the queue's other tasks go on.
 WITH flow AS MATERIALIZED (
     SELECT f.paused, f.fair_share,
            f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL AS limited,
+               OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
+           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
+               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
            -- a finish frees a slot here: the worker wakes the queue's other workers after it
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL AS frees_on_finish,
+           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
+           -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
+           -- gates the read): the walk passes their jobs over, the gate decides
+           CASE WHEN f.task_limited THEN ARRAY(
+               SELECT t.task FROM dl_task_flow t
+               WHERE t.queue = $1
+                 AND (COALESCE(t.concurrency <= (SELECT count(*) FROM dl_jobs r
+                                                 WHERE r.queue = $1 AND r.task = t.task AND r.status = 'running'), false)
+                      OR COALESCE(t.rate_limit <= (SELECT count(*) FROM dl_task_starts s
+                                                   WHERE s.queue = $1 AND s.task = t.task
+                                                     AND s.started_at <= statement_timestamp()
+                                                     AND s.started_at > statement_timestamp()
+                                                         - make_interval(secs => t.rate_period_sec)), false)))
+           END AS full_tasks,
            COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
                         (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
                     END, false)
@@ -89,6 +109,7 @@ WITH flow AS MATERIALIZED (
       -- a fair queue (0024) is claimed by claim_jobs_fair.sql, which carries the same gate; a
       -- paused task (0025) starts nothing (claim_jobs.sql's term, `|| ''` and all)
       AND q.task || '' <> ALL (ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused))
+      AND q.task || '' <> ALL (COALESCE((SELECT f.full_tasks FROM flow f), '{}'::text[]))
       -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
       -- with a hot key's 100,000 parked rows, the column's most common value is the running key,
       -- so PostgreSQL expected this to reject 99 % of the walk, costed the walk of
@@ -111,7 +132,8 @@ WITH flow AS MATERIALIZED (
     -- Only for a limited queue (no flow row, or no limit: no row here, no call, no lock). The
     -- candidates in claim order; the ones that will not ask for their lock (key_rank > 1) as NULL.
     SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos)
+                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos),
+                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos), f.queue_limited
            ) AS verdicts
     FROM flow f
     WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)

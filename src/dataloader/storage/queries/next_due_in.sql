@@ -15,6 +15,8 @@
 -- plain claim_jobs.sql leaves it out: an empty claim of a limited queue is followed by this).
 -- A paused task (0025) has nothing due either. `fair`: the queue is fair (0024), so its workers
 -- claim with claim_jobs_fair.sql (which also carries the flow gate), whatever `limited` says.
+-- A queue with a limited task (0027: dl_queue_flow.task_limited) is `limited` too, and a task's
+-- rate window wakes the worker like the queue's.
 -- $1 queue.
 SELECT LEAST(
     (SELECT date_part('epoch', min(available_at)) - date_part('epoch', now())
@@ -36,9 +38,21 @@ SELECT LEAST(
      WHERE f.queue = $1 AND NOT f.paused AND (f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL)
        AND EXISTS (SELECT 1 FROM dl_jobs q
                    WHERE q.status = 'queued' AND q.queue = $1 AND q.available_at <= now() AND NOT q.key_parked)),
+    -- a limited task's rate window (0027), for a task with runnable jobs: its oldest start in the
+    -- window leaves it then (read only while the queue's row says task_limited)
+    (SELECT min(date_part('epoch', (SELECT min(s.started_at) FROM dl_task_starts s
+                                    WHERE s.queue = $1 AND s.task = t.task AND s.started_at <= statement_timestamp()
+                                      AND s.started_at > statement_timestamp() - make_interval(secs => t.rate_period_sec))
+                                   + make_interval(secs => t.rate_period_sec))
+                - date_part('epoch', statement_timestamp()) + 0.001)
+     FROM dl_task_flow t JOIN dl_queue_flow f ON f.queue = t.queue
+     WHERE t.queue = $1 AND f.task_limited AND NOT f.paused AND NOT t.paused AND t.rate_limit IS NOT NULL
+       AND EXISTS (SELECT 1 FROM dl_jobs q
+                   WHERE q.status = 'queued' AND q.queue = $1 AND q.task = t.task AND q.available_at <= now()
+                     AND NOT q.key_parked)),
     86400)::float8 AS due_in,
     EXISTS (SELECT 1 FROM dl_queue_flow f
             WHERE f.queue = $1
               AND (f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-                   OR f.partition_rate_limit IS NOT NULL)) AS limited,
+                   OR f.partition_rate_limit IS NOT NULL OR f.task_limited)) AS limited,
     COALESCE((SELECT f.fair_share FROM dl_queue_flow f WHERE f.queue = $1), false) AS fair;

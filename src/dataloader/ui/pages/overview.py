@@ -14,7 +14,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dataloader.model.flow import QueueFlow, QueueSettings, changes_from_text, format_rate
+from dataloader.model.flow import (
+    QueueFlow,
+    QueueSettings,
+    TaskFlow,
+    changes_from_text,
+    format_rate,
+    task_changes_from_text,
+)
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, back
 from dataloader.ui.topic import Topic
@@ -43,12 +50,27 @@ def flow_summary(flow: QueueFlow | None) -> list[str]:
         said.append("fair share")
     if flow.paused_tasks:
         said.append("paused tasks: " + ", ".join(sorted(flow.paused_tasks)))
+    for task, limited in sorted(flow.task_limits.items()):
+        said.append(f"task {task}: " + task_summary(limited))
     held = sum(flow.held_back.values())
     if held:
         said.append(f"{held} held back")
     if flow.desired_workers is not None and (said or flow.queued):
         said.append(f"wants {flow.desired_workers} slots")
     return said
+
+
+def task_summary(task: TaskFlow) -> str:
+    """A limited task's limits with their use (0027): "concurrency 2/3, rate 10/1s (3 in window), 4 held back"."""
+    settings, said = task.settings, []
+    if settings.concurrency is not None:
+        said.append(f"concurrency {task.running}/{settings.concurrency}")
+    if settings.rate_limit is not None:
+        said.append(f"rate {format_rate(settings.rate_limit, settings.rate_period_sec)} ({task.starts} in window)")
+    held = max(task.held_back.values())  # a job two limits hold back is one job
+    if held:
+        said.append(f"{held} held back")
+    return ", ".join(said)
 
 
 def limit_texts(flow: QueueFlow | None) -> dict[str, str]:
@@ -124,13 +146,17 @@ async def resume(request: Request) -> Response:
 
 
 async def limits(request: Request) -> Response:
-    """Change a queue's limits: each field left empty is kept, "none" clears it (the CLI's
-    `queues set` options, read by the same function)."""
+    """Change a queue's limits, or with a task named one task's: each field left empty is kept,
+    "none" clears it (the CLI's `queues set` options, read by the same functions)."""
     form = await action_form(request)
     fields = {name: form.get(name, "").strip() or None
               for name in ("concurrency", "partition_concurrency", "rate", "partition_rate")}
-    changes = changes_from_text(**fields)
-    await request.app.state.console.app().configure_queue(form.get("queue", ""), **changes)
+    task = form.get("task", "").strip() or None
+    app = request.app.state.console.app()
+    if task is not None:  # one task's own limits (0027), read as `queues set --task` reads them
+        await app.configure_task(form.get("queue", ""), task, **task_changes_from_text(**fields))
+    else:
+        await app.configure_queue(form.get("queue", ""), **changes_from_text(**fields))
     return back(request, form, "/")
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from dataloader.exceptions import ConfigError
 from dataloader.logger.context_vars import share_log_context_with
+from dataloader.model.flow import TaskSettings, task_settings_from_declaration
 from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ class Pipeline:
     backoff: Callable[[int], float] = default_backoff
     # Run-time limit of an attempt in seconds (None: none); a job's own timeout_sec overrides it.
     timeout: float | None = None
+    # The task's limits across every node (0027; None: none), declared in each queue the node
+    # serves at its start unless set there at run time (docs/flow-control.md "Limits per task").
+    limits: TaskSettings | None = None
 
 
 def _kind_of(func: Callable[..., Any]) -> PipelineKind:
@@ -65,6 +69,7 @@ class PipelineRegistry:
         backoff: Callable[[int], float] | None = None,
         replace: bool = False,
         timeout: float | None = None,
+        limits: Mapping[str, Any] | TaskSettings | None = None,
     ) -> Pipeline:
         if not name or not isinstance(name, str):
             raise ValueError("pipeline name must be a non-empty string")
@@ -74,10 +79,15 @@ class PipelineRegistry:
             raise ValueError(f"pipeline {name!r}: max_attempts must be >= 1")
         if timeout is not None and not (0 < timeout <= 7 * 24 * 3600):
             raise ValueError(f"pipeline {name!r}: timeout must be > 0 and at most a week (seconds)")
+        if limits is not None and not isinstance(limits, TaskSettings):
+            try:
+                limits = task_settings_from_declaration(limits)
+            except ValueError as exc:
+                raise ValueError(f"pipeline {name!r}: limits: {exc}") from None
         existing = self._pipelines.get(name)
         if existing is not None and existing.func is not func and not replace:
             raise ValueError(f"pipeline {name!r} is already registered by {existing.func.__module__}")
-        entry = Pipeline(name, func, _kind_of(func), max_attempts, backoff or default_backoff, timeout)
+        entry = Pipeline(name, func, _kind_of(func), max_attempts, backoff or default_backoff, timeout, limits)
         self._pipelines[name] = entry
         return entry
 
@@ -86,6 +96,10 @@ class PipelineRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._pipelines)
+
+    def declared_task_limits(self) -> dict[str, TaskSettings]:
+        """The limits the registered pipelines declare, by task (`@pipeline(limits=...)`)."""
+        return {name: p.limits for name, p in self._pipelines.items() if p.limits is not None}
 
     def __contains__(self, name: object) -> bool:
         return name in self._pipelines
@@ -96,16 +110,20 @@ registry = PipelineRegistry()
 
 def pipeline(
     name: str, *, max_attempts: int | None = None, backoff: Callable[[int], float] | None = None,
-    timeout: float | None = None,
+    timeout: float | None = None, limits: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the pipeline of task `name`.
 
     `max_attempts` overrides the job's own limit; `backoff(attempt) -> seconds` the retry delay;
     `timeout` (seconds) limits each attempt's run time unless the job has a `timeout_sec` of its own.
+    `limits` caps the task across every node, in each queue it runs in: `{"concurrency": 3}` (jobs
+    of the task running at once), `{"rate": "10/1s"}` (starts per period) — the keys and ranges of
+    `Queue(limits=...)`; a change at run time (`configure_task`) wins (docs/flow-control.md).
     """
+    checked = task_settings_from_declaration(limits) if limits is not None else None  # fails at import
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        registry.register(name, func, max_attempts=max_attempts, backoff=backoff, timeout=timeout)
+        registry.register(name, func, max_attempts=max_attempts, backoff=backoff, timeout=timeout, limits=checked)
         return func
 
     return decorate
