@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -67,8 +66,9 @@ async def measure(arrangement: str, servers: list[Server], args: argparse.Namesp
                     "DL_SHARDS_JSON": json.dumps(shards), "DL_RETENTION_ENABLED": "false",
                     "DL_STATS_ENABLED": "false"})
         dsns = [a] + ([b] if b else [])
-        procs = [subprocess.Popen([sys.executable, "-m", "dataloader", "worker"], env=env, start_new_session=True,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(args.procs)]
+        procs = [await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dataloader", "worker", env=env, start_new_session=True,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL) for _ in range(args.procs)]
         try:
             # The clock starts at the first finished job: the workers' start (imports, migrations
             # check, LISTEN) is not the drain.
@@ -89,8 +89,8 @@ async def measure(arrangement: str, servers: list[Server], args: argparse.Namesp
                     os.killpg(proc.pid, signal.SIGTERM)
             for proc in procs:
                 try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
+                    await asyncio.wait_for(proc.wait(), timeout=30)
+                except TimeoutError:
                     os.killpg(proc.pid, signal.SIGKILL)
         return {"arrangement": arrangement, "jobs": 2 * args.jobs - first, "seconds": round(seconds, 3),
                 "jobs_per_sec": round((2 * args.jobs - first) / seconds, 1), "load_average": os.getloadavg()}

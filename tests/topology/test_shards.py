@@ -161,6 +161,8 @@ async def test_http_trigger_batch_status_cancel_depths_and_schedules(two_databas
             assert (await client.get(f"/api/v1/jobs/{uuid.uuid4()}/status")).status_code == 404
             depths = (await client.get("/api/v1/stats/depths")).json()["queues"]
             assert {(d["queue"], d["shard"]) for d in depths} == {("qa", "default"), ("qb", "b")}
+            overview = await client.get("/ui/")
+            assert overview.status_code == 200 and '<small class="shard">shard b</small>' in overview.text
             paused = await client.post("/api/v1/queues/qb/pause")
             assert paused.status_code == 200 and paused.json()["paused"] is True
             listed = {q["queue"]: q["paused"] for q in (await client.get("/api/v1/queues")).json()["queues"]}
@@ -175,6 +177,21 @@ async def test_http_trigger_batch_status_cancel_depths_and_schedules(two_databas
         async with sharded(a, b) as again:
             await again.schedules.create(again.schedules.spec(name="s", task="shard.where", queue="qb",
                                                               cron="* * * * *"))
+
+
+def test_the_cli_reads_and_lists_across_shards(two_databases) -> None:
+    a, b = two_databases
+    env = {"DL_DB_DSN": a, "DL_SHARDS_JSON": json.dumps({"b": {"dsn": b, "queues": ["qb"]}})}
+    made = run(["jobs", "trigger", "--task", "shard.where", "--queue", "qb", "--args", "{}"], env)
+    assert made.returncode == 0, made.stderr
+    job_id = json.loads(made.stdout)["job_id"]
+    assert [str(r["id"]) for r in asyncio.run(rows(b, "SELECT job_id AS id FROM dl_jobs"))] == [job_id]
+    status = run(["jobs", "status", job_id], env)
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "queued", status.stderr
+    listed = run(["jobs", "list"], env)
+    assert listed.returncode == 0 and job_id in listed.stdout, listed.stderr
+    depths = run(["queues", "depths"], env)
+    assert depths.returncode == 0 and '"shard": "b"' in depths.stdout.replace('":"', '": "'), depths.stdout
 
 
 BAD = [
