@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
-from dataloader import App, Queue, Settings
+from dataloader import App, Queue, Settings, SyncApp
 from dataloader.api import create_app
 from dataloader.config import load_settings
 from dataloader.exceptions import ConfigError, JobNotFound, ValidationFailed
@@ -116,6 +116,13 @@ async def test_each_queue_lands_and_runs_on_its_shard_and_every_face_finds_it(tw
         assert got.status == "succeeded" and got.queue == "qb"
         assert [e.kind for e in await app.events(jb.id)][-1] == "done"
 
+        # The API's own App (`dataloader serve`) opens every shard on its own pools.
+        api = await app.api_app()
+        try:
+            assert (await api.get(jb.id)).status == "succeeded" and len((await api.list(limit=10)).jobs) == 6
+        finally:
+            await api.close()
+
         # cancel by id on either shard
         later = await app.enqueue("shard.where", {}, queue="qb", delay=3600)
         assert (await app.cancel(later.id)).status == "canceled"
@@ -161,6 +168,8 @@ async def test_http_trigger_batch_status_cancel_depths_and_schedules(two_databas
             assert (await client.get(f"/api/v1/jobs/{uuid.uuid4()}/status")).status_code == 404
             depths = (await client.get("/api/v1/stats/depths")).json()["queues"]
             assert {(d["queue"], d["shard"]) for d in depths} == {("qa", "default"), ("qb", "b")}
+            metrics = (await client.get("/metrics")).text
+            assert 'dl_queue_jobs{queue="qb",status="queued"} 1.0' in metrics, metrics[:3000]
             overview = await client.get("/ui/")
             assert overview.status_code == 200 and '<small class="shard">shard b</small>' in overview.text
             paused = await client.post("/api/v1/queues/qb/pause")
@@ -275,3 +284,26 @@ async def test_a_node_serving_two_servers_loses_nothing_when_one_restarts(dsn, d
         assert page.count == 400, statuses
     finally:
         await app.close()
+
+
+@pytest.mark.process
+async def test_worker_processes_drain_both_shards_and_a_sync_app_enqueues_by_queue(two_databases, workers):
+    a, b = two_databases
+    shards = {"b": {"dsn": b, "queues": ["qb"]}}
+    await (await App(Settings(db_dsn=a, workers=[]), shards=shards).open(migrate_schema=True)).close()
+    sync = SyncApp(Settings(db_dsn=a, workers=[]), shards=shards)
+    with sync:
+        ids = [sync.enqueue("dl.noop", {}, queue=q).id for q in ("qa", "qb", "qa", "qb")]
+        assert sync.get(ids[1]).queue == "qb"
+    assert len(await rows(b, "SELECT 1 FROM dl_jobs")) == 2 and len(await rows(a, "SELECT 1 FROM dl_jobs")) == 2
+    worker = workers(queues={"qa": 1, "qb": 1}, db_dsn=a, shards_json=json.dumps(shards))
+    await worker.wait_ready()
+
+    async def done() -> bool:
+        statuses = [r["status"] for dsn in (a, b) for r in await rows(dsn, "SELECT status FROM dl_jobs")]
+        return statuses == ["succeeded"] * 4
+
+    deadline = time.monotonic() + 30
+    while not await done():
+        assert time.monotonic() < deadline, worker.log()
+        await asyncio.sleep(0.1)
