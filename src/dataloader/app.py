@@ -29,13 +29,15 @@ import asyncpg
 from typing_extensions import Unpack
 
 from dataloader import node
-from dataloader.config import Queue, Settings, load_settings
+from dataloader.config import DEFAULT_SHARD, Queue, Settings, load_settings, validated_shards
 from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
 from dataloader.flow.manager import FlowManager
+from dataloader.flow.shards import ShardedFlowManager
 from dataloader.health.reader import HealthReader
 from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
+from dataloader.jobs.shards import ShardedJobManager, merge_search_pages
 from dataloader.logger import ensure_visible
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.ids import new_id
@@ -45,6 +47,7 @@ from dataloader.model.queue_depth import QueueDepth
 from dataloader.observers.manager import ObserverManager
 from dataloader.observers.registry import observers as observer_kinds
 from dataloader.operations.manager import OperationManager
+from dataloader.operations.shards import ShardedOperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
 from dataloader.processes.waiter import TaskWaiter
@@ -75,10 +78,20 @@ log = logging.getLogger("dataloader")
 
 class App:
     def __init__(self, settings: Settings | None = None, *, pipelines: PipelineRegistry | None = None,
-                 embedded: bool = False) -> None:
+                 embedded: bool = False, shards: Mapping[str, Any] | None = None) -> None:
         """No I/O here; `await app.open()` (or `async with app`) connects. `settings` default to
-        the environment (DL_* and WORKERS_JSON)."""
+        the environment (DL_* and WORKERS_JSON). `shards`: more databases holding some queues, as
+        DL_SHARDS_JSON's object (docs/scaling.md "Past one primary"); replaces the settings' own."""
         self.settings = settings if settings is not None else load_settings()
+        if shards is not None:
+            self.settings = self.settings.model_copy(
+                update={"shards_json": validated_shards(shards, self.settings.db_dsn)})
+        # Every shard but the default is an App of its own on its database (opened, run and closed
+        # with this one); this App is the default shard. Empty with one database.
+        self._shards: dict[str, App] = {}
+        self._shard_name = DEFAULT_SHARD
+        self._shard_of = self.settings.shard_of
+        self._dsn_names = ("DL_DB_DSN", "DL_DB_DIRECT_DSN")
         self.registry = pipelines if pipelines is not None else registry
         self._use_embedded = embedded
         self._embedded: EmbeddedPostgres | None = None
@@ -155,13 +168,13 @@ class App:
                     await migrate.upgrade(self.session_dsn)
                 pool = await self._create_pool(dsn)
             except Exception as exc:
-                raise _connect_error(exc, dsn) from exc
+                raise _connect_error(exc, dsn, self._dsn_names[0]) from exc
             try:
                 await self._check_schema(pool)
             except BaseException as exc:
                 await pool.close()
                 if _is_pooler_refusal(exc):  # the pool connects lazily: its first connection is here
-                    raise _connect_error(exc, dsn) from exc  # type: ignore[arg-type]
+                    raise _connect_error(exc, dsn, self._dsn_names[0]) from exc  # type: ignore[arg-type]
                 raise
         except BaseException:
             await self._stop_embedded()
@@ -171,13 +184,55 @@ class App:
         self.repo = JobRepository(pool, self._insert_group)
         self.jobs = JobManager(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
+        if settings.shards_json:
+            try:
+                await self._open_shards(migrate_schema)
+            except BaseException:
+                await self.close()
+                raise
+            self.jobs = ShardedJobManager(  # type: ignore[assignment]
+                {DEFAULT_SHARD: self.jobs, **{name: shard.jobs for name, shard in self._shards.items()}},
+                self._shard_of)
         return self
+
+    async def _open_shards(self, migrate_schema: bool) -> None:
+        """Open an App on every other shard's database: the same settings and pipelines, its own
+        pool sized for the workers of its queues, its own migrations."""
+        settings = self.settings
+        for name, shard in settings.shards_json.items():
+            child = App(settings.model_copy(update={
+                "db_dsn": shard.dsn, "db_direct_dsn": shard.direct_dsn, "shards_json": {},
+                "workers": [w for w in settings.workers if self._shard_of(w.queue) == name]}),
+                pipelines=self.registry)
+            child._shard_name, child._shard_of = name, self._shard_of
+            child._dsn_names = (f"DL_SHARDS_JSON[{name}].dsn", f"DL_SHARDS_JSON[{name}].direct_dsn")
+            if self._engine_app is not None:
+                child._engine_app = self._engine_app._shards[name]
+            self._shards[name] = child
+            await child.open(migrate_schema=migrate_schema)
+
+    def _shard_apps(self) -> list[App]:
+        """This App (the default shard) and every other shard's, in DL_SHARDS_JSON's order."""
+        return [self, *self._shards.values()]
+
+    def shard_of(self, queue: str) -> str:
+        """The name of the shard that holds `queue` (`default` unless DL_SHARDS_JSON names it)."""
+        return self._shard_of(queue)
+
+    def _shard_app(self, queue: str) -> App:
+        return self._shards.get(self._shard_of(queue), self)
+
+    def _own_concurrency(self) -> int:
+        """The job slots this shard's pool serves: its queues' workers (and, on the default shard,
+        the registered processors': processes live there)."""
+        own = sum(w.concurrency for w in self.settings.workers if self._shard_of(w.queue) == self._shard_name)
+        return own + (node.process_concurrency() if self._shard_name == DEFAULT_SHARD else 0)
 
     async def _create_pool(self, dsn: str) -> asyncpg.Pool:
         settings = self.settings
         if self._engine_app is None:
-            concurrency = sum(w.concurrency for w in settings.workers) + node.process_concurrency()
-            return await create_pool(dsn, max_size=concurrency + settings.db_pool_extra, pooled=self._pooled)
+            return await create_pool(dsn, max_size=self._own_concurrency() + settings.db_pool_extra,
+                                     pooled=self._pooled)
         if self._pooled:  # PgBouncer's query_timeout bounds the statements there (docs/scaling.md)
             return await create_pool(dsn, max_size=settings.api_pool_size, pooled=True)
         # PostgreSQL itself bounds every statement of a request (so a query whose client left, or
@@ -206,15 +261,16 @@ class App:
         if self._sessions_checked or self._embedded is not None:
             return
         dsn = self.session_dsn
+        dsn_name, direct_name = self._dsn_names
         try:
             pooling = await session_probe.probe(dsn)
         except Exception as exc:
-            raise _connect_error(exc, dsn, "DL_DB_DIRECT_DSN" if self._pooled else "DL_DB_DSN") from exc
+            raise _connect_error(exc, dsn, direct_name if self._pooled else dsn_name) from exc
         if not pooling.has_sessions:
             if self._pooled:
-                raise ConfigError("DL_DB_DIRECT_DSN", "leads through a transaction-pooling pooler too: it must "
+                raise ConfigError(direct_name, "leads through a transaction-pooling pooler too: it must "
                                   "reach PostgreSQL directly (or through session pooling)")
-            raise ConfigError("DL_DB_DSN", "leads through a transaction-pooling pooler (PgBouncer pool_mode="
+            raise ConfigError(dsn_name, "leads through a transaction-pooling pooler (PgBouncer pool_mode="
                               "transaction), where advisory locks and LISTEN do not hold: set DL_DB_DIRECT_DSN "
                               "to a direct connection for sessions (docs/scaling.md)")
         self._sessions_checked = True
@@ -225,12 +281,11 @@ class App:
         if not self._pooled:
             return self.pool
         if self._engine_pool is None:
-            settings = self.settings
-            concurrency = sum(w.concurrency for w in settings.workers) + node.process_concurrency()
             try:
-                self._engine_pool = await create_pool(self.session_dsn, max_size=concurrency + settings.db_pool_extra)
+                self._engine_pool = await create_pool(self.session_dsn,
+                                                      max_size=self._own_concurrency() + self.settings.db_pool_extra)
             except Exception as exc:
-                raise _connect_error(exc, self.session_dsn, "DL_DB_DIRECT_DSN") from exc
+                raise _connect_error(exc, self.session_dsn, self._dsn_names[1]) from exc
         return self._engine_pool
 
     async def _check_schema(self, pool: asyncpg.Pool) -> None:
@@ -247,6 +302,9 @@ class App:
         """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some
         connections still hold the lock_key of a sync pipeline that could not be interrupted; do
         not wait for them."""
+        shards, self._shards = self._shards, {}
+        for shard in reversed(shards.values()):
+            await shard.close(locks_held=locks_held)
         for manager in list(self._managers):
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
@@ -309,7 +367,10 @@ class App:
         return self._sessionmaker
 
     async def migrate(self) -> tuple[str | None, str]:
-        """Bring the schema to head; returns (revision before, revision after)."""
+        """Bring the schema to head (on every shard); returns the default shard's (revision before,
+        revision after)."""
+        for shard in self._shards.values():
+            await shard.migrate()
         await self._require_sessions()
         return await migrate.upgrade(self.session_dsn)
 
@@ -393,7 +454,8 @@ class App:
         """Queues whose workers run in this process right now."""
         if self._engine_app is not None:
             return self._engine_app.served_queues()
-        return frozenset(queue for manager in self._managers for queue in manager.queues)
+        own = frozenset(queue for manager in self._managers for queue in manager.queues)
+        return own.union(*(shard.served_queues() for shard in self._shards.values()))
 
     @asynccontextmanager
     async def running(self, queues: Sequence[Queue | str] | None = None, *, reaper: bool = True
@@ -405,16 +467,37 @@ class App:
         settings = self.settings
         node.check_duty_settings(settings)  # a ConfigError naming the variable, as the CLI reports it
         ensure_visible(settings.log_level, settings.log_format)
-        if queues is not None:
-            settings = settings.model_copy(update={"workers": [q if isinstance(q, Queue) else Queue(q)
-                                                               for q in queues]})
+        wanted = settings.workers if queues is None else [q if isinstance(q, Queue) else Queue(q) for q in queues]
+        if self._shards:
+            # Each shard's queues are worked by a node of that shard's App (its own control
+            # connections, LISTEN, reaper and duties on its database); this App, the default shard,
+            # always runs its node: schedules, processes and observers live there.
+            async with contextlib.AsyncExitStack() as stack:
+                for name, shard in self._shards.items():
+                    theirs = [q for q in wanted if self._shard_of(q.queue) == name]
+                    if theirs:
+                        await stack.enter_async_context(shard.running(theirs, reaper=reaper))
+                mine = [q for q in wanted if self._shard_of(q.queue) == DEFAULT_SHARD]
+                async with self._running_here(mine, reaper) as manager:
+                    yield manager
+            return
+        async with self._running_here(wanted, reaper) as manager:
+            yield manager
+
+    @asynccontextmanager
+    async def _running_here(self, queues: list[Queue], reaper: bool) -> AsyncIterator[WorkerManager]:
+        """The node of this App's own database, working `queues`."""
+        settings = self.settings.model_copy(update={"workers": queues})
         await self._require_sessions()
-        manager = node.build_node(node.with_process_queues(settings), self.session_dsn,
-                                  await self._engine_pool_for_workers(), self.registry,
+        if self._shard_name == DEFAULT_SHARD:
+            settings = node.with_process_queues(settings)
+        manager = node.build_node(settings, self.session_dsn, await self._engine_pool_for_workers(), self.registry,
                                   reaper=reaper, capabilities=True)
-        await self.flow.apply_declared(settings.declared_queue_settings())
-        await self.flow.apply_declared_tasks(self.registry.declared_task_limits(),
-                                             [w.queue for w in settings.workers])
+        declared = {q: s for q, s in settings.declared_queue_settings().items()
+                    if self._shard_of(q) == self._shard_name}
+        await self._own_flow().apply_declared(declared)
+        await self._own_flow().apply_declared_tasks(self.registry.declared_task_limits(),
+                                                    [w.queue for w in settings.workers])
         await manager.start()
         self._managers.append(manager)
         try:
@@ -459,13 +542,15 @@ class App:
                 policy = RetentionPolicy({k: v for k, v in policy.ages.items() if k in keep},
                                          {q: {k: v for k, v in a.items() if k in keep}
                                           for q, a in policy.queues.items()})
-        return await prune(self.pool, policy, batch_size=batch_size or self.settings.retention_batch_size,
-                           dry_run=dry_run, queues=queues)
+        reports = [await prune(app.pool, policy, batch_size=batch_size or self.settings.retention_batch_size,
+                               dry_run=dry_run, queues=queues) for app in self._shard_apps()]
+        return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
 
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
         DL_STATS_PERIOD_SEC); returns how many jobs were counted."""
-        return await rollup(self.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
+        return sum([await rollup(app.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
+                    for app in self._shard_apps()])
 
     async def stats(self, *, queue: str | None = None, start: datetime | None = None,
                     end: datetime | None = None, hours: float = 24) -> dict[str, Any]:
@@ -476,14 +561,27 @@ class App:
         start = start or end - timedelta(hours=hours)
         if start > end:
             raise ValueError("start must not be after end")
-        return await read_stats(self.pool, queue=queue, start=start, end=end)
+        if queue is not None or not self._shards:
+            return await read_stats(self._shard_app(queue).pool if queue else self.pool, queue=queue,
+                                    start=start, end=end)
+        reports = [await read_stats(app.pool, queue=None, start=start, end=end) for app in self._shard_apps()]
+        merged = dict(reports[0])
+        merged["queues"] = sorted((q for r in reports for q in r["queues"]), key=lambda q: q["queue"])
+        watermarks = [r["rolled_up_to"] for r in reports if r["rolled_up_to"] is not None]
+        merged["rolled_up_to"] = min(watermarks) if len(watermarks) == len(reports) else None
+        return merged
 
     async def stats_errors(self, *, queue: str | None = None, since: datetime | None = None,
                            limit: int = 20) -> dict[str, Any]:
         """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
         hours from `since` (default: the last hour) on."""
         since = since or datetime.now(UTC) - timedelta(hours=1)
-        return await read_errors(self.pool, queue=queue, since=since, limit=limit)
+        if queue is not None or not self._shards:
+            return await read_errors(self._shard_app(queue).pool if queue else self.pool, queue=queue,
+                                     since=since, limit=limit)
+        reports = [await read_errors(app.pool, queue=None, since=since, limit=limit) for app in self._shard_apps()]
+        errors = sorted((e for r in reports for e in r["errors"]), key=lambda e: -e["jobs"])
+        return {**reports[0], "errors": errors[:limit]}
 
     # -- capabilities: one manager each, built on this App's pool -----------------------------------
     # The cached ones are dropped on close(), so an App opened again builds them on the new pool.
@@ -493,15 +591,30 @@ class App:
         """Create, read, list, pause, resume, delete schedules and read their history:
         `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
         if self._schedules is None:
-            self._schedules = ScheduleManager(ScheduleRepository(self.pool), check_task=self.jobs.check_task)
+            self._schedules = ScheduleManager(ScheduleRepository(self.pool), check_task=self._check_schedule_task)
         return self._schedules
+
+    def _check_schedule_task(self, task: str, queue: str, served: frozenset[str] | None = None) -> None:
+        """A schedule's task as an enqueue's; and its queue on the default shard, whose scheduler
+        enqueues its ticks into its own database (docs/scaling.md "Past one primary")."""
+        shard = self._shard_of(queue)
+        if shard != DEFAULT_SHARD:
+            raise ValidationFailed(f"queue: {queue!r} lives on shard {shard!r}; schedules live on the default "
+                                   "shard and enqueue there (docs/scaling.md)",
+                                   [{"loc": ["queue"], "msg": f"lives on shard {shard!r}", "type": "value_error"}])
+        self.jobs.check_task(task, queue, served)
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
                      limit: int = 100, count: bool = False) -> SearchPage:
         """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
         error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
         newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
-        return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
+        if not self._shards:
+            return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
+        async with self._job_search().expensive_slot():  # one slot for the fan-out, as for one shard
+            pages = await asyncio.gather(*(app._job_search(limited=False).search(
+                filter, cursor=cursor, limit=limit, count=count) for app in self._shard_apps()))
+        return merge_search_pages(pages, limit)
 
     async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
                          at_most: int | None = None) -> int:
@@ -510,18 +623,31 @@ class App:
         if at_most is not None and at_most < 1:
             raise ValidationFailed(f"at_most must be at least 1, not {at_most}",
                                    [{"loc": ["at_most"], "msg": "must be at least 1", "type": "value_error"}])
-        return await self._job_search().count(filter, at_most=at_most)
+        if not self._shards:
+            return await self._job_search().count(filter, at_most=at_most)
+        async with self._job_search().expensive_slot():
+            counts = await asyncio.gather(*(app._job_search(limited=False).count(filter, at_most=at_most)
+                                            for app in self._shard_apps()))
+        total = sum(counts)
+        return min(total, at_most) if at_most is not None else total
 
     @property
     def operations(self) -> OperationManager:
         """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"],
         "queues": ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events
         / wait. The runner of every node's `running()` works them (docs/operations.md)."""
+        if not self._shards:
+            return self._own_operations()
+        return ShardedOperationManager(  # type: ignore[return-value]
+            {app._shard_name: app._own_operations() for app in self._shard_apps()}, self._shard_of)
+
+    def _own_operations(self) -> OperationManager:
         return OperationManager(OperationRepository(self.pool, count_timeout_sec=self._count_timeout_sec),
                                 self._job_search(), default_batch_size=self.settings.operations_batch_size)
 
-    def _job_search(self) -> JobSearch:
-        return JobSearch(SearchRepository(self.pool, count_timeout_sec=self._count_timeout_sec), self._expensive)
+    def _job_search(self, *, limited: bool = True) -> JobSearch:
+        return JobSearch(SearchRepository(self.pool, count_timeout_sec=self._count_timeout_sec),
+                         self._expensive if limited else None)
 
     @property
     def _count_timeout_sec(self) -> float | None:
@@ -569,8 +695,19 @@ class App:
     @property
     def flow(self) -> FlowManager:
         """Flow control's rules (docs/flow-control.md); `pause_queue`, `resume_queue` and `queues`
-        are the short forms."""
+        are the short forms. With shards, each queue's rules are on its shard."""
+        if not self._shards:
+            return self._own_flow()
+        return ShardedFlowManager(  # type: ignore[return-value]
+            {app._shard_name: app._own_flow() for app in self._shard_apps()}, self._shard_of)
+
+    def _own_flow(self) -> FlowManager:
         return FlowManager(FlowRepository(self.pool))
+
+    async def queue_stats(self) -> list[asyncpg.Record]:
+        """Jobs by queue and status on every shard (dl_queue_jobs of /metrics)."""
+        rows = [await app.repo.queue_stats() for app in self._shard_apps()]
+        return [row for shard_rows in rows for row in shard_rows]
 
     async def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
         """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue

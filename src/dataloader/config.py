@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -55,6 +56,100 @@ class Queue(BaseModel):
 WorkerConfig = Queue  # the name used before Queue
 
 
+DEFAULT_SHARD = "default"
+_SHARD_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class Shard(BaseModel):
+    """A PostgreSQL database that holds some queues (docs/scaling.md "Past one primary"): a whole
+    dataloader database with its own migrations, leader, reaper and duties. One entry of
+    DL_SHARDS_JSON; the default shard is DL_DB_DSN (and DL_DB_DIRECT_DSN) and holds every queue
+    no shard names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dsn: str
+    direct_dsn: str | None = None
+    queues: tuple[str, ...] = ()
+
+
+def _check_dsn_scheme(value: str) -> str:
+    scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
+    if scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"must be a postgresql:// URL, got scheme {scheme or 'none'!r}")
+    return value
+
+
+def parse_shards(value: Any) -> dict[str, Shard]:
+    """DL_SHARDS_JSON (JSON text or a mapping) as {name: Shard}; ValueError with one line naming
+    the shard or queue at fault. A queue on two shards, a process queue, a reserved or malformed
+    name, a DSN that is not postgresql:// or that two shards share are refused."""
+    value = _json_text(value, "{}")
+    if not isinstance(value, dict):
+        raise ValueError('must be a JSON object like {"b": {"dsn": "postgresql://…/b", "queues": ["load"]}}')
+    shards: dict[str, Shard] = {}
+    owner: dict[str, str] = {}
+    for name, spec in value.items():
+        if not isinstance(name, str) or not _SHARD_NAME.match(name):
+            raise ValueError(f"shard {name!r}: a shard name is 1 to 63 of a-z, 0-9, _ and -, starting "
+                             "with a letter or digit")
+        if name == DEFAULT_SHARD:
+            raise ValueError(f"shard {name!r}: the name of DL_DB_DSN's shard, which holds every queue no "
+                             "shard names; give this shard another name")
+        if isinstance(spec, Shard):
+            spec = spec.model_dump()
+        if not isinstance(spec, dict) or "dsn" not in spec:
+            raise ValueError(f"shard {name!r}: must be an object with dsn (and optional direct_dsn, queues)")
+        unknown = sorted(set(spec) - {"dsn", "direct_dsn", "queues"})
+        if unknown:
+            raise ValueError(f"shard {name!r}: unknown key {unknown[0]!r} (allowed: dsn, direct_dsn, queues)")
+        for key in ("dsn", "direct_dsn"):
+            dsn = spec.get(key)
+            if key == "direct_dsn" and dsn is None:
+                continue
+            if not isinstance(dsn, str) or not dsn:
+                raise ValueError(f"shard {name!r}: {key} must be a postgresql:// URL")
+            try:
+                _check_dsn_scheme(dsn)
+            except ValueError as exc:
+                raise ValueError(f"shard {name!r}: {key} {exc}") from None
+        queues = spec.get("queues", [])
+        if not isinstance(queues, list | tuple):
+            raise ValueError(f"shard {name!r}: queues must be a JSON list of queue names")
+        for queue in queues:
+            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+                raise ValueError(f"shard {name!r}: {queue!r} is not a queue name (1 to 200 characters, not blank)")
+            if queue.startswith("process:"):
+                raise ValueError(f"shard {name!r}: queue {queue!r} is a process queue; processes live on the "
+                                 "default shard (DL_DB_DSN)")
+            if queue in owner:
+                raise ValueError(f"queue {queue!r} is on two shards ({owner[queue]!r} and {name!r})")
+            owner[queue] = name
+        shards[name] = Shard(dsn=spec["dsn"], direct_dsn=spec.get("direct_dsn"), queues=tuple(queues))
+    dsns: dict[str, str] = {}
+    for name, shard in shards.items():
+        if shard.dsn in dsns:
+            raise ValueError(f"shard {name!r}: the same dsn as shard {dsns[shard.dsn]!r} (one database is one shard)")
+        dsns[shard.dsn] = name
+    return shards
+
+
+def _shards_beside(shards: dict[str, Shard], default_dsn: str | None) -> dict[str, Shard]:
+    for name, shard in shards.items():
+        if default_dsn and shard.dsn == default_dsn:
+            raise ValueError(f"shard {name!r}: the same dsn as DL_DB_DSN, the default shard (one database "
+                             "is one shard)")
+    return shards
+
+
+def validated_shards(value: Any, default_dsn: str | None) -> dict[str, Shard]:
+    """`App(shards=...)`: DL_SHARDS_JSON's rules, a ConfigError naming it."""
+    try:
+        return _shards_beside(parse_shards(value), default_dsn)
+    except ValueError as exc:
+        raise ConfigError("DL_SHARDS_JSON", str(exc)) from None
+
+
 def _json_text(value: Any, empty: str) -> Any:
     """A setting given as JSON text (an env var), parsed; other values pass through. One error
     message for every JSON setting."""
@@ -75,6 +170,10 @@ class Settings(BaseSettings):
     # leader election, the migration lock. With it set and different, DL_DB_DSN may be a
     # transaction-pooling PgBouncer (docs/scaling.md "PgBouncer"). Unset: DL_DB_DSN is used for both.
     db_direct_dsn: str | None = None
+    # More databases, each holding some queues (docs/scaling.md "Past one primary"):
+    # {"b": {"dsn": "postgresql://…/b", "direct_dsn": optional, "queues": ["payments"]}}. A queue no
+    # shard names lives on the default shard, DL_DB_DSN. Empty: one database, nothing changes.
+    shards_json: Annotated[dict[str, Shard], NoDecode] = Field(default_factory=dict)
     # From the environment: WORKERS_JSON (a JSON list); in code: workers=[Queue(...)] or the JSON
     # text as workers_json=. NoDecode: our parser gives the one-line errors, not pydantic-settings'.
     workers: Annotated[list[Queue], NoDecode] = Field(
@@ -117,10 +216,23 @@ class Settings(BaseSettings):
         # asyncpg_dsn (postgresql://, postgres://, postgresql+asyncpg://).
         if not value:
             return None
-        scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
-        if scheme not in ("postgresql", "postgres"):
-            raise ValueError(f"must be a postgresql:// URL, got scheme {scheme or 'none'!r}")
-        return value
+        return _check_dsn_scheme(value)
+
+    @field_validator("shards_json", mode="before")
+    @classmethod
+    def _parse_shards(cls, value: Any, info: ValidationInfo) -> Any:
+        return _shards_beside(parse_shards(value), info.data.get("db_dsn"))
+
+    def shard_of(self, queue: str) -> str:
+        """The shard that holds `queue`: the one DL_SHARDS_JSON names it in, else the default."""
+        for name, shard in self.shards_json.items():
+            if queue in shard.queues:
+                return name
+        return DEFAULT_SHARD
+
+    def shard_names(self) -> list[str]:
+        """Every shard, the default first."""
+        return [DEFAULT_SHARD, *self.shards_json]
 
     @field_validator("log_format")
     @classmethod

@@ -62,8 +62,8 @@ class SyncApp:
     starts the private loop thread and connects; `close()` stops both."""
 
     def __init__(self, settings: Settings | None = None, *, pipelines: PipelineRegistry | None = None,
-                 embedded: bool = False) -> None:
-        self.app = App(settings, pipelines=pipelines, embedded=embedded)
+                 embedded: bool = False, shards: Mapping[str, Any] | None = None) -> None:
+        self.app = App(settings, pipelines=pipelines, embedded=embedded, shards=shards)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()

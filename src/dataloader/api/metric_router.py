@@ -79,7 +79,7 @@ async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
     if runtime.app is not None:
         try:
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
-                rows = await runtime.app.repo.queue_stats()
+                rows = await runtime.app.queue_stats()
         except Exception as exc:  # a scrape must not fail because the database is away
             log.warning("metrics: queue stats unavailable", extra={"error": repr(exc)})
         try:  # dl_processes: processes by namespace and status (issue 9)

@@ -154,28 +154,32 @@ class FlowManager:
                                 window_sec=SCALING_WINDOW_SEC, paused=r["paused"], concurrency=r["concurrency"],
                                 target_sec=float(target_sec)) for r in rows]
 
-    async def refresh_metrics(self) -> None:
-        """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed."""
+    async def refresh_metrics(self, *, clear: bool = True) -> None:
+        """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed.
+        `clear=False` adds to what another shard's manager set (the caller cleared them)."""
         states = await self.repo.paused_states()
-        metrics.QUEUE_PAUSED.clear()
+        if clear:
+            metrics.QUEUE_PAUSED.clear()
         for queue, paused in states.items():
             metrics.QUEUE_PAUSED.labels(queue).set(1 if paused else 0)
-        metrics.QUEUE_DESIRED_WORKERS.clear()
+        if clear:
+            metrics.QUEUE_DESIRED_WORKERS.clear()
         for scaling in await self.scaling():
             metrics.QUEUE_DESIRED_WORKERS.labels(scaling.queue).set(scaling.desired_workers)
         tasks = await self.repo.paused_tasks()
-        metrics.TASK_PAUSED.clear()
+        if clear:
+            metrics.TASK_PAUSED.clear()
         for (queue, task), (paused, _) in tasks.items():
             metrics.TASK_PAUSED.labels(queue, task).set(1 if paused else 0)
-        await self.refresh_limit_metrics()
+        await self.refresh_limit_metrics(clear=clear)
 
-    async def refresh_limit_metrics(self) -> None:
+    async def refresh_limit_metrics(self, *, clear: bool = True) -> None:
         """Set dl_flow_limit, dl_flow_in_use and dl_flow_held_back from the database, for every
         queue with a limit (a queue whose limits were cleared drops out), and the dl_task_* ones
         for every task with a limit of its own (0027)."""
         gauges = (metrics.FLOW_LIMIT, metrics.FLOW_IN_USE, metrics.FLOW_HELD_BACK_NOW)
         limited = [q for q in await self.repo.list() if q.settings.limited]
-        for gauge in gauges:
+        for gauge in gauges if clear else ():
             gauge.clear()
         for flow in limited:
             s = flow.settings
@@ -188,7 +192,7 @@ class FlowManager:
             if s.concurrency is not None:
                 metrics.FLOW_IN_USE.labels(flow.queue, "concurrency").set(flow.running)
         task_gauges = (metrics.TASK_LIMIT, metrics.TASK_IN_USE, metrics.TASK_HELD_BACK_NOW)
-        for gauge in task_gauges:
+        for gauge in task_gauges if clear else ():
             gauge.clear()
         for queue, tasks in (await self.repo.task_limits()).items():
             for task, tf in tasks.items():

@@ -383,7 +383,11 @@ class JobManager:
         JobRequests or `plain_jobs`' dicts."""
         if not reqs:
             return []
-        batch = self.batch_columns(reqs)
+        return await self.insert_batch(self.batch_columns(reqs), producer, conn=conn, request_id=request_id)
+
+    async def insert_batch(self, batch: BatchColumns, producer: str | None, *, conn: Any = None,
+                           request_id: str | None = None) -> list[uuid.UUID]:
+        """Insert a checked batch (`batch_columns`) in one statement; the ids inserted."""
         ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
                                                  request_id=request_id, traceparent=tracing.current_traceparent())
         batch.count_enqueued(ids)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -20,7 +20,13 @@ class QueueDepth:
     running: int = 0
     held: int = 0
     oldest_waiting_sec: float | None = None
+    # The shard that holds these jobs, named only when there are several (DL_SHARDS_JSON).
+    shard: str | None = None
+
+    def on_shard(self, shard: str) -> QueueDepth:
+        return replace(self, shard=shard)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queue": self.queue, "queued": self.queued, "delayed": self.delayed, "running": self.running,
-                "held": self.held, "oldest_waiting_sec": self.oldest_waiting_sec}
+        row = {"queue": self.queue, "queued": self.queued, "delayed": self.delayed, "running": self.running,
+               "held": self.held, "oldest_waiting_sec": self.oldest_waiting_sec}
+        return row if self.shard is None else {**row, "shard": self.shard}

@@ -71,6 +71,18 @@ class PruneReport:
     def total(self) -> int:
         return sum(self.jobs.values())
 
+    @classmethod
+    def merged(cls, reports: list[PruneReport]) -> PruneReport:
+        """Several shards' prunes as one report (they ran one after another)."""
+        total = cls(reports[0].dry_run)
+        for report in reports:
+            for key, n in report.jobs.items():
+                total.jobs[key] = total.jobs.get(key, 0) + n
+            total.ages.update(report.ages)
+            total.batches += report.batches
+            total.seconds += report.seconds
+        return total
+
     def to_dict(self) -> dict[str, object]:
         return {"dry_run": self.dry_run, "total": self.total, "batches": self.batches,
                 "seconds": round(self.seconds, 3),

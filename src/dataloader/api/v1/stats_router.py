@@ -111,6 +111,8 @@ class QueueDepthResponse(BaseModel):
     running: int
     held: int = Field(description="Held (dead-letter) jobs: failed and kept for an operator")
     oldest_waiting_sec: float | None = Field(description="Age of the oldest due job; null when none is due")
+    shard: str | None = Field(None, description="The shard (DL_SHARDS_JSON) that holds these jobs; present "
+                                                "only when there are several shards")
 
 
 class QueueDepthsResponse(BaseModel):
@@ -171,7 +173,7 @@ async def stats(
     return await runtime.require_app().stats(queue=queue, start=start, end=end)
 
 
-@router.get("/stats/depths", response_model=QueueDepthsResponse,
+@router.get("/stats/depths", response_model=QueueDepthsResponse, response_model_exclude_unset=True,
             summary="Each queue's depth now: due, delayed, running and held jobs, oldest due age",
             responses=error_responses())
 async def queue_depths(runtime: Annotated[Runtime, Depends(get_runtime)]) -> QueueDepthsResponse:

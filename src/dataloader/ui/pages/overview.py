@@ -86,8 +86,10 @@ async def live_state(app: App) -> dict[str, Any]:
     """What the live part shows: one row per queue (depth and flow state merged by name), nodes."""
     depths = {d.queue: d for d in await app.queue_depths()}
     flows = {f.queue: f for f in await app.queues()}
+    sharded = bool(app.settings.shards_json)  # name each queue's shard only when there are several
     queues = [{"name": name, "depth": depths.get(name), "flow": flows.get(name),
-               "flow_summary": flow_summary(flows.get(name)), "limits": limit_texts(flows.get(name))}
+               "flow_summary": flow_summary(flows.get(name)), "limits": limit_texts(flows.get(name)),
+               "shard": app.shard_of(name) if sharded else None}
               for name in sorted(set(depths) | set(flows))]
     nodes = await app.observers.nodes()
     return {"queues": queues, "nodes": nodes}
