@@ -329,3 +329,26 @@ async def test_a_bulk_operation_runs_on_the_shard_of_its_queues(two_databases):
         assert not await rows(a, "SELECT 1 FROM dl_operations")
     finally:
         await app.close()
+
+
+async def test_a_tasks_limits_live_on_its_queues_shard(two_databases):
+    """`@pipeline(limits=...)` is declared in the database of each queue a node serves, and a run-time
+    change of a task's limits goes to its queue's shard (the claims that read them are there)."""
+    a, b = two_databases
+    reg = registry()
+    reg.register("shard.limited", where, limits={"concurrency": 2})
+    app = await App(Settings(db_dsn=a, workers=[Queue("qa", 1), Queue("qb", 1)]), pipelines=reg,
+                    shards={"b": {"dsn": b, "queues": ["qb"]}}).open(migrate_schema=True)
+    try:
+        async with app.running():
+            pass
+        query = "SELECT queue, concurrency FROM dl_task_flow WHERE task = 'shard.limited' ORDER BY queue"
+        assert [tuple(r) for r in await rows(a, query)] == [("qa", 2)]
+        assert [tuple(r) for r in await rows(b, query)] == [("qb", 2)]
+        await app.configure_task("qb", "shard.limited", concurrency=5)
+        assert [tuple(r) for r in await rows(b, query)] == [("qb", 5)]
+        assert [tuple(r) for r in await rows(a, query)] == [("qa", 2)]
+        flows = {f.queue: f for f in await app.queues()}
+        assert flows["qb"].task_limits["shard.limited"].settings.concurrency == 5
+    finally:
+        await app.close()
