@@ -71,7 +71,15 @@ WITH candidate AS (
       -- every unparked queued job out of ix_dl_jobs_lock_key_active and sort them (2-4 ms instead
       -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
       AND NOT EXISTS (
-          SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+          SELECT 1 FROM dl_jobs r
+          -- `status > 'queued'` within ('queued', 'running') is 'running' (the enum's order), said
+          -- so that only ix_dl_jobs_lock_key_active (predicate: those two) can serve the probe, not
+          -- ix_dl_jobs_running_lease (predicate status = 'running'). While another session holds
+          -- the xmin horizon, a VACUUM counts that index's entries as 0 live rows though it still
+          -- holds one per job run since (none removable); planned as a full scan of it (estimated
+          -- cheaper by a hair), each candidate's probe read all of them: 504 buffers instead of 3
+          -- after 10,000 jobs (bench/xmin_claim.py; docs/scaling.md "A held xmin horizon").
+          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
           ORDER BY r.lock_key, r.status OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
@@ -145,9 +153,16 @@ LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
     FROM (SELECT w.key_parked FROM dl_jobs w
           WHERE c.job_id IS NOT NULL
-            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
+            -- `status < 'running'` within ('queued', 'running') is 'queued', said so that only
+            -- ix_dl_jobs_lock_key_active serves this probe, not a walk of ix_dl_jobs_claim
+            -- (predicate status = 'queued') with a filter on lock_key: the same trap as the running-key
+            -- probe above while the xmin horizon is held (the fair claim's generic plan fell in it).
+            -- Ordered by status too (one value), so the index's order still serves the ORDER BY and
+            -- LIMIT 16 stops a hot key's walk.
+            AND w.lock_key = r.lock_key AND w.status IN ('queued', 'running') AND w.status < 'running'
+            AND w.job_id <> r.job_id
             AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.key_parked
+          ORDER BY w.status, w.key_parked
           LIMIT 16) w
 ) k ON true
 ORDER BY r.priority, r.available_at, r.created_at;

@@ -115,7 +115,9 @@ WITH RECURSIVE flow AS MATERIALIZED (
               AND q.available_at <= now()
               AND q.task || '' <> ALL ((SELECT pt.tasks FROM paused_task pt)::text[])
               AND NOT EXISTS (
-                  SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+                  SELECT 1 FROM dl_jobs r
+                  -- 'running', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
+                  WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
                   ORDER BY r.lock_key, r.status OFFSET 0
               )
             ORDER BY q.priority, q.available_at, q.created_at
@@ -203,9 +205,11 @@ LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
     FROM (SELECT w.key_parked FROM dl_jobs w
           WHERE c.job_id IS NOT NULL
-            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
+            -- 'queued', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
+            AND w.lock_key = r.lock_key AND w.status IN ('queued', 'running') AND w.status < 'running'
+            AND w.job_id <> r.job_id
             AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.key_parked
+          ORDER BY w.status, w.key_parked
           LIMIT 16) w
 ) k ON true
 ORDER BY r.ord;

@@ -96,7 +96,9 @@ WITH flow AS MATERIALIZED (
       -- every unparked queued job out of ix_dl_jobs_lock_key_active and sort them (2-4 ms instead
       -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
       AND NOT EXISTS (
-          SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+          SELECT 1 FROM dl_jobs r
+          -- 'running', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
+          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
           ORDER BY r.lock_key, r.status OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
@@ -186,9 +188,11 @@ LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
     FROM (SELECT w.key_parked FROM dl_jobs w
           WHERE c.job_id IS NOT NULL
-            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
+            -- 'queued', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
+            AND w.lock_key = r.lock_key AND w.status IN ('queued', 'running') AND w.status < 'running'
+            AND w.job_id <> r.job_id
             AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.key_parked
+          ORDER BY w.status, w.key_parked
           LIMIT 16) w
 ) k ON true
 ORDER BY r.priority, r.available_at, r.created_at;
