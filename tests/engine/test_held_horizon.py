@@ -7,8 +7,7 @@ that ran since. A VACUUM (ANALYZE) then records 0 running rows, so both look emp
 and the claim's "does this lock_key run already?" probe was planned as a walk of one of them with a
 filter on lock_key: every candidate of every claim read all those entries (bench/xmin_claim.py:
 8,443 buffers and 11-40 ms per claim after 20,000 jobs instead of 483 and 1.4-3.8 ms). The probe
-must stay an index condition on lock_key (ix_dl_jobs_lock_key_active) in all three claims, and so
-must the probe of the claimed key's queued waiters (the fair claim's walked ix_dl_jobs_claim)."""
+must stay an index condition on lock_key (ix_dl_jobs_lock_key_active) in all three claims."""
 
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ pytestmark = pytest.mark.db
 
 JOBS_RUN_DURING_THE_HOLD = 10_000
 CLAIMS = {"claim": claim_sql(16), "claim_limited": claim_limited_sql(16), "claim_fair": fair_claim_sql(16)}
-# a lock_key term of a probe (the running-key probe, the key's waiters), wherever the planner put it
-_PROBE = re.compile(r"(Index Cond|Filter): .*\block_key = ")
+# the running-key probe's lock_key term as EXPLAIN prints it, wherever the planner put it
+_PROBE = re.compile(r"(Index Cond|Filter): .*\block_key = \(q(_\d+)?\.lock_key \|\| ''::text\)")
 
 
 @pytest.fixture
@@ -83,7 +82,7 @@ async def test_the_running_key_probe_stays_on_the_lock_key_index_while_the_horiz
     finally:
         await conn.close()
     probes = [(plan[i - 1].strip(), line.strip()) for i, line in enumerate(plan) if _PROBE.search(line)]
-    assert len(probes) >= 2, "\n".join(plan)  # the running-key probe and the key's waiters
+    assert probes, "\n".join(plan)
     walks = [(scan, term) for scan, term in probes
              if not (term.startswith("Index Cond") and "ix_dl_jobs_lock_key_active" in scan)]
     assert walks == [], "\n".join(plan)

@@ -153,16 +153,9 @@ LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
     FROM (SELECT w.key_parked FROM dl_jobs w
           WHERE c.job_id IS NOT NULL
-            -- `status < 'running'` within ('queued', 'running') is 'queued', said so that only
-            -- ix_dl_jobs_lock_key_active serves this probe, not a walk of ix_dl_jobs_claim
-            -- (predicate status = 'queued') with a filter on lock_key: the same trap as the running-key
-            -- probe above while the xmin horizon is held (the fair claim's generic plan fell in it).
-            -- Ordered by status too (one value), so the index's order still serves the ORDER BY and
-            -- LIMIT 16 stops a hot key's walk.
-            AND w.lock_key = r.lock_key AND w.status IN ('queued', 'running') AND w.status < 'running'
-            AND w.job_id <> r.job_id
+            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
             AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.status, w.key_parked
+          ORDER BY w.key_parked
           LIMIT 16) w
 ) k ON true
 ORDER BY r.priority, r.available_at, r.created_at;

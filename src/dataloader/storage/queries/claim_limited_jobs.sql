@@ -188,11 +188,9 @@ LEFT JOIN LATERAL (
     SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
     FROM (SELECT w.key_parked FROM dl_jobs w
           WHERE c.job_id IS NOT NULL
-            -- 'queued', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
-            AND w.lock_key = r.lock_key AND w.status IN ('queued', 'running') AND w.status < 'running'
-            AND w.job_id <> r.job_id
+            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
             AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.status, w.key_parked
+          ORDER BY w.key_parked
           LIMIT 16) w
 ) k ON true
 ORDER BY r.priority, r.available_at, r.created_at;
