@@ -78,11 +78,11 @@ async def chaos_across_failover(cfg: ChaosConfig, dsn: str, fail_over: Callable[
     finally:
         await conn.close()
     assert first_done is not None, detail
-    # nodes whose process was started before the failover and lived past it: they went on working
-    # on the new primary without a restart
-    survivors = {inc.name for slot in run.slots for inc in slot.history
-                 if inc.started_at < failover.killed_at
-                 and (inc.ended_at is None or inc.ended_at > failover.took_over_at + 5)}
+    # node processes started before the failover that claimed a job after it (every claim after the
+    # kill was on the new primary: the old one was dead): they went on without a restart. (The
+    # old check also asked each to live 5 s past the promotion, which the harness's next kill -9s,
+    # 2-3 s apart, sometimes denied both nodes: a failure with nothing wrong.)
+    survivors = {inc.name for slot in run.slots for inc in slot.history if inc.started_at < failover.killed_at}
     assert survivors & pickers_after, (survivors, pickers_after, detail)
     return FailoverResult(to_first_job_sec=(first_done - killed_at).total_seconds(),
                           took_over_sec=failover.took_over_at - failover.killed_at,
