@@ -57,7 +57,9 @@ HOT_STATEMENTS = [
 GROWING_TABLES = ("dl_jobs", "dl_job_events", "dl_processes", "dl_process_tasks", "dl_process_events",
                   "dl_process_feed", "dl_flow_starts")
 # A partial index over running jobs only: a walk of it is bounded by the jobs running on all nodes
-# (their total concurrency), not by the backlog.
+# (their total concurrency), not by the backlog. Except while another session holds the xmin
+# horizon: it then keeps an entry per job run since, so the claims' per-candidate lock_key probes
+# must not walk it (tests/engine/test_held_horizon.py).
 BOUNDED_INDEXES = ("ix_dl_jobs_running_lease",)
 
 _SCAN = re.compile(r"(Seq Scan|Index Scan|Index Only Scan)(?: Backward)? (?:using (\w+) )?on (\w+)")

@@ -1,4 +1,5 @@
-"""Components a topology test needs from the machine (pgbouncer, PostgreSQL's server binaries):
+"""Components a topology test needs from the machine (pgbouncer, PostgreSQL's server binaries,
+Patroni and etcd):
 found, or the test skips with the reason, except under CI (env CI set), where a missing component
 fails the test: .ci/run installs them, so missing there means the run proves nothing."""
 
@@ -38,3 +39,19 @@ def pg_bin() -> Path:
             return path
     missing("PostgreSQL server binaries (postgresql-15 or newer: initdb, pg_ctl, pg_basebackup)")
     raise AssertionError  # unreachable
+
+
+def patroni() -> str:
+    """Debian's `patroni` (3.0 or newer: the etcd v3 API)."""
+    found = shutil.which("patroni")
+    if found is None:
+        missing("patroni")
+    return found  # type: ignore[return-value]
+
+
+def etcd() -> str:
+    """Debian's `etcd-server` (3.4 or newer)."""
+    found = shutil.which("etcd")
+    if found is None:
+        missing("etcd (package etcd-server)")
+    return found  # type: ignore[return-value]

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.components import pg_bin
@@ -32,10 +33,10 @@ class ReplicatedCluster:
         self.standby_dir = self.dir / "standby"
         self.primary_port = free_port()
         self.standby_port = free_port()
-        self._as_user = os.geteuid() == 0
-        if self._as_user:
-            entry = pwd.getpwnam(SERVER_USER)
-            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        user = server_user()
+        self._as_user = user is not None
+        if user is not None:
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
         self.dir.chmod(0o755)
 
     # -- commands ---------------------------------------------------------------------------------
@@ -112,15 +113,7 @@ class ReplicatedCluster:
     def kill_primary(self) -> float:
         """kill -9 the primary's postmaster and every process of its server at once (a host that
         died); returns the wall-clock time of the kill."""
-        pid = int((self.primary_dir / "postmaster.pid").read_text().split()[0])
-        victims = [pid, *_children(pid)]
-        killed_at = time.time()
-        for victim in victims:
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return killed_at
+        return kill_server(self.primary_dir)
 
     def promote(self) -> float:
         """`pg_ctl promote` the standby and wait until it accepts writes; returns when it did."""
@@ -149,6 +142,34 @@ class ReplicatedCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_user() -> pwd.struct_passwd | None:
+    """The account the servers run as: `postgres` when the tests run as root, else the caller."""
+    return pwd.getpwnam(SERVER_USER) if os.geteuid() == 0 else None
+
+
+def kill_server(data_dir: Path, *, also: Sequence[int] = ()) -> float:
+    """kill -9 the postmaster of `data_dir`, every process of its server and the processes `also`
+    (its manager) at once: a host that died. Returns the wall-clock time of the kill.
+
+    The postmaster.pid of a server already killed stays behind; its pid is killed only while it is
+    still that server's postmaster (its command line names the data directory), never a process
+    that reused the number."""
+    victims = list(also)
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        if str(data_dir) in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+            victims += [pid, *_children(pid)]
+    except (OSError, ValueError, IndexError):
+        pass
+    killed_at = time.time()
+    for victim in victims:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return killed_at
 
 
 def _children(pid: int) -> list[int]:

@@ -12,11 +12,9 @@ Reported: the time from the primary's death to the first job finished on the new
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -24,7 +22,8 @@ import pytest
 
 from dataloader import App, Settings
 from dataloader.storage import migrate
-from tests.chaos.harness import ChaosConfig, ChaosRun, format_table
+from tests.chaos.harness import ChaosConfig
+from tests.support.failover import Failover, chaos_across_failover, create_database
 from tests.support.replication import ReplicatedCluster
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(420)]
@@ -36,61 +35,26 @@ async def test_the_standby_takes_over_mid_drain_and_nothing_acknowledged_is_lost
         subprocess_env: dict[str, str], tmp_path: Path, record_property) -> None:
     with ReplicatedCluster(synchronous=True) as cluster:
         cluster.wait_streaming()
-        admin = await asyncpg.connect(cluster.dsn())
-        try:
-            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-        finally:
-            await admin.close()
+        await create_database(cluster.dsn(), DATABASE)
         dsn = cluster.multi_host_dsn(DATABASE)
         await migrate.upgrade(dsn)
+        failover = Failover(new_primary_port=cluster.standby_port)
 
-        failover: dict[str, float] = {}
-
-        async def fail_over() -> str:
-            failover["killed_at"] = cluster.kill_primary()
-            failover["promoted_at"] = await asyncio.to_thread(cluster.promote)
-            return "failed over"
+        async def fail_over() -> None:
+            failover.killed_at = cluster.kill_primary()
+            failover.took_over_at = await asyncio.to_thread(cluster.promote)
 
         cfg = ChaosConfig(nodes=2, concurrency=4, jobs=150, kills=4, kill_interval=(2.0, 3.0), hot_keys=8,
                           hot_share=0.5, burst=(10, 30), drain_timeout_sec=120, restart=True, sigterm=False,
                           processes=2, observers=2, operation_jobs=200, settle_timeout_sec=120)
-        run = ChaosRun(cfg, dsn, fail_over, subprocess_env, tmp_path / "nodes")
-        report = await run.execute()
-        table = format_table(report)
-        print(table)
-        detail = (f"{table}\nexamples: {json.dumps(report['examples'], default=str)}\n"
-                  f"primary log: {cluster.log('primary')[-1500:]}\nstandby log: {cluster.log('standby')[-1500:]}")
-        assert "killed_at" in failover, detail
-        assert report["drained"], detail
-        assert report["failures"] == {}, detail
-        assert report["counts"]["jobs_acked"] == cfg.jobs, detail
-
-        killed_at = datetime.fromtimestamp(failover["killed_at"], UTC)
-        conn = await asyncpg.connect(dsn)
-        try:
-            assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")  # the standby is the primary now
-            assert await conn.fetchval("SELECT inet_server_port()") == cluster.standby_port
-            first_done = await conn.fetchval(
-                "SELECT min(finished_at) FROM dl_jobs WHERE status = 'succeeded' AND finished_at > $1", killed_at)
-            pickers_after = {r["worker"] for r in await conn.fetch(
-                "SELECT DISTINCT payload->>'worker' AS worker FROM dl_job_events "
-                "WHERE kind = 'picked' AND ts > $1", killed_at)}
-        finally:
-            await conn.close()
-        assert first_done is not None, detail
-        # nodes whose process was started before the failover and lived past it: they went on
-        # working on the new primary without a restart
-        survivors = {inc.name for slot in run.slots for inc in slot.history
-                     if inc.started_at < failover["killed_at"]
-                     and (inc.ended_at is None or inc.ended_at > failover["promoted_at"] + 5)}
-        assert survivors & pickers_after, (survivors, pickers_after, detail)
-        to_first_job = (first_done - killed_at).total_seconds()
-        promote_took = failover["promoted_at"] - failover["killed_at"]
-        record_property("failover_to_first_job_sec", round(to_first_job, 2))
-        record_property("failover_promote_sec", round(promote_took, 2))
-        print(f"primary killed -> standby promoted: {promote_took:.2f} s; "
-              f"-> first job finished on the new primary: {to_first_job:.2f} s; "
-              f"nodes that went on without a restart: {sorted(survivors & pickers_after)}")
+        result = await chaos_across_failover(
+            cfg, dsn, fail_over, failover, subprocess_env, tmp_path / "nodes",
+            lambda: f"primary log: {cluster.log('primary')[-1500:]}\nstandby log: {cluster.log('standby')[-1500:]}")
+        record_property("failover_to_first_job_sec", round(result.to_first_job_sec, 2))
+        record_property("failover_promote_sec", round(result.took_over_sec, 2))
+        print(f"primary killed -> standby promoted: {result.took_over_sec:.2f} s; "
+              f"-> first job finished on the new primary: {result.to_first_job_sec:.2f} s; "
+              f"nodes that went on without a restart: {result.survivors}")
 
 
 @pytest.mark.parametrize("synchronous", [False, True], ids=["asynchronous", "synchronous"])
@@ -102,11 +66,7 @@ async def test_what_a_promoted_standby_has_of_the_enqueues_the_primary_acknowled
     is acknowledged in that window (it waits for the standby), so none acknowledged is gone."""
     with ReplicatedCluster(synchronous=synchronous) as cluster:
         cluster.wait_streaming()
-        admin = await asyncpg.connect(cluster.dsn())
-        try:
-            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-        finally:
-            await admin.close()
+        await create_database(cluster.dsn(), DATABASE)
         dsn = cluster.multi_host_dsn(DATABASE)
         await migrate.upgrade(dsn)
         standby = cluster.dsn(DATABASE, port=cluster.standby_port)

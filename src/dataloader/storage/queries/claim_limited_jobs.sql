@@ -117,7 +117,9 @@ WITH flow AS MATERIALIZED (
       -- every unparked queued job out of ix_dl_jobs_lock_key_active and sort them (2-4 ms instead
       -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
       AND NOT EXISTS (
-          SELECT 1 FROM dl_jobs r WHERE r.lock_key = q.lock_key || '' AND r.status = 'running'
+          SELECT 1 FROM dl_jobs r
+          -- 'running', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
+          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
           ORDER BY r.lock_key, r.status OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
