@@ -210,11 +210,14 @@ $$
 
 
 def upgrade() -> None:
+    # the ranges of a queue's limits (0022's checks), so no hand-written row breaks the gate
     op.execute("ALTER TABLE dl_task_flow"
-               " ADD COLUMN IF NOT EXISTS concurrency integer,"
-               " ADD COLUMN IF NOT EXISTS rate_limit integer,"
-               " ADD COLUMN IF NOT EXISTS rate_period_sec double precision,"
-               " ADD COLUMN IF NOT EXISTS settings_source text")
+               " ADD COLUMN IF NOT EXISTS concurrency integer CHECK (concurrency BETWEEN 1 AND 1000000),"
+               " ADD COLUMN IF NOT EXISTS rate_limit integer CHECK (rate_limit BETWEEN 1 AND 100000),"
+               " ADD COLUMN IF NOT EXISTS rate_period_sec double precision"
+               " CHECK (rate_period_sec BETWEEN 0.01 AND 86400),"
+               " ADD COLUMN IF NOT EXISTS settings_source text CHECK (settings_source IN ('declared', 'runtime')),"
+               " ADD CONSTRAINT dl_task_flow_rate_period CHECK ((rate_limit IS NULL) = (rate_period_sec IS NULL))")
     op.execute("ALTER TABLE dl_queue_flow ADD COLUMN IF NOT EXISTS task_limited boolean NOT NULL DEFAULT false")
     op.execute(
         "CREATE TABLE IF NOT EXISTS dl_task_starts ("
