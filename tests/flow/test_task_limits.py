@@ -234,3 +234,14 @@ def test_sync_app_configures_a_task_too(db, dsn):
         state = app.configure_task(queue, SLEEP, rate_limit=4)
         assert state.task_limits[SLEEP].settings == TaskSettings(None, 4, 1.0)
         assert app.configure_task(queue, SLEEP, rate_limit=None).task_limits == {}
+
+
+async def test_the_scaling_signal_counts_a_tasks_concurrency_cap(app, db):
+    queue = _queue("tscale")
+    await app.configure_task(queue, SLEEP, concurrency=2)
+    for i in range(30):
+        await enqueue(db, SLEEP, queue=queue, lock_key=f"k{i}")
+    scaling = await app.queue_scaling(queue)
+    assert (scaling.desired_workers, scaling.reason) == (2, "backlog, no throughput yet, capped by task concurrency")
+    await app.configure_task(queue, SLEEP, concurrency=None)
+    assert (await app.queue_scaling(queue)).desired_workers == 1  # cold start: one slot, doubling from there

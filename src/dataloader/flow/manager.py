@@ -149,10 +149,13 @@ class FlowManager:
                                    [{"loc": ["target_sec"], "msg": f"must be from 1 to {TARGET_MAX_SEC:g}",
                                      "type": "value_error"}])
         rows = await self.repo.scaling_inputs(queue, SCALING_WINDOW_SEC)
+        # the runnable jobs limited tasks' concurrency holds back (one read of the limited tasks only)
+        task_held = {q: sum(t.held_back["concurrency"] for t in tasks.values())
+                     for q, tasks in (await self.repo.task_limits(queue)).items()}
         return [desired_workers(queue=r["queue"], runnable=r["runnable"], running=r["running"],
                                 oldest_age_sec=r["oldest_age_sec"], finished_recently=r["finished_recently"],
                                 window_sec=SCALING_WINDOW_SEC, paused=r["paused"], concurrency=r["concurrency"],
-                                target_sec=float(target_sec)) for r in rows]
+                                target_sec=float(target_sec), task_held=task_held.get(r["queue"], 0)) for r in rows]
 
     async def refresh_metrics(self) -> None:
         """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed."""
