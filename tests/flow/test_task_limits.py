@@ -239,9 +239,30 @@ def test_sync_app_configures_a_task_too(db, dsn):
 async def test_the_scaling_signal_counts_a_tasks_concurrency_cap(app, db):
     queue = _queue("tscale")
     await app.configure_task(queue, SLEEP, concurrency=2)
-    for i in range(30):
-        await enqueue(db, SLEEP, queue=queue, lock_key=f"k{i}")
+    ids = [await enqueue(db, SLEEP, queue=queue, lock_key=f"k{i}") for i in range(30)]
+    # two of them run (as a claim leaves them): the task is at its cap, the other 28 are held back
+    await db.execute("UPDATE dl_jobs SET status = 'running', started_at = now(), attempt = 1, "
+                     "lease_expires_at = now() + interval '1 hour', heartbeat_at = now() WHERE job_id = ANY($1)",
+                     ids[:2])
     scaling = await app.queue_scaling(queue)
+    # without the cap: the two busy slots doubled (4); nothing more of the task can start
     assert (scaling.desired_workers, scaling.reason) == (2, "backlog, no throughput yet, capped by task concurrency")
     await app.configure_task(queue, SLEEP, concurrency=None)
-    assert (await app.queue_scaling(queue)).desired_workers == 1  # cold start: one slot, doubling from there
+    assert (await app.queue_scaling(queue)).desired_workers == 4
+
+
+async def test_a_task_rate_has_no_burst_after_a_restart(app, db, dsn):
+    """The window's starts are rows: a node that starts (or restarts) while the task's window is
+    full starts nothing of it until the window opens, whatever it remembers (nothing)."""
+    queue = _queue("trestart")
+    await app.configure_task(queue, SLEEP, rate_limit=3, rate_period_sec=2)
+    full_at = await db.fetchval("SELECT clock_timestamp()")
+    await db.execute("INSERT INTO dl_task_starts (queue, task, job_id, started_at) "
+                     "SELECT $1, $2, gen_random_uuid(), $3 FROM generate_series(1, 3)", queue, SLEEP, full_at)
+    ids = [await enqueue(db, SLEEP, args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}") for i in range(2)]
+    async with app.running(queues=[Queue(queue, 4)], reaper=False):
+        await drain(db, ids, 20)
+    first = await db.fetchval("SELECT min(started_at) FROM dl_task_starts WHERE queue = $1 AND job_id = ANY($2)",
+                              queue, ids)
+    assert (first - full_at).total_seconds() >= 2.0, "no start before the full window opened"
