@@ -401,8 +401,7 @@ class App:
                                   await self._engine_pool_for_workers(), self.registry,
                                   reaper=reaper, capabilities=True)
         await self.flow.apply_declared(settings.declared_queue_settings())
-        await self.flow.apply_declared_tasks(self.registry.declared_task_limits(),
-                                             [w.queue for w in settings.workers])
+        await self.flow.apply_declared_tasks(settings.declared_task_settings(self.registry.declared_task_limits()))
         await manager.start()
         self._managers.append(manager)
         try:

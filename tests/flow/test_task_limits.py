@@ -266,3 +266,29 @@ async def test_a_task_rate_has_no_burst_after_a_restart(app, db, dsn):
     first = await db.fetchval("SELECT min(started_at) FROM dl_task_starts WHERE queue = $1 AND job_id = ANY($2)",
                               queue, ids)
     assert (first - full_at).total_seconds() >= 2.0, "no start before the full window opened"
+
+
+async def test_task_limits_declared_in_settings_win_over_the_pipelines_and_a_runtime_change_over_both(db, dsn):
+    """DL_TASK_LIMITS_JSON names (queue, task) pairs, served or not; over `@pipeline(limits=...)` of
+    the same task in a served queue; a runtime change wins over both at the next start."""
+    queue, elsewhere = _queue("tjson"), _queue("tjson-elsewhere")
+    load_pipeline_modules(["tests.support.pipelines"])
+    own = PipelineRegistry()
+    own.register(SLEEP, registry.get(SLEEP).func, limits={"concurrency": 2})
+    settings = Settings(db_dsn=dsn, workers=[], task_limits_json={queue: {SLEEP: {"concurrency": 7}},
+                                                                  elsewhere: {OTHER: {"rate": "5/1s"}}})
+    app = await App(settings, pipelines=own).open()
+    try:
+        async with app.running(queues=[Queue(queue, 2)], reaper=False):
+            pass
+        state = {q.queue: q for q in await app.queues()}
+        assert state[queue].task_limits[SLEEP].settings == TaskSettings(7, None, None)
+        assert state[elsewhere].task_limits[OTHER].settings == TaskSettings(None, 5, 1.0)
+        await app.configure_task(queue, SLEEP, concurrency=1)
+        async with app.running(queues=[Queue(queue, 2)], reaper=False):
+            pass
+        state = {q.queue: q for q in await app.queues()}
+        assert (state[queue].task_limits[SLEEP].settings.concurrency,
+                state[queue].task_limits[SLEEP].settings_source) == (1, "runtime")
+    finally:
+        await app.close()

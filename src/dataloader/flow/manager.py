@@ -21,7 +21,7 @@ persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JS
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -116,14 +116,13 @@ class FlowManager:
         checked = check_task_changes(changes)
         return await self.repo.configure_task(queue, task, lambda current: current.merged(checked))
 
-    async def apply_declared_tasks(self, declared: Mapping[str, TaskSettings], queues: Iterable[str]) -> None:
-        """Apply the limits tasks declare in code (`@pipeline(limits=...)`) at a node's start, in each
-        of `queues` (the queues this node's workers serve: a task's limit holds per queue), to every
-        task whose limits were not set at run time there."""
-        for queue in sorted(set(queues)):
-            for task, settings in sorted(declared.items()):
-                if settings.limited:
-                    await self.repo.declare_task(check_queue_name(queue), check_task_name(task), settings)
+    async def apply_declared_tasks(self, declared: Mapping[tuple[str, str], TaskSettings]) -> None:
+        """Apply the limits tasks declare (`@pipeline(limits=...)` in each queue a node serves,
+        DL_TASK_LIMITS_JSON) at a node's start, by (queue, task), to every task whose limits were
+        not set at run time in that queue."""
+        for (queue, task), settings in sorted(declared.items()):
+            if settings.limited:
+                await self.repo.declare_task(check_queue_name(queue), check_task_name(task), settings)
 
     async def apply_declared(self, declared: Mapping[str, QueueSettings]) -> None:
         """Apply the limits a node declares (code, settings) at its start, to every queue whose
