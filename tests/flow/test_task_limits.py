@@ -106,6 +106,10 @@ async def test_held_back_jobs_of_a_task_show_and_clearing_its_limit_wakes_them(a
         assert (task.settings.concurrency, task.settings_source, task.running, task.runnable) == (1, "runtime", 1, 2)
         assert task.held_back == {"concurrency": 2, "rate": 0}
         assert state.to_dict()["tasks"][SLEEP]["held_back"]["concurrency"] == 2
+        # the worker's first claim took the three jobs as candidates; the gate held two back
+        from prometheus_client import generate_latest
+        counted = f'dl_task_held_back_total{{limit="concurrency",queue="{queue}",task="{SLEEP}"}}'
+        assert counted in generate_latest().decode()
         cleared = await app.configure_task(queue, SLEEP, concurrency=None)  # its NOTIFY wakes the held jobs
         assert cleared.task_limits == {}
         await wait_until(lambda: running(3), timeout=5, message="the held jobs start once the limit is cleared")
