@@ -63,8 +63,8 @@ def base_claim_sql(base: str, limit: int, name: str = "claim_jobs") -> str:
 
 
 async def install_base_gate(conn: asyncpg.Connection) -> None:
-    """The three-argument gate of 0023, beside the current one: what the base commit's limited claim
-    calls (0027 replaced it), so `--against limited` can run the base's limited claim here."""
+    """The three-argument gate of 0023, as that commit wrote it: what the base commit's limited claim
+    calls (0027 keeps it beside its own; written again so a base older or newer reads the same)."""
     import importlib
 
     await conn.execute(importlib.import_module("dataloader.storage.migrations.versions.0023_flow_gate").GATE)

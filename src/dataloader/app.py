@@ -496,8 +496,9 @@ class App:
         declared = {q: s for q, s in settings.declared_queue_settings().items()
                     if self._shard_of(q) == self._shard_name}
         await self._own_flow().apply_declared(declared)
-        await self._own_flow().apply_declared_tasks(self.registry.declared_task_limits(),
-                                                    [w.queue for w in settings.workers])
+        tasks = settings.declared_task_settings(self.registry.declared_task_limits())
+        await self._own_flow().apply_declared_tasks({(q, t): s for (q, t), s in tasks.items()
+                                                     if self._shard_of(q) == self._shard_name})
         await manager.start()
         self._managers.append(manager)
         try:

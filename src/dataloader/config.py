@@ -19,7 +19,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
-from dataloader.model.flow import QueueSettings, settings_from_declaration
+from dataloader.model.flow import QueueSettings, TaskSettings, settings_from_declaration, task_settings_from_declaration
 from dataloader.model.job import FINISHED_STATUS_NAMES
 
 DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
@@ -318,6 +318,10 @@ class Settings(BaseSettings):
     # as {"load": {"concurrency": 5, "partition_concurrency": 1, "rate": "10/1s"}}; applied at a
     # node's start unless set at run time. A queue named here and in a Queue(limits=...) takes these.
     queues_json: Annotated[dict[str, QueueSettings], NoDecode] = Field(default_factory=dict)
+    # Limits per task of a queue (0027), declared as {"load": {"load.cbr": {"concurrency": 3, "rate":
+    # "10/1s"}}}: applied at a node's start unless set at run time, over any `@pipeline(limits=...)`
+    # of the same task in that queue.
+    task_limits_json: Annotated[dict[str, dict[str, TaskSettings]], NoDecode] = Field(default_factory=dict)
 
     # Processes: a running process with no timer, no task and no change for this long is idle (the
     # dl_processes_idle gauge, and the consistency check's `idle` finding); 0: never.
@@ -424,6 +428,38 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"queue {queue!r}: {exc}") from None
         return parsed
+
+    @field_validator("task_limits_json", mode="before")
+    @classmethod
+    def _parse_task_limits(cls, value: Any) -> Any:
+        value = _json_text(value, "{}")
+        if not isinstance(value, dict):
+            raise ValueError('must be a JSON object like {"load": {"load.cbr": {"concurrency": 3, "rate": "10/1s"}}}')
+        parsed: dict[str, dict[str, TaskSettings]] = {}
+        for queue, tasks in value.items():
+            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+                raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
+            if not isinstance(tasks, dict):
+                raise ValueError(f"queue {queue!r}: must be an object of task -> limits")
+            parsed[queue] = {}
+            for task, declared in tasks.items():
+                if not isinstance(task, str) or not 1 <= len(task) <= 200 or not task.strip() or "\x00" in task:
+                    raise ValueError(f"queue {queue!r}: task {task!r}: not a task name (1 to 200 characters, "
+                                     "not blank)")
+                try:
+                    parsed[queue][task] = declared if isinstance(declared, TaskSettings) else (
+                        task_settings_from_declaration(declared, task))
+                except ValueError as exc:
+                    raise ValueError(f"queue {queue!r}: task {task!r}: {exc}") from None
+        return parsed
+
+    def declared_task_settings(self, pipelines: dict[str, TaskSettings]) -> dict[tuple[str, str], TaskSettings]:
+        """The limits this node declares, by (queue, task): its pipelines' `@pipeline(limits=...)` in
+        each queue its workers serve, then DL_TASK_LIMITS_JSON over them (settings win over code)."""
+        declared = {(w.queue, task): limits for w in self.workers for task, limits in pipelines.items()}
+        declared.update({(queue, task): limits for queue, tasks in self.task_limits_json.items()
+                         for task, limits in tasks.items()})
+        return declared
 
     def declared_queue_settings(self) -> dict[str, QueueSettings]:
         """The limits this node declares, by queue: its workers' `Queue(limits=...)`, then

@@ -106,6 +106,10 @@ async def test_held_back_jobs_of_a_task_show_and_clearing_its_limit_wakes_them(a
         assert (task.settings.concurrency, task.settings_source, task.running, task.runnable) == (1, "runtime", 1, 2)
         assert task.held_back == {"concurrency": 2, "rate": 0}
         assert state.to_dict()["tasks"][SLEEP]["held_back"]["concurrency"] == 2
+        # the worker's first claim took the three jobs as candidates; the gate held two back
+        from prometheus_client import generate_latest
+        counted = f'dl_task_held_back_total{{limit="concurrency",queue="{queue}",task="{SLEEP}"}}'
+        assert counted in generate_latest().decode()
         cleared = await app.configure_task(queue, SLEEP, concurrency=None)  # its NOTIFY wakes the held jobs
         assert cleared.task_limits == {}
         await wait_until(lambda: running(3), timeout=5, message="the held jobs start once the limit is cleared")
@@ -234,3 +238,61 @@ def test_sync_app_configures_a_task_too(db, dsn):
         state = app.configure_task(queue, SLEEP, rate_limit=4)
         assert state.task_limits[SLEEP].settings == TaskSettings(None, 4, 1.0)
         assert app.configure_task(queue, SLEEP, rate_limit=None).task_limits == {}
+
+
+async def test_the_scaling_signal_counts_a_tasks_concurrency_cap(app, db):
+    queue = _queue("tscale")
+    await app.configure_task(queue, SLEEP, concurrency=2)
+    ids = [await enqueue(db, SLEEP, queue=queue, lock_key=f"k{i}") for i in range(30)]
+    # two of them run (as a claim leaves them): the task is at its cap, the other 28 are held back
+    await db.execute("UPDATE dl_jobs SET status = 'running', started_at = now(), attempt = 1, "
+                     "lease_expires_at = now() + interval '1 hour', heartbeat_at = now() WHERE job_id = ANY($1)",
+                     ids[:2])
+    scaling = await app.queue_scaling(queue)
+    # without the cap: the two busy slots doubled (4); nothing more of the task can start
+    assert (scaling.desired_workers, scaling.reason) == (2, "backlog, no throughput yet, capped by task concurrency")
+    await app.configure_task(queue, SLEEP, concurrency=None)
+    assert (await app.queue_scaling(queue)).desired_workers == 4
+
+
+async def test_a_task_rate_has_no_burst_after_a_restart(app, db, dsn):
+    """The window's starts are rows: a node that starts (or restarts) while the task's window is
+    full starts nothing of it until the window opens, whatever it remembers (nothing)."""
+    queue = _queue("trestart")
+    await app.configure_task(queue, SLEEP, rate_limit=3, rate_period_sec=2)
+    full_at = await db.fetchval("SELECT clock_timestamp()")
+    await db.execute("INSERT INTO dl_task_starts (queue, task, job_id, started_at) "
+                     "SELECT $1, $2, gen_random_uuid(), $3 FROM generate_series(1, 3)", queue, SLEEP, full_at)
+    ids = [await enqueue(db, SLEEP, args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}") for i in range(2)]
+    async with app.running(queues=[Queue(queue, 4)], reaper=False):
+        await drain(db, ids, 20)
+    first = await db.fetchval("SELECT min(started_at) FROM dl_task_starts WHERE queue = $1 AND job_id = ANY($2)",
+                              queue, ids)
+    assert (first - full_at).total_seconds() >= 2.0, "no start before the full window opened"
+
+
+async def test_task_limits_declared_in_settings_win_over_the_pipelines_and_a_runtime_change_over_both(db, dsn):
+    """DL_TASK_LIMITS_JSON names (queue, task) pairs, served or not; over `@pipeline(limits=...)` of
+    the same task in a served queue; a runtime change wins over both at the next start."""
+    queue, elsewhere = _queue("tjson"), _queue("tjson-elsewhere")
+    load_pipeline_modules(["tests.support.pipelines"])
+    own = PipelineRegistry()
+    own.register(SLEEP, registry.get(SLEEP).func, limits={"concurrency": 2})
+    settings = Settings(db_dsn=dsn, workers=[], task_limits_json={queue: {SLEEP: {"concurrency": 7}},
+                                                                  elsewhere: {OTHER: {"rate": "5/1s"}}})
+    app = await App(settings, pipelines=own).open()
+    try:
+        async with app.running(queues=[Queue(queue, 2)], reaper=False):
+            pass
+        state = {q.queue: q for q in await app.queues()}
+        assert state[queue].task_limits[SLEEP].settings == TaskSettings(7, None, None)
+        assert state[elsewhere].task_limits[OTHER].settings == TaskSettings(None, 5, 1.0)
+        await app.configure_task(queue, SLEEP, concurrency=1)
+        async with app.running(queues=[Queue(queue, 2)], reaper=False):
+            pass
+        state = {q.queue: q for q in await app.queues()}
+        assert (state[queue].task_limits[SLEEP].settings.concurrency,
+                state[queue].task_limits[SLEEP].settings_source) == (1, "runtime")
+    finally:
+        await app.close()

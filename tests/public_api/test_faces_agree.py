@@ -719,3 +719,29 @@ async def test_a_task_limit_set_in_the_console_shows_on_its_queues_row(py_app, h
     overview = (await http.get("/ui/")).text
     row = overview.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
     assert f"task {TASK}: concurrency 0/3, rate 10/1s (0 in window)" in row
+
+
+# DL_TASK_LIMITS_JSON (0027): a bad task limit declared in settings is the same one-line ConfigError
+# naming the variable in Python (load_settings) and in the CLI, before anything connects.
+BAD_TASK_LIMITS_JSON = [
+    ('{"q": {"t": {"partition_concurrency": 2}}}', "partition_concurrency: not a task limit"),
+    ('{"q": {"t": {"concurrency": 0}}}', "concurrency: must be between 1 and 1000000"),
+    ('{"q": {"t": {"rate": "fast"}}}', "rate: must be a rate"),
+    ('{"q": {"t": 3}}', "must be an object"),
+    ('{"q": {"": {"concurrency": 1}}}', "not a task name"),
+    ('{"q": [1]}', "must be an object of task -> limits"),
+    ('["q"]', "must be a JSON object"),
+    ('{"q": ', "is not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), BAD_TASK_LIMITS_JSON)
+async def test_a_bad_task_limits_json_is_the_same_config_error_in_python_and_the_cli(dsn, text, words):
+    from dataloader.exceptions import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_settings(db_dsn=dsn, task_limits_json=text)
+    assert caught.value.variable == "DL_TASK_LIMITS_JSON" and words in str(caught.value)
+    result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_TASK_LIMITS_JSON": text})
+    assert result.exit_code == 2
+    assert error_line(result) == f"dataloader: configuration error: {caught.value}"

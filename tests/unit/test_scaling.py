@@ -48,6 +48,15 @@ def test_caps_make_more_slots_useless():
     assert want(runnable=600, running=4, paused=True) == (4, "paused")  # only what still runs
 
 
+def test_jobs_a_tasks_concurrency_holds_back_are_no_jobs_to_run():
+    # 600 runnable would want 10 more slots, but their task's cap holds back 595: 5 can start
+    assert want(runnable=600, running=4, finished_recently=240, task_held=595) == (
+        9, "backlog / throughput, capped by task concurrency")
+    assert want(runnable=600, running=4, finished_recently=240, task_held=10)[0] == 14  # room enough
+    assert want(runnable=5, running=3, task_held=5) == (3, "backlog, no throughput yet, capped by task concurrency")
+    assert want(runnable=5, running=3, task_held=math.nan)[0] == 6  # a value that is no count reads as 0
+
+
 @pytest.mark.parametrize("odd", [math.inf, -math.inf, math.nan, -5, None, "x"])
 def test_no_input_makes_it_fail(odd):
     for field in ("runnable", "running", "oldest_age_sec", "finished_recently"):

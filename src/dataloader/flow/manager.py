@@ -21,7 +21,7 @@ persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JS
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -116,14 +116,13 @@ class FlowManager:
         checked = check_task_changes(changes)
         return await self.repo.configure_task(queue, task, lambda current: current.merged(checked))
 
-    async def apply_declared_tasks(self, declared: Mapping[str, TaskSettings], queues: Iterable[str]) -> None:
-        """Apply the limits tasks declare in code (`@pipeline(limits=...)`) at a node's start, in each
-        of `queues` (the queues this node's workers serve: a task's limit holds per queue), to every
-        task whose limits were not set at run time there."""
-        for queue in sorted(set(queues)):
-            for task, settings in sorted(declared.items()):
-                if settings.limited:
-                    await self.repo.declare_task(check_queue_name(queue), check_task_name(task), settings)
+    async def apply_declared_tasks(self, declared: Mapping[tuple[str, str], TaskSettings]) -> None:
+        """Apply the limits tasks declare (`@pipeline(limits=...)` in each queue a node serves,
+        DL_TASK_LIMITS_JSON) at a node's start, by (queue, task), to every task whose limits were
+        not set at run time in that queue."""
+        for (queue, task), settings in sorted(declared.items()):
+            if settings.limited:
+                await self.repo.declare_task(check_queue_name(queue), check_task_name(task), settings)
 
     async def apply_declared(self, declared: Mapping[str, QueueSettings]) -> None:
         """Apply the limits a node declares (code, settings) at its start, to every queue whose
@@ -149,10 +148,13 @@ class FlowManager:
                                    [{"loc": ["target_sec"], "msg": f"must be from 1 to {TARGET_MAX_SEC:g}",
                                      "type": "value_error"}])
         rows = await self.repo.scaling_inputs(queue, SCALING_WINDOW_SEC)
+        # the runnable jobs limited tasks' concurrency holds back (one read of the limited tasks only)
+        task_held = {q: sum(t.held_back["concurrency"] for t in tasks.values())
+                     for q, tasks in (await self.repo.task_limits(queue)).items()}
         return [desired_workers(queue=r["queue"], runnable=r["runnable"], running=r["running"],
                                 oldest_age_sec=r["oldest_age_sec"], finished_recently=r["finished_recently"],
                                 window_sec=SCALING_WINDOW_SEC, paused=r["paused"], concurrency=r["concurrency"],
-                                target_sec=float(target_sec)) for r in rows]
+                                target_sec=float(target_sec), task_held=task_held.get(r["queue"], 0)) for r in rows]
 
     async def refresh_metrics(self, *, clear: bool = True) -> None:
         """Set dl_queue_paused and dl_task_paused from the database: 1 while paused, 0 once resumed.

@@ -14,7 +14,9 @@ The rules, in order:
 4. An oldest runnable job older than `target_sec` is already late: the extra slots are multiplied by
    its lateness (age / target_sec), at most 4x.
 5. Caps, which make more slots useless: never more slots than jobs to run (running + backlog), and
-   never more than the queue's global concurrency limit (issue 21's `concurrency`).
+   never more than the queue's global concurrency limit (issue 21's `concurrency`); the runnable
+   jobs that a task's own concurrency limit holds back (0027: beyond the slots it leaves) are no
+   jobs to run either.
 Anything not finite or negative (a hand-written timestamp, a clock step) reads as 0, so no row can
 make the figure fail (promise 9)."""
 
@@ -38,7 +40,7 @@ def _seconds(value: object) -> float:
 
 def desired_workers(*, queue: str, runnable: object, running: object, oldest_age_sec: object,
                     finished_recently: object, window_sec: float, paused: bool, concurrency: int | None,
-                    target_sec: float = DEFAULT_TARGET_SEC) -> QueueScaling:
+                    target_sec: float = DEFAULT_TARGET_SEC, task_held: object = 0) -> QueueScaling:
     """The job slots `queue` wants on all nodes now, with the inputs and the rule that decided."""
     backlog, busy = _count(runnable), _count(running)
     age, finished = _seconds(oldest_age_sec), _count(finished_recently)
@@ -63,6 +65,9 @@ def desired_workers(*, queue: str, runnable: object, running: object, oldest_age
         desired = busy + extra
         if desired > busy + backlog:
             desired = busy + backlog
+    startable = busy + max(0, backlog - _count(task_held))
+    if not paused and desired > startable:
+        desired, reason = startable, reason + ", capped by task concurrency"
     if concurrency is not None and desired > concurrency:
         desired, reason = concurrency, reason + ", capped by concurrency"
     return QueueScaling(queue=queue, desired_workers=desired, reason=reason, runnable=backlog, running=busy,

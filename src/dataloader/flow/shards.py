@@ -5,7 +5,7 @@ change goes to that shard; the lists merge every shard's."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dataloader import metrics
@@ -35,9 +35,9 @@ class ShardedFlowManager:
     async def configure_task(self, queue: str, task: str, changes: Mapping[str, Any]) -> QueueFlow:
         return await self._for(queue).configure_task(queue, task, changes)
 
-    async def apply_declared_tasks(self, declared: Mapping[str, TaskSettings], queues: Iterable[str]) -> None:
-        for queue in sorted(set(queues)):
-            await self._for(queue).apply_declared_tasks(declared, [queue])
+    async def apply_declared_tasks(self, declared: Mapping[tuple[str, str], TaskSettings]) -> None:
+        for (queue, task), settings in declared.items():
+            await self._for(queue).apply_declared_tasks({(queue, task): settings})
 
     async def apply_declared(self, declared: Mapping[str, QueueSettings]) -> None:
         for queue, settings in declared.items():

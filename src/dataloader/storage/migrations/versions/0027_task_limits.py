@@ -19,8 +19,8 @@ What:
   limit, stamped by the gate's clock after its lock: "at most N starts in any window" is a count of
   rows, the same on every node and after a restart (no burst). Kept apart from dl_flow_starts,
   whose rows the queue's own rate counts.
-- `dl_flow_gate(queue, job_ids, partition_keys, tasks, queue_limited)` replaces the three-argument
-  gate: besides the queue's row (locked only when the queue has limits of its own; at once when the
+- `dl_flow_gate(queue, job_ids, partition_keys, tasks, queue_limited)`, which this release's claims
+  call (0023's three-argument gate stays for a node of the previous release): besides the queue's row (locked only when the queue has limits of its own; at once when the
   claim's snapshot says so) it locks the rows of the
   candidates' limited tasks, in task order (every claim, and every change of a task's limits, which
   locks the queue's row first, takes them in that order: no deadlock), then counts each task's
@@ -210,11 +210,14 @@ $$
 
 
 def upgrade() -> None:
+    # the ranges of a queue's limits (0022's checks), so no hand-written row breaks the gate
     op.execute("ALTER TABLE dl_task_flow"
-               " ADD COLUMN IF NOT EXISTS concurrency integer,"
-               " ADD COLUMN IF NOT EXISTS rate_limit integer,"
-               " ADD COLUMN IF NOT EXISTS rate_period_sec double precision,"
-               " ADD COLUMN IF NOT EXISTS settings_source text")
+               " ADD COLUMN IF NOT EXISTS concurrency integer CHECK (concurrency BETWEEN 1 AND 1000000),"
+               " ADD COLUMN IF NOT EXISTS rate_limit integer CHECK (rate_limit BETWEEN 1 AND 100000),"
+               " ADD COLUMN IF NOT EXISTS rate_period_sec double precision"
+               " CHECK (rate_period_sec BETWEEN 0.01 AND 86400),"
+               " ADD COLUMN IF NOT EXISTS settings_source text CHECK (settings_source IN ('declared', 'runtime')),"
+               " ADD CONSTRAINT dl_task_flow_rate_period CHECK ((rate_limit IS NULL) = (rate_period_sec IS NULL))")
     op.execute("ALTER TABLE dl_queue_flow ADD COLUMN IF NOT EXISTS task_limited boolean NOT NULL DEFAULT false")
     op.execute(
         "CREATE TABLE IF NOT EXISTS dl_task_starts ("
@@ -225,11 +228,12 @@ def upgrade() -> None:
     )
     op.execute("CREATE INDEX IF NOT EXISTS ix_dl_task_starts ON dl_task_starts (queue, task, started_at)")
     op.execute(GATE)
-    op.execute("DROP FUNCTION IF EXISTS dl_flow_gate(text, uuid[], text[])")
+    # 0023's three-argument gate stays: a node of the previous release still calls it during a
+    # rolling upgrade, and keeps enforcing its queues' own limits (it knows no task limit)
 
 
 def downgrade() -> None:
-    # the three-argument gate of 0023, as that migration wrote it
+    # the three-argument gate of 0023, as that migration wrote it (kept by upgrade; rewritten in case)
     flow_gate = importlib.import_module("dataloader.storage.migrations.versions.0023_flow_gate")
     op.execute(flow_gate.GATE)
     op.execute("DROP FUNCTION IF EXISTS dl_flow_gate(text, uuid[], text[], text[], boolean)")
