@@ -346,7 +346,7 @@ class App:
         """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
         mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
         inserted, in input order; a known `idempotency_key` is skipped."""
-        return await self.jobs.trigger_many(batch_items(jobs), producer="python", conn=conn)
+        return await self.jobs.trigger_many(list(jobs), producer="python", conn=conn, prepare=batch_items)
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
