@@ -29,7 +29,7 @@ from dataloader.storage.queries import sql
 
 # Chunks of this many jobs: small enough that the first chunk's Python (which nothing overlaps)
 # is a few tens of milliseconds, large enough that the round trip per chunk is noise.
-CHUNK_JOBS = 5_000
+CHUNK_JOBS = 500
 
 
 def is_unkeyed(columns: tuple[list[Any], ...]) -> bool:
