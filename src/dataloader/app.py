@@ -343,9 +343,10 @@ class App:
 
     async def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None
                            ) -> list[uuid.UUID]:
-        """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
-        mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
-        inserted, in input order; a known `idempotency_key` is skipped."""
+        """Enqueue many jobs in one transaction (the fast path: chunks of 500 jobs, one statement
+        each, pipelined; with `conn`, one statement in the caller's transaction). Each item is a
+        `JobRequest` or a mapping with `enqueue`'s keyword names (`task` required). Returns the ids
+        of the jobs inserted, in input order; a known `idempotency_key` is skipped."""
         return await self.jobs.trigger_many(list(jobs), producer="python", conn=conn, prepare=batch_items)
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
