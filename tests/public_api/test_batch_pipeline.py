@@ -30,6 +30,7 @@ async def app(db: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
 def chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Chunks of CHUNK jobs; the sizes of the chunks sent, in order."""
     monkeypatch.setattr(manager, "CHUNK_JOBS", CHUNK)
+    monkeypatch.setattr(manager, "PIPELINE_FROM_JOBS", CHUNK)
     sent: list[int] = []
     send = BatchPipeline.send
 
@@ -69,7 +70,7 @@ async def test_a_bad_job_in_a_later_chunk_writes_nothing_and_says_what_one_state
         await app.enqueue_many(jobs)
     assert chunks == [10, 10], "the first two chunks were sent before the bad one"
     assert await _rows(db) == (0, 0)
-    monkeypatch.setattr(manager, "CHUNK_JOBS", 1000)
+    monkeypatch.setattr(manager, "PIPELINE_FROM_JOBS", 1000)
     with pytest.raises(error) as one_statement:
         await app.enqueue_many(jobs)
     assert str(pipelined.value) == str(one_statement.value)

@@ -46,7 +46,7 @@ from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
-from dataloader.storage.batch_pipeline import CHUNK_JOBS
+from dataloader.storage.batch_pipeline import CHUNK_JOBS, PIPELINE_FROM_JOBS
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -381,13 +381,13 @@ class JobManager:
         """Enqueue many jobs in one transaction (no per-job idempotency check of the body); returns
         the ids of the jobs inserted, in input order (a known idempotency_key is skipped). `reqs`:
         JobRequests or `plain_jobs`' dicts, or anything `prepare` (App: `jobs/enqueue.batch_items`,
-        the validation) turns into those. A batch larger than one chunk on the pool runs as a
+        the validation) turns into those. A batch of more than PIPELINE_FROM_JOBS on the pool runs as a
         pipeline of chunks (storage/batch_pipeline.py): each chunk is prepared and built while the
         server inserts the one before; one statement otherwise."""
         if not reqs:
             return []
         traceparent = tracing.current_traceparent()
-        if conn is not None or len(reqs) <= CHUNK_JOBS:
+        if conn is not None or len(reqs) <= PIPELINE_FROM_JOBS:
             batch = self.batch_columns(prepare(reqs) if prepare is not None else reqs)
             ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
                                                      request_id=request_id, traceparent=traceparent)
