@@ -343,11 +343,10 @@ class App:
 
     async def enqueue_many(self, jobs: Iterable[JobRequest | Mapping[str, Any]], *, conn: Any = None
                            ) -> list[uuid.UUID]:
-        """Enqueue many jobs in one transaction (the fast path: one statement; over 5,000 jobs,
-        chunks of 500 pipelined; with `conn`, one statement in the caller's transaction). Each item is a
-        `JobRequest` or a mapping with `enqueue`'s keyword names (`task` required). Returns the ids
-        of the jobs inserted, in input order; a known `idempotency_key` is skipped."""
-        return await self.jobs.trigger_many(list(jobs), producer="python", conn=conn, prepare=batch_items)
+        """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
+        mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
+        inserted, in input order; a known `idempotency_key` is skipped."""
+        return await self.jobs.trigger_many(batch_items(jobs), producer="python", conn=conn)
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by

@@ -46,7 +46,6 @@ from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
-from dataloader.storage.batch_pipeline import CHUNK_JOBS, PIPELINE_FROM_JOBS
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -374,35 +373,17 @@ class JobManager:
             self._check_same_request(req, new_job, job, inserted.same_args, lock_key_given)
         return TriggerResult(job, inserted.created)
 
-    async def trigger_many(self, reqs: Sequence[Any], *, producer: str | None = None, conn: Any = None,
-                           request_id: str | None = None,
-                           prepare: Callable[[Sequence[Any]], Sequence[JobRequest | Mapping[str, Any]]] | None = None,
-                           ) -> list[uuid.UUID]:
-        """Enqueue many jobs in one transaction (no per-job idempotency check of the body); returns
+    async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
+                           conn: Any = None, request_id: str | None = None) -> list[uuid.UUID]:
+        """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
         the ids of the jobs inserted, in input order (a known idempotency_key is skipped). `reqs`:
-        JobRequests or `plain_jobs`' dicts, or anything `prepare` (App: `jobs/enqueue.batch_items`,
-        the validation) turns into those. A batch of more than PIPELINE_FROM_JOBS on the pool runs as a
-        pipeline of chunks (storage/batch_pipeline.py): each chunk is prepared and built while the
-        server inserts the one before; one statement otherwise."""
+        JobRequests or `plain_jobs`' dicts."""
         if not reqs:
             return []
-        traceparent = tracing.current_traceparent()
-        if conn is not None or len(reqs) <= PIPELINE_FROM_JOBS:
-            batch = self.batch_columns(prepare(reqs) if prepare is not None else reqs)
-            ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
-                                                     request_id=request_id, traceparent=traceparent)
-            batch.count_enqueued(ids)
-            return ids
-        batches: list[BatchColumns] = []
-        async with self.repo.batch_pipeline(producer, request_id=request_id, traceparent=traceparent) as pipeline:
-            for start in range(0, len(reqs), CHUNK_JOBS):
-                chunk = reqs[start:start + CHUNK_JOBS]
-                batches.append(self.batch_columns(prepare(chunk) if prepare is not None else chunk))
-                await pipeline.send(batches[-1].columns, batches[-1].timeouts)
-        ids: list[uuid.UUID] = []
-        for batch, inserted in zip(batches, pipeline.inserted_per_chunk, strict=True):
-            batch.count_enqueued(inserted)
-            ids.extend(inserted)
+        batch = self.batch_columns(reqs)
+        ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
+                                                 request_id=request_id, traceparent=tracing.current_traceparent())
+        batch.count_enqueued(ids)
         return ids
 
     @staticmethod

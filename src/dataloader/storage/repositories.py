@@ -5,10 +5,8 @@ connection are in `queue_connection.py`.
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +17,6 @@ from dataloader.model.ids import new_id
 from dataloader.model.job import Job, JobEvent, JobStatus
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage import caller_connection
-from dataloader.storage.batch_pipeline import BatchPipeline, batch_pipeline, insert_batch
 from dataloader.storage.caller_connection import json_value
 from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.queries import sql
@@ -173,17 +170,23 @@ class JobRepository:
     async def insert_job_columns(self, columns: tuple[list[Any], ...], producer: str | None,
                                  timeouts: list[int | None], *, conn: Any = None,
                                  request_id: str | None = None, traceparent: str | None = None) -> list[uuid.UUID]:
-        """insert_jobs_batch.sql (or its unkeyed form) with its arrays ($1..$11, $13) built by the caller."""
-        if conn is None:
-            async with self.pool.acquire() as pool_conn:
-                return await insert_batch(pool_conn.fetch, columns, producer, timeouts, request_id, traceparent)
-        return await insert_batch(functools.partial(caller_connection.fetch, conn), columns, producer, timeouts,
-                                  request_id, traceparent)
-
-    def batch_pipeline(self, producer: str | None, *, request_id: str | None = None,
-                       traceparent: str | None = None) -> AbstractAsyncContextManager[BatchPipeline]:
-        """A large batch in chunks on one pool connection and transaction (storage/batch_pipeline.py)."""
-        return batch_pipeline(self.pool, producer, request_id, traceparent)
+        """insert_jobs_batch.sql with its arrays ($1..$11, $13) built by the caller."""
+        ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases = columns
+        params = (ids, queues, tasks, args, keys, locks, partitions, priorities, available, attempts, leases,
+                  producer, timeouts, request_id, traceparent)
+        if not any(keys) and None not in ids:  # nothing can be skipped: the cheaper statement
+            if conn is not None:
+                rows = await caller_connection.fetch(conn, sql("insert_jobs_batch_unkeyed"), *params)
+                count = rows[0]["inserted"]
+            else:
+                count = await self.pool.fetchval(sql("insert_jobs_batch_unkeyed"), *params)
+            if count != len(ids):  # cannot happen: a row it does not insert is an error
+                raise RuntimeError(f"inserted {count} of {len(ids)} jobs")
+            return list(ids)
+        if conn is not None:
+            rows = await caller_connection.fetch(conn, sql("insert_jobs_batch"), *params)
+            return [as_uuid(row["job_id"]) for row in rows]  # a caller's driver may give text
+        return [row["job_id"] for row in await self.pool.fetch(sql("insert_jobs_batch"), *params)]
 
     async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> list[Job]:
         return [Job.from_row(row) for row in await self.pool.fetch(sql("get_chain"), chain_or_job_id, limit)]
