@@ -186,8 +186,9 @@ class QueueWorker:
         hands_over = flush and self._hands_over_a_parked_key()
         claim = self._want_claim() or hands_over
         frees_slots = flush and self._finishes_free_global_slots()
-        if flush and claim and not (beat or hands_over or frees_slots) and self._step_is_one_statement():
-            await self._finish_and_claim(conn)
+        one_statement = flush and claim and not (beat or hands_over or frees_slots) and self._one_statement_batch()
+        if one_statement:
+            await self._finish_and_claim(conn, *one_statement)
         elif flush + beat + claim > 1:
             async with conn.transaction():
                 await self._step_parts(conn, flush, beat, claim)
@@ -217,19 +218,22 @@ class QueueWorker:
         if claim:
             await self._claim(conn)
 
-    def _step_is_one_statement(self) -> bool:
-        """Whether this step's finish and claim can be one statement (step_succeeded_claim.sql):
-        the plain claim (no limit, not fair), every finish a plain success, and no job of ours
-        held back behind a key the finishes release (the ledger wakes those in the step)."""
-        return (not self._limited and not self._fair and not self.control.ledger.has_parked()
-                and can_finish_with_claim(self.completer.next_batch(self.control.ledger)[1]))
+    def _one_statement_batch(self) -> tuple[list[Any], list[FinishRequest]] | None:
+        """The finish batch, if this step's finish and claim can be one statement
+        (step_succeeded_claim.sql): the plain claim (no limit, not fair), every finish a plain
+        success, and no job of ours held back behind a key the finishes release (the ledger wakes
+        those in the step). None: the two-statement step."""
+        if self._limited or self._fair or self.control.ledger.has_parked():
+            return None
+        batch, requests = self.completer.next_batch(self.control.ledger)
+        return (batch, requests) if can_finish_with_claim(requests) else None
 
-    async def _finish_and_claim(self, conn: asyncpg.Connection) -> None:
+    async def _finish_and_claim(self, conn: asyncpg.Connection, batch: list[Any], requests: list[FinishRequest]
+                                ) -> None:
         """The step's finish and claim in one autocommit statement. The ledger forgets the locks the
         finishes released before it takes the claimed ones: the claim may hand a freed key to the
         next job of that key (the statement leaves this session holding it once)."""
         ledger = self.control.ledger
-        batch, requests = self.completer.next_batch(ledger)
         generation = self._work_generation
         want = self._claim_size()
         queue_conn = QueueConnection(conn)
