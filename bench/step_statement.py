@@ -3,7 +3,9 @@ next 16, on one session, as two statements in a transaction (BEGIN, finish_succe
 claim_jobs.sql, COMMIT: four round trips) against one autocommit statement
 (step_succeeded_claim.sql: one round trip). No worker, no handlers: only what a step costs.
 
-    python -m bench.step_statement --dsn postgresql://postgres@127.0.0.1:5432/postgres [--jobs 8000] [--rounds 3]
+    python -m bench.step_statement [--dsn postgresql://postgres@127.0.0.1:5432/postgres] [--jobs 8000] [--rounds 3]
+
+Without --dsn (or BENCH_DSN) it starts an embedded PostgreSQL 18 in a temporary directory (bench/pg.py).
 
 Each round drains `--jobs` queued jobs (one lock_key each) in both modes, interleaved (the order
 alternates per round), in a fresh database, and prints per mode and round: wall time per step, this
@@ -22,7 +24,7 @@ import uuid
 
 import asyncpg
 
-from bench.pg import with_database
+from bench.pg import start_server, with_database
 from dataloader.storage import migrate
 from dataloader.storage.db import connect
 from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection
@@ -92,19 +94,29 @@ async def _drain(dsn: str, mode: str, jobs: int) -> dict[str, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--dsn", default=None, help="a server on this machine (default: BENCH_DSN, else embedded)")
     parser.add_argument("--jobs", type=int, default=8000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.dsn:
+        os.environ["BENCH_DSN"] = args.dsn
+    server = start_server()
+    try:
+        await _run(server.admin_dsn, args.jobs, args.rounds)
+    finally:
+        server.stop()
+
+
+async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
     name = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_step_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(args.dsn)
+    admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = with_database(args.dsn, name)
+    dsn = with_database(admin_dsn, name)
     try:
         await migrate.upgrade(dsn)
-        for round_ in range(args.rounds):
+        for round_ in range(rounds):
             order = list(MODES) if round_ % 2 == 0 else list(reversed(MODES))
-            figures = {mode: await _drain(dsn, mode, args.jobs) for mode in order}
+            figures = {mode: await _drain(dsn, mode, jobs) for mode in order}
             for mode in MODES:
                 print(f"round {round_} {mode:14s} " + " ".join(f"{k}={v:.1f}" for k, v in figures[mode].items()),
                       flush=True)
