@@ -465,3 +465,13 @@ def logs_sync(ctx: JobContext) -> None:
     warnings.warn("sync pipeline warning", UserWarning, stacklevel=1)
     if ctx.attempt == 1:
         raise RuntimeError("the first attempt fails")
+
+
+@pipeline("test.retry_once", max_attempts=2)
+async def retry_once(ctx: JobContext) -> str:
+    """Asks for a retry `seconds` (arg) later on its first attempt; succeeds on the next."""
+    from dataloader import Retry
+
+    if ctx.attempt == 1:
+        raise Retry(after=float(ctx.args["seconds"]))
+    return "retried"

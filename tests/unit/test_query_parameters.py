@@ -53,7 +53,7 @@ def _func_name(func: ast.expr) -> str | None:
     return None
 
 
-CLAIM_BUILDERS = {"sql", "claim_sql", "claim_limited_sql", "fair_claim_sql", "text", "in_epoch"}
+CLAIM_BUILDERS = {"sql", "claim_sql", "claim_limited_sql", "fair_claim_sql", "step_claim_sql", "text", "in_epoch"}
 
 
 def _query_of(node: ast.expr) -> str | None:
@@ -69,6 +69,8 @@ def _query_of(node: ast.expr) -> str | None:
         return "claim_limited_jobs"
     if name == "fair_claim_sql":
         return "claim_jobs_fair"
+    if name == "step_claim_sql":
+        return "step_succeeded_claim"
     if name in ("text", "in_epoch") and node.args:  # in_epoch: the same statement, re-prepared (plan_epoch.py)
         return _query_of(node.args[0])
     return None

@@ -87,9 +87,42 @@ async def test_a_delayed_job_wakes_the_worker_at_its_due_time() -> None:
         await parked_at(clock, 1005.0)
         timer.schedule_in(8.0)  # a later due time does not push the earlier one back
         assert timer.due_at == 1005.0
+        await parked_at(clock, 1005.0)
+        assert await fire(clock, fired, 5.0, then_parked_at=1008.0) == "timer"
+        # ... and is kept: the fire at 1005 does not drop it (two retries due 3 s apart both wake
+        # the worker; a claim that finds work asks the database for no further due time)
+        assert timer.due_at == 1008.0
         # After a fire the fallback poll counts from that fire.
-        assert await fire(clock, fired, 5.0, then_parked_at=1035.0) == "timer"
+        assert await fire(clock, fired, 3.0, then_parked_at=1038.0) == "timer"
         assert timer.due_at is None
+
+
+async def test_due_times_a_fire_has_reached_are_served_by_it_and_the_later_ones_kept() -> None:
+    clock = ManualClock()
+    fired = Fired()
+    timer = DueTimer(30.0, fired, clock=clock)
+    async with running(timer.run()):
+        await parked_at(clock, 1030.0)
+        for seconds in (2.0, 1.0, 1.0005, 3.0, 1.0):
+            timer.schedule_in(seconds)
+        assert timer.due_times == [1001.0, 1001.0, 1001.0005, 1002.0, 1003.0]
+        # one fire for the three due within a millisecond of each other
+        assert await fire(clock, fired, 1.0, then_parked_at=1002.0) == "timer"
+        assert await fire(clock, fired, 1.0, then_parked_at=1003.0) == "timer"
+        assert await fire(clock, fired, 1.0, then_parked_at=1033.0) == "timer"
+        assert fired.sources == ["timer"] * 3
+
+
+def test_the_kept_due_times_are_bounded_by_dropping_the_latest() -> None:
+    clock = ManualClock()
+    timer = DueTimer(30.0, lambda source: None, clock=clock)
+    for i in range(DueTimer.MAX_DUE_TIMES):
+        timer.schedule_in(10.0 + i)
+    timer.schedule_in(5000.0)  # later than every kept one: dropped
+    timer.schedule_in(1.0)  # earlier: kept, the latest dropped
+    due = timer.due_times
+    assert len(due) == DueTimer.MAX_DUE_TIMES
+    assert due[0] == 1001.0 and due[-1] == 1000.0 + 10.0 + DueTimer.MAX_DUE_TIMES - 2
 
 
 async def test_a_due_time_beyond_the_fallback_poll_waits_for_the_poll_first() -> None:

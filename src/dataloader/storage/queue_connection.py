@@ -166,10 +166,48 @@ def claim_limited_sql(limit: int) -> str:
     return sql("claim_limited_jobs").replace("{limit}", _limit_text(limit))
 
 
+@cache
+def step_claim_sql(limit: int) -> str:
+    """step_succeeded_claim.sql (a step's finish of plain successes and its plain claim) with a constant LIMIT."""
+    return sql("step_succeeded_claim").replace("{limit}", _limit_text(limit))
+
+
 def _limit_text(limit: int) -> str:
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"claim limit must be a positive int, got {limit!r}")
     return str(limit)
+
+
+def _claim_batch(rows: list[asyncpg.Record], limited: bool) -> ClaimBatch:
+    """A claim statement's rows (claim_answer.sql's columns) as a ClaimBatch. `limited`: the rows are
+    claim_limited_jobs.sql's, which say whether the queue was still limited."""
+    claimed: list[ClaimedJob] = []
+    skipped: list[SkippedCandidate] = []
+    if rows:
+        observe_table_pages(rows[0]["table_pages"])
+    for r in rows:
+        if r["claimed"]:
+            claimed.append(ClaimedJob(
+                job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
+                partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
+                max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
+                request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
+                timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
+                key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
+                previous_span=r["attempt_span"], frees_on_finish=r.get("frees_on_finish", False),
+            ))
+        else:
+            skipped.append(SkippedCandidate(
+                job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
+                lock_hash=r["lock_hash"], lock_busy=r["asked_lock"], held=r.get("held"),
+            ))
+    return ClaimBatch(claimed, skipped, limited=rows[0]["limited"] if limited and rows else None)
+
+
+def can_finish_with_claim(requests: list[FinishRequest]) -> bool:
+    """Whether step_succeeded_claim.sql can write these finishes: every one a success that
+    enqueues no chain stage (finish_succeeded.sql's batch)."""
+    return all(r.outcome == "succeeded" and r.next_json is None for r in requests)
 
 
 class QueueConnection:
@@ -186,33 +224,30 @@ class QueueConnection:
         starts nothing of a limited queue (the batch comes back empty, and next_due_in says why).
         `fair`: the queue is fair (0024): claim round-robin across its partition keys (with the
         flow gate when it also has limits); the other two claim nothing of a fair queue."""
-        claimed: list[ClaimedJob] = []
-        skipped: list[SkippedCandidate] = []
         if fair:
             rows = await self.conn.fetch(in_epoch(fair_claim_sql(limit)), queue, worker)
         elif limited:
             rows = await self.conn.fetch(in_epoch(claim_limited_sql(limit)), queue, worker)
         else:
             rows = await self.conn.fetch(in_epoch(claim_sql(limit)), queue, worker)
-        if rows:
-            observe_table_pages(rows[0]["table_pages"])
-        for r in rows:
-            if r["claimed"]:
-                claimed.append(ClaimedJob(
-                    job_id=r["job_id"], queue=r["queue"], task=r["task"], args=r["args"], lock_key=r["lock_key"],
-                    partition_key=r["partition_key"], lease_ttl_sec=r["lease_ttl_sec"], attempt=r["attempt"],
-                    max_attempts=r["max_attempts"], wait_sec=r["wait_sec"], lock_hash=r["lock_hash"],
-                    request_id=r["request_id"], attempts_before_retry=r["attempts_before_retry"],
-                    timeout_sec=r["timeout_sec"], chain_next=r["chain_next"], key_backlog=r["key_backlog"],
-                    key_parked_behind=r["key_parked_behind"], traceparent=r["traceparent"],
-                    previous_span=r["attempt_span"], frees_on_finish=r.get("frees_on_finish", False),
-                ))
-            else:
-                skipped.append(SkippedCandidate(
-                    job_id=r["job_id"], queue=r["queue"], task=r["task"], lock_key=r["lock_key"],
-                    lock_hash=r["lock_hash"], lock_busy=r["asked_lock"], held=r.get("held"),
-                ))
-        return ClaimBatch(claimed, skipped, limited=rows[0]["limited"] if limited and not fair and rows else None)
+        return _claim_batch(rows, limited=limited and not fair)
+
+    async def finish_succeeded_and_claim(self, requests: list[FinishRequest], queue: str, worker: str, limit: int
+                                         ) -> tuple[dict[uuid.UUID, FinishResult], ClaimBatch]:
+        """A step in one statement (step_succeeded_claim.sql, autocommit): finish these attempts,
+        every one a success that enqueues no chain stage (`can_finish_with_claim`), and claim up
+        to `limit` jobs of `queue` as `claim` does with the plain claim. Each finish releases its
+        lock first in the caller's bookkeeping: the claim may take a freed key again."""
+        if not can_finish_with_claim(requests):
+            raise ValueError("step_succeeded_claim.sql finishes plain successes only")
+        rows = await self.conn.fetch(
+            in_epoch(step_claim_sql(limit)), queue, worker,
+            [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],
+            [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests])
+        split = next((n for n, r in enumerate(rows) if not r["finished"]), len(rows))
+        finished = {r["job_id"]: FinishResult(status=r["status"], available_at=r["finish_available_at"],
+                                              woken_queues=r["woken"]) for r in rows[:split]}
+        return finished, _claim_batch(rows[split:], limited=False)
 
     async def claim_one(self, queue: str, worker: str) -> ClaimedJob | None:
         batch = await self.claim(queue, worker, 1)
@@ -263,7 +298,7 @@ class QueueConnection:
     async def finish(self, requests: list[FinishRequest], hold: HoldRule | None = None
                      ) -> dict[uuid.UUID, FinishResult]:
         """`hold`: the queue's held-jobs rule (dataloader/model/hold.py; None: nothing is held)."""
-        if all(r.outcome == "succeeded" and r.next_json is None for r in requests):
+        if can_finish_with_claim(requests):
             rows = await self.conn.fetch(
                 in_epoch(sql("finish_succeeded")),
                 [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],

@@ -104,21 +104,33 @@ class Completer:
         only if the ledger says its job holds it; the ledger forgets the released locks at once,
         so a claim later in this step may take these keys again. (If the step fails, the
         connection and all its locks are dropped anyway.)"""
+        batch, requests = self.next_batch(ledger)
+        started = time.perf_counter()
+        queue_conn = QueueConnection(conn)
+        results = await queue_conn.finish(requests, self.hold)
+        metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        await self.written(conn, ledger, batch, requests, results)
+
+    def next_batch(self, ledger: LockLedger) -> tuple[list[_Pending], list[FinishRequest]]:
+        """The next batch to write, each request unlocking its key only if the ledger says its job
+        holds it."""
         batch = self._pending[:MAX_FINISH_BATCH]
         requests = []
         for request, _ in batch:
             owns_lock = ledger.holder(self._lock_hash_of(request)) == request.job_id
             requests.append(_with_unlock(request, request.unlock and owns_lock))
-        started = time.perf_counter()
-        queue_conn = QueueConnection(conn)
-        results = await queue_conn.finish(requests, self.hold)
-        metrics.FINISH_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        return batch, requests
+
+    async def written(self, conn: asyncpg.Connection, ledger: LockLedger, batch: list[_Pending],
+                      requests: list[FinishRequest], results: dict[uuid.UUID, FinishResult]) -> None:
+        """A statement wrote `batch`: the ledger forgets the locks it released (waking the jobs we
+        held back behind them), and `resolve` answers the attempts once the step has committed."""
         parked = []
         for request in requests:
             if request.unlock:
                 parked.extend(ledger.release(self._lock_hash_of(request)))
         if parked:
-            await queue_conn.wake_parked(parked)
+            await QueueConnection(conn).wake_parked(parked)
         self._flushed = (batch, requests, results)
 
     def resolve(self) -> None:

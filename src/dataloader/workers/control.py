@@ -55,6 +55,10 @@ class LockLedger:
         self._held.pop(lock_hash, None)  # type: ignore[arg-type]
         return self._parked.pop(lock_hash, []) if lock_hash is not None else []
 
+    def has_parked(self) -> bool:
+        """Whether any job waits for one of our keys' release (`park`)."""
+        return bool(self._parked)
+
     def park(self, lock_hash: int, job_id: uuid.UUID, available_at: datetime) -> None:
         """`job_id` was held back until `available_at` because our stray attempt holds the key."""
         self._parked.setdefault(lock_hash, []).append((job_id, available_at))

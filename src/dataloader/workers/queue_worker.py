@@ -4,9 +4,11 @@ there is nothing to do.
 
 Each step flushes finished attempts (the completer), heartbeats if due, and claims if there may
 be work; when more than one is due they share one transaction: one commit (one WAL flush) instead
-of one each. Idle, the loop sends nothing: it sleeps until a NOTIFY for its queue, the due time of
-a delayed job, a finished attempt, or the bounded fallback poll (the DueTimer). The connection and
-its lock ledger live in `control.py`, the finish batches in `completer.py`.
+of one each. The common busy step (plain successes to finish, the plain claim, nothing else) is
+one autocommit statement (step_succeeded_claim.sql): one round trip instead of four. Idle, the
+loop sends nothing: it sleeps until a NOTIFY for its queue, the due time of a delayed job, a
+finished attempt, or the bounded fallback poll (the DueTimer). The connection and its lock ledger
+live in `control.py`, the finish batches in `completer.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from dataloader import metrics
 from dataloader.maintenance.waiting import Backoff, wait_event
 from dataloader.model.hold import HoldRule
 from dataloader.storage.db import is_connection_error
-from dataloader.storage.queue_connection import ClaimedJob, FinishRequest, QueueConnection, SkippedCandidate
+from dataloader.storage.queue_connection import (
+    ClaimBatch,
+    ClaimedJob,
+    FinishRequest,
+    QueueConnection,
+    SkippedCandidate,
+    can_finish_with_claim,
+)
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.completer import Completer
 from dataloader.workers.control import ControlConnection
@@ -177,9 +186,13 @@ class QueueWorker:
         self._reentrant = []
         self._claimed = []
         flush, beat = bool(self.completer), self.heartbeats.due()
-        claim = self._want_claim() or (flush and self._hands_over_a_parked_key())
+        hands_over = flush and self._hands_over_a_parked_key()
+        claim = self._want_claim() or hands_over
         frees_slots = flush and self._finishes_free_global_slots()
-        if flush + beat + claim > 1:
+        one_statement = flush and claim and not (beat or hands_over or frees_slots) and self._one_statement_batch()
+        if one_statement:
+            await self._finish_and_claim(conn, *one_statement)
+        elif flush + beat + claim > 1:
             async with conn.transaction():
                 await self._step_parts(conn, flush, beat, claim)
         else:
@@ -207,6 +220,34 @@ class QueueWorker:
             await self._heartbeat(conn)
         if claim:
             await self._claim(conn)
+
+    def _one_statement_batch(self) -> tuple[list[Any], list[FinishRequest]] | None:
+        """The finish batch, if this step's finish and claim can be one statement
+        (step_succeeded_claim.sql): the plain claim (no limit, not fair), every finish a plain
+        success, and no job of ours held back behind a key the finishes release (the ledger wakes
+        those in the step). None: the two-statement step."""
+        if self._limited or self._fair or self.control.ledger.has_parked():
+            return None
+        batch, requests = self.completer.next_batch(self.control.ledger)
+        return (batch, requests) if can_finish_with_claim(requests) else None
+
+    async def _finish_and_claim(self, conn: asyncpg.Connection, batch: list[Any], requests: list[FinishRequest]
+                                ) -> None:
+        """The step's finish and claim in one autocommit statement. The ledger forgets the locks the
+        finishes released before it takes the claimed ones: the claim may hand a freed key to the
+        next job of that key (the statement leaves this session holding it once)."""
+        ledger = self.control.ledger
+        generation = self._work_generation
+        want = self._claim_size()
+        queue_conn = QueueConnection(conn)
+        started = time.perf_counter()
+        results, claimed = await queue_conn.finish_succeeded_and_claim(requests, self.queue, self.env.worker_name, want)
+        # one statement did both: it is observed as a claim and as a finish
+        elapsed = time.perf_counter() - started
+        metrics.FINISH_SECONDS.labels(self.queue).observe(elapsed)
+        metrics.CLAIM_SECONDS.labels(self.queue).observe(elapsed)
+        await self.completer.written(conn, ledger, batch, requests, results)
+        await self._take_claimed(queue_conn, claimed, generation, want)
 
     def _has_work_now(self) -> bool:
         return bool(self.completer) or self._want_claim() or self.heartbeats.due() or bool(self._to_park)
@@ -240,11 +281,19 @@ class QueueWorker:
 
     async def _claim(self, conn: asyncpg.Connection) -> None:
         generation = self._work_generation
-        want = min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
+        want = self._claim_size()
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
         batch = await queue_conn.claim(self.queue, self.env.worker_name, want, limited=self._limited, fair=self._fair)
         metrics.CLAIM_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
+        await self._take_claimed(queue_conn, batch, generation, want)
+
+    def _claim_size(self) -> int:
+        return min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
+
+    async def _take_claimed(self, queue_conn: QueueConnection, batch: ClaimBatch, generation: int, want: int) -> None:
+        """What a claim statement answered: the claimed jobs (started once the step committed), the
+        skipped ones to settle, and whether the queue is settled until the next hint."""
         if batch.limited is False:
             self._limited = False  # the limits were cleared: back to the plain claim
         held = batch.held

@@ -133,3 +133,5 @@ WITH input AS (
     SELECT job_id, lock_key FROM input WHERE outcome = 'committed'
 ),
 -- @include finish_release_keys
+-- @include finish_answer
+;

@@ -1,8 +1,9 @@
--- The end of every finish statement (finish_jobs.sql, finish_succeeded.sql), included where they
--- say `-- @include finish_release_keys` after their `freed` CTE (the job_id and lock_key of each
--- attempt whose key this statement frees): the freed keys' waiters are woken, their parked heads
--- unparked, the locks released, and each input row answered. One text for both, so the common
--- batch and the general finish cannot drift apart in what a freed key does.
+-- The end of every finish statement (finish_jobs.sql, finish_succeeded.sql, step_succeeded_claim.sql),
+-- included where they say `-- @include finish_release_keys` after their `freed` CTE (the job_id
+-- and lock_key of each attempt whose key this statement frees): the freed keys' waiters are woken,
+-- their parked heads unparked, the locks released; finish_answer.sql then answers each input row.
+-- One text for all, so the common batch and the general finish cannot drift apart in what a freed
+-- key does.
 waiters AS (
     -- Jobs (of any queue) may be waiting for a lock_key that just became free: wake their workers.
     -- Parked ones (0017) are not: their key's head is unparked below, which notifies its queue.
@@ -27,8 +28,3 @@ waiters AS (
     SELECT i.job_id, CASE WHEN i.unlock THEN pg_advisory_unlock(hashtext(i.lock_key)) END AS unlocked
     FROM input i
 )
-SELECT i.job_id, e.status::text AS status, e.available_at, u.unlocked,
-       (SELECT count(*) FROM waiters) + (SELECT woken FROM unparked) AS woken
-FROM input i
-LEFT JOIN ended e ON e.job_id = i.job_id
-LEFT JOIN unlocked u ON u.job_id = i.job_id;

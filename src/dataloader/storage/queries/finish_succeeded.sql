@@ -30,3 +30,5 @@ WITH input AS (
     SELECT job_id, lock_key FROM ended
 ),
 -- @include finish_release_keys
+-- @include finish_answer
+;
