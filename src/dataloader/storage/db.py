@@ -189,6 +189,11 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 # heartbeat that runs in 0.3 ms spent 1.4 s compiling (tests/observers caught it).
 SESSION_SETTINGS: dict[str, str] = {"enable_seqscan": "off", "jit": "off"}
 STATEMENT_LIFETIME_SEC = 30.0
+# asyncpg prepares and caches a statement only up to this many bytes of text (its default is 15 KiB).
+# The claim and step statements carry their reasons as comments: the one-statement step grew to
+# 16.4 KiB and, no longer cached, was parsed and planned again on every call (PostgreSQL's CPU per
+# job doubled, the drain halved). tests/unit/test_statement_size.py keeps every statement under it.
+MAX_CACHEABLE_STATEMENT_BYTES = 64 * 1024
 
 
 def _with_session_settings(kwargs: dict[str, Any], pooled: bool = False) -> dict[str, Any]:
@@ -196,6 +201,7 @@ def _with_session_settings(kwargs: dict[str, Any], pooled: bool = False) -> dict
         return _through_pooler(kwargs)
     kwargs["server_settings"] = {**SESSION_SETTINGS, **(kwargs.get("server_settings") or {})}
     kwargs.setdefault("max_cached_statement_lifetime", STATEMENT_LIFETIME_SEC)
+    kwargs.setdefault("max_cacheable_statement_size", MAX_CACHEABLE_STATEMENT_BYTES)
     return kwargs
 
 
