@@ -46,7 +46,11 @@ WITH input AS (
                ELSE 'failed'
            END::dl_status AS new_status
     FROM dl_jobs j JOIN input i ON i.job_id = j.job_id
-    WHERE j.job_id = ANY ($1::uuid[]) AND j.status = 'running' AND j.attempt = i.attempt AND i.outcome <> 'committed'
+    -- `status::text`: the rows are found by job_id (the primary key) only; said as `status =
+    -- 'running'`, an unanalyzed table let PostgreSQL AND the key lookup with a scan of
+    -- ix_dl_jobs_running_lease, which holds an entry per attempt run since the last vacuum
+    -- (11,000 read per finish in a 20,000-job drain).
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.status::text = 'running' AND j.attempt = i.attempt AND i.outcome <> 'committed'
     FOR UPDATE OF j
 ), ended AS (
     UPDATE dl_jobs j

@@ -20,7 +20,11 @@ WITH input AS (
         result = i.result::jsonb,
         finished_at = now()
     FROM input i
-    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
+    -- `status::text`: the rows are found by job_id (the primary key) only; said as `status =
+    -- 'running'`, an unanalyzed table let PostgreSQL AND the key lookup with a scan of
+    -- ix_dl_jobs_running_lease, which holds an entry per attempt run since the last vacuum
+    -- (11,000 read per finish in a 20,000-job drain).
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status::text = 'running' AND j.attempt = i.attempt
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, i.attempt
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)

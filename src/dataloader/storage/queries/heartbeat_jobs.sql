@@ -14,7 +14,11 @@ WITH beat AS (
                                         OR j.heartbeat_journaled_at <= now() - interval '1 hour'
                                       THEN now() ELSE j.heartbeat_journaled_at END
     FROM unnest($1::uuid[], $2::int[]) AS i(job_id, attempt)
-    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status = 'running' AND j.attempt = i.attempt
+    -- `status::text`: the rows are found by job_id (the primary key) only; said as `status =
+    -- 'running'`, an unanalyzed table let PostgreSQL AND the key lookup with a scan of
+    -- ix_dl_jobs_running_lease, which holds an entry per attempt run since the last vacuum
+    -- (11,000 read per finish in a 20,000-job drain).
+    WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = i.job_id AND j.status::text = 'running' AND j.attempt = i.attempt
     RETURNING j.job_id, j.queue, j.attempt, j.lock_key, j.cancel_requested,
               j.heartbeat_journaled_at = now() AS journaled
 ), journal AS (
