@@ -100,16 +100,14 @@ def parameter_count(text: str) -> int:
     return max((int(n) for n in re.findall(r"\$(\d+)", without_comments)), default=0)
 
 
-@pytest.fixture
-async def empty_database(pg_server) -> AsyncIterator[str]:
-    """A fresh migrated database whose tables are empty and analyzed (reltuples = 0): the statistics
-    a new deployment, or a drained queue after autovacuum, gives the planner."""
+async def _fresh_database(pg_server, *, analyzed: bool) -> AsyncIterator[str]:
     url = await create_database(pg_server)
     try:
         await migrate.upgrade(url)
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute("ANALYZE")
+            if analyzed:
+                await conn.execute("ANALYZE")
             # the buffer counts below are the database's: no autovacuum pass may add to them
             for table in await conn.fetch("SELECT tablename FROM pg_tables WHERE tablename LIKE 'dl\\_%'"):
                 await conn.execute(f'ALTER TABLE "{table[0]}" SET (autovacuum_enabled = false)')
@@ -118,6 +116,22 @@ async def empty_database(pg_server) -> AsyncIterator[str]:
         yield url
     finally:
         await drop_database(pg_server, url)
+
+
+@pytest.fixture
+async def empty_database(pg_server) -> AsyncIterator[str]:
+    """A fresh migrated database whose tables are empty and analyzed (reltuples = 0): the statistics
+    a new deployment, or a drained queue after autovacuum, gives the planner."""
+    async for url in _fresh_database(pg_server, analyzed=True):
+        yield url
+
+
+@pytest.fixture
+async def unanalyzed_database(pg_server) -> AsyncIterator[str]:
+    """A fresh migrated database never analyzed (autovacuum off): the statistics a new deployment
+    has in the first minute of its first burst."""
+    async for url in _fresh_database(pg_server, analyzed=False):
+        yield url
 
 
 def test_unbounded_scans_are_recognised():
@@ -252,23 +266,6 @@ async def test_every_dataloader_session_plans_without_sequential_scans_or_jit(em
     finally:
         await conn.close()
 
-
-@pytest.fixture
-async def unanalyzed_database(pg_server) -> AsyncIterator[str]:
-    """A fresh migrated database never analyzed (autovacuum off): the statistics a new deployment
-    has in the first minute of its first burst."""
-    url = await create_database(pg_server)
-    try:
-        await migrate.upgrade(url)
-        conn = await asyncpg.connect(url)
-        try:
-            for table in await conn.fetch("SELECT tablename FROM pg_tables WHERE tablename LIKE 'dl\\_%'"):
-                await conn.execute(f'ALTER TABLE "{table[0]}" SET (autovacuum_enabled = false)')
-        finally:
-            await conn.close()
-        yield url
-    finally:
-        await drop_database(pg_server, url)
 
 
 @pytest.mark.parametrize("statement", ["finish_succeeded", "step_succeeded_claim"])
