@@ -56,7 +56,7 @@ def flow_summary(flow: QueueFlow | None) -> list[str]:
     if held:
         said.append(f"{held} held back")
     if flow.desired_workers is not None and (said or flow.queued):
-        said.append(f"wants {flow.desired_workers} slots")
+        said.append(f"wants {flow.desired_workers} slot{'' if flow.desired_workers == 1 else 's'}")
     return said
 
 
