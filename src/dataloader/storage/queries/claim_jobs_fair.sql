@@ -181,18 +181,7 @@ WITH RECURSIVE flow AS MATERIALIZED (
     FROM verdict r
     WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
 ), claimed AS (
-    UPDATE dl_jobs j
-    SET status = 'running',
-        started_at = COALESCE(j.started_at, now()),
-        attempt = LEAST(j.attempt, 2147483646) + 1,
-        lease_expires_at = now() + make_interval(secs => j.lease_ttl_sec),
-        heartbeat_at = now(),
-        heartbeat_journaled_at = NULL,
-        restart_key = NULL
-    WHERE j.job_id = ANY (ARRAY(SELECT l.job_id FROM locked l))
-    RETURNING j.job_id, j.args, j.partition_key, j.lease_ttl_sec, j.attempt, j.max_attempts,
-              j.attempts_before_retry, j.timeout_sec, j.chain_next, j.request_id,
-              j.traceparent, j.attempt_span
+-- @include claim_mark_running
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
