@@ -117,7 +117,7 @@ def parse_shards(value: Any) -> dict[str, Shard]:
         if not isinstance(queues, list | tuple):
             raise ValueError(f"shard {name!r}: queues must be a JSON list of queue names")
         for queue in queues:
-            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+            if not _is_queue_name(queue):
                 raise ValueError(f"shard {name!r}: {queue!r} is not a queue name (1 to 200 characters, not blank)")
             if queue.startswith("process:"):
                 raise ValueError(f"shard {name!r}: queue {queue!r} is a process queue; processes live on the "
@@ -148,6 +148,12 @@ def validated_shards(value: Any, default_dsn: str | None) -> dict[str, Shard]:
         return _shards_beside(parse_shards(value), default_dsn)
     except ValueError as exc:
         raise ConfigError("DL_SHARDS_JSON", str(exc)) from None
+
+
+def _is_queue_name(queue: object) -> bool:
+    """A queue named in a JSON setting (DL_SHARDS_JSON, DL_QUEUES_JSON, DL_TASK_LIMITS_JSON): the
+    job request's rule for `queue` (1 to 200 characters, not blank, no NUL)."""
+    return isinstance(queue, str) and 1 <= len(queue) <= 200 and bool(queue.strip()) and "\x00" not in queue
 
 
 def _json_text(value: Any, empty: str) -> Any:
@@ -420,7 +426,7 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON object like {"load": {"concurrency": 5, "rate": "10/1s"}}')
         parsed: dict[str, QueueSettings] = {}
         for queue, declared in value.items():
-            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+            if not _is_queue_name(queue):
                 raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
             try:
                 parsed[queue] = declared if isinstance(declared, QueueSettings) else settings_from_declaration(
@@ -437,7 +443,7 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON object like {"load": {"load.cbr": {"concurrency": 3, "rate": "10/1s"}}}')
         parsed: dict[str, dict[str, TaskSettings]] = {}
         for queue, tasks in value.items():
-            if not isinstance(queue, str) or not 1 <= len(queue) <= 200 or not queue.strip() or "\x00" in queue:
+            if not _is_queue_name(queue):
                 raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
             if not isinstance(tasks, dict):
                 raise ValueError(f"queue {queue!r}: must be an object of task -> limits")
