@@ -144,6 +144,12 @@ LEASE_EXPIRIES = Counter(
     "dl_lease_expiries_total", "Attempts whose lease expired (the reaper took them back), by queue and task",
     ["queue", "task"],
 )
+ATTEMPTS_SELF_FENCED = Counter(
+    "dl_attempts_self_fenced_total",
+    "Attempts this node stopped because no heartbeat could renew their lease in time (the database was "
+    "unreachable): stopped before the lease ran out, so another node may take the job",
+    ["queue"],
+)
 QUEUE_TIME_EXPIRIES = Counter(
     "dl_queue_time_expiries_total",
     "Jobs found waiting to start longer than their queue's limit, by queue, task and action (flagged, failed)",

@@ -6,6 +6,7 @@ code under test (`ManualClock.parked`), never on a sleep."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from dataloader.maintenance.waiting import Backoff, wait_event
 from dataloader.model.clock import ManualClock
 from dataloader.workers.heartbeat import HeartbeatSchedule, heartbeat_period
+from dataloader.workers.lease_guard import MAX_FENCE_MARGIN_SEC, fence_at, fence_margin, overdue
 from dataloader.workers.wakeup import DueTimer
 
 # A bound for each wait on the code under test, so a broken rule fails fast instead of hanging.
@@ -244,3 +246,25 @@ async def test_a_cancel_that_arrives_as_the_event_is_set_is_not_lost():
         except asyncio.CancelledError:
             continue
         raise AssertionError("the cancel was swallowed: wait() returned instead")
+
+
+def test_an_attempt_is_fenced_a_fifth_of_its_lease_before_it_can_run_out_at_most_two_seconds() -> None:
+    assert fence_margin(5) == 1.0
+    assert fence_margin(60) == MAX_FENCE_MARGIN_SEC == 2.0
+    assert fence_margin(1) == 0.2
+    assert fence_at(100.0, 5) == 104.0
+    assert fence_at(100.0, 60) == 158.0
+    # one heartbeat missed (heartbeat_period: at most a third of the lease) never fences an attempt
+    for ttl in (1, 3, 5, 60, 3600):
+        assert fence_at(0.0, ttl) > 2 * heartbeat_period(10.0, [ttl])
+
+
+def test_only_attempts_past_their_fence_time_are_overdue() -> None:
+    class Running:
+        def __init__(self, fence_at: float) -> None:
+            self.fence_at = fence_at
+
+    early, late, fenced = Running(10.0), Running(20.0), Running(math.inf)
+    assert overdue([early, late, fenced], 9.99) == []
+    assert overdue([early, late, fenced], 10.0) == [early]
+    assert overdue([early, late, fenced], 1e9) == [early, late]  # a fenced one is never asked again

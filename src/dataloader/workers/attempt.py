@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -72,6 +73,8 @@ class Attempt:
         self._abandoned = False
         self._span: Any = None  # the attempt's span (None: tracing off)
         self._past_limit_task: asyncio.Task[None] | None = None  # see `_limit_reached`
+        # When (monotonic) the worker stops it unless a heartbeat renewed its lease (lease_guard.py).
+        self.fence_at = math.inf
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 

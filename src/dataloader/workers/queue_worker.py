@@ -39,6 +39,7 @@ from dataloader.workers.completer import Completer
 from dataloader.workers.control import ControlConnection
 from dataloader.workers.env import EngineEnv
 from dataloader.workers.heartbeat import HeartbeatSchedule
+from dataloader.workers.lease_guard import LeaseGuard
 from dataloader.workers.wakeup import DueTimer
 
 log = logging.getLogger("dataloader.worker")
@@ -84,6 +85,9 @@ class QueueWorker:
         self.completer = Completer(queue, self.running, on_submit=self._wake_up, on_requeued=self.timer.schedule_in,
                                    hold=HoldRule.for_queue(env.settings, queue))
         self.heartbeats = HeartbeatSchedule(env.settings.heartbeat_sec, env.clock)
+        self.lease_guard = LeaseGuard(queue, self.running, env.clock)
+        # When the current step began (monotonic): the leases it writes start after that.
+        self._step_started = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._claiming = True
@@ -100,6 +104,8 @@ class QueueWorker:
         self._busy: list[SkippedCandidate] = []
         self._reentrant: list[ClaimedJob] = []
         self._claimed: list[ClaimedJob] = []
+        # attempts whose lease this step's heartbeat renewed (the guard learns it once committed)
+        self._renewed: list[Attempt] = []
         # lock_key -> how many times in a row a stray was seen holding it (see stray_hold_back)
         self._stray_strikes: dict[str, int] = {}
         # running attempts whose lock_key has a backlog still to park (0017)
@@ -169,6 +175,7 @@ class QueueWorker:
                     log.info("database reachable again", extra={"queue": self.queue})
         finally:
             timer.cancel()
+            self.lease_guard.close()
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(timer, *self._tasks, return_exceptions=True)
@@ -181,10 +188,12 @@ class QueueWorker:
         rolled-back step survives: session locks ignore rollbacks, terminated sessions do not.
         Claimed jobs whose lock_key turned out busy are settled after the commit, in statements of
         their own, so the step's row locks are never held while waiting on another worker."""
+        self._step_started = self.clock.monotonic()
         self.completer.begin_step()
         self._busy = []
         self._reentrant = []
         self._claimed = []
+        self._renewed = []
         flush, beat = bool(self.completer), self.heartbeats.due()
         hands_over = flush and self._hands_over_a_parked_key()
         claim = self._want_claim() or hands_over
@@ -201,6 +210,9 @@ class QueueWorker:
         if frees_slots:
             # Workers on other nodes that found the queue at its global limit sleep until a hint.
             await QueueConnection(conn).wake_queue(self.queue)
+        if self._renewed:
+            renewed, self._renewed = self._renewed, []
+            self.lease_guard.renewed(renewed, self._step_started)
         claimed, self._claimed = self._claimed, []
         for job in claimed:
             self._start(job)
@@ -414,6 +426,7 @@ class QueueWorker:
         self._limit_slots_held += job.frees_on_finish
         metrics.RUNNING_JOBS.labels(self.queue).inc()
         self.heartbeats.started(self._lease_ttls())
+        self.lease_guard.claimed(attempt, self._step_started)
         try:
             # No attempt task per job (Attempt.start): its pipeline task and callbacks.
             rest = attempt.start(self.completer.submit_later, self._attempt_ended)
@@ -461,6 +474,7 @@ class QueueWorker:
         alive = await QueueConnection(conn).heartbeat_and_backlog(attempts)
         metrics.HEARTBEAT_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
         self.heartbeats.beaten(self._lease_ttls())
+        renewed = self._renewed
         for job_id, _ in attempts:
             attempt = self.running.get(job_id)
             if attempt is None:
@@ -468,6 +482,7 @@ class QueueWorker:
             if job_id not in alive:
                 attempt.request_stop("lease_lost")
                 continue
+            renewed.append(attempt)
             cancel_requested, key_backlog = alive[job_id]
             if cancel_requested:
                 attempt.request_stop("cancel")

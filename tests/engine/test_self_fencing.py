@@ -1,0 +1,97 @@
+"""Self-fencing by time (workers/lease_guard.py): a worker that cannot reach the database stops its
+attempts before their leases can run out, so the reaper of the database that comes back (a standby
+promoted meanwhile, a long restart) never hands a lock_key to a second holder while the first one
+still runs (DESIGN promise 2).
+
+The worker under test reaches PostgreSQL through a proxy that goes silent (tests/support/wire.py):
+its statements hang with no error, as when packets are dropped, so nothing but its own clock can
+stop its attempt. Another worker, connected directly, takes the job over once the lease ran out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from prometheus_client import REGISTRY
+
+from dataloader import JobContext, pipeline
+from dataloader.storage.db import create_pool
+from tests.conftest import wait_until
+from tests.support.engine import enqueue, job_row, running_engine
+from tests.support.wire import CountingProxy
+
+# (job_id, attempt) -> (monotonic start, monotonic end or None, how it ended)
+RUNS: dict[tuple[uuid.UUID, int], list] = {}
+LEASE_SEC = 3
+
+
+@pipeline("test.self_fence_hold")
+async def hold(ctx: JobContext):
+    """Attempt 1 holds its key until stopped; later attempts end at once."""
+    run = RUNS.setdefault((ctx.job_id, ctx.attempt), [time.monotonic(), None, None])
+    try:
+        if ctx.attempt == 1:
+            await asyncio.Event().wait()
+    except BaseException as exc:
+        run[1:] = [time.monotonic(), type(exc).__name__]
+        raise
+    run[1:] = [time.monotonic(), "completed"]
+
+
+def _self_fenced(queue: str) -> float:
+    return REGISTRY.get_sample_value("dl_attempts_self_fenced_total", {"queue": queue}) or 0.0
+
+
+async def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_lease_can_run_out(dsn, db):
+    port = int(await db.fetchval("SHOW port"))
+    fenced_before = _self_fenced("default")
+    async with CountingProxy(dsn, port) as proxy:
+        cut_off_pool = await create_pool(proxy.dsn, max_size=4)
+        try:
+            async with running_engine(proxy.dsn, cut_off_pool, run_reaper=False, heartbeat_sec=0.5):
+                job_id = await enqueue(db, "test.self_fence_hold", lock_key="self-fence", lease_ttl_sec=LEASE_SEC)
+                await wait_until(lambda: (job_id, 1) in RUNS, message="attempt 1 never started")
+                # let a heartbeat renew the lease once, so the guard's time comes from a heartbeat
+                first_lease = (await job_row(db, job_id))["lease_expires_at"]
+                await wait_until(lambda: _lease_moved(db, job_id, first_lease), timeout=5,
+                                 message="no heartbeat renewed the lease")
+                proxy.partition()
+                await wait_until(lambda: RUNS[(job_id, 1)][1] is not None, timeout=LEASE_SEC * 2,
+                                 message="the cut-off worker never stopped its attempt")
+                # Read after the stop: a lease still valid now was valid when the attempt stopped.
+                row = await db.fetchrow("SELECT status::text, attempt, lease_expires_at > now() AS leased "
+                                        "FROM dl_jobs WHERE job_id = $1", job_id)
+                assert (row["status"], row["attempt"], row["leased"]) == ("running", 1, True), dict(row)
+                assert RUNS[(job_id, 1)][2] == "CancelledError"
+                assert _self_fenced("default") == fenced_before + 1
+
+                # The database the first worker was on is gone, and its sessions' advisory locks
+                # with it (a promoted standby has none); its statements still hang. Another node's
+                # reaper takes the job back once the lease ran out, and another worker runs
+                # attempt 2 while the first one is still cut off.
+                await db.execute("SELECT pg_terminate_backend(pid) FROM pg_locks "
+                                 "WHERE locktype = 'advisory' AND pid <> pg_backend_pid()")
+                async with running_engine(dsn, db, reaper_period_sec=0.2):
+                    await wait_until(lambda: _status(db, job_id, "succeeded"), timeout=LEASE_SEC * 3,
+                                     message="the job was not taken over")
+                first, second = RUNS[(job_id, 1)], RUNS[(job_id, 2)]
+                assert first[1] < second[0], "two holders of one lock_key overlapped"
+                proxy.heal()  # the first worker's late release of attempt 1 is refused (fenced)
+            # (leaving the block stopped the first worker, which wrote what it still had to write)
+        finally:
+            await cut_off_pool.close()
+    row = await job_row(db, job_id)
+    assert (row["status"], row["attempt"]) == ("succeeded", 2)
+    kinds = [r["kind"] for r in await db.fetch(
+        "SELECT kind FROM dl_job_events WHERE job_id = $1 AND kind <> 'heartbeat' ORDER BY event_id", job_id)]
+    assert kinds == ["queued", "picked", "requeue", "picked", "done"]
+
+
+async def _lease_moved(db, job_id, first) -> bool:
+    return (await job_row(db, job_id))["lease_expires_at"] > first
+
+
+async def _status(db, job_id, status: str) -> bool:
+    return (await job_row(db, job_id))["status"] == status
+
