@@ -7,6 +7,8 @@ dl_notifications_total plus dl_job_queue_wait_seconds (enqueue → start).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -300,3 +302,34 @@ TASK_IN_USE = Gauge(
 UI_LIVE_SUBSCRIBERS = Gauge("dl_ui_live_subscribers", "Browsers subscribed to the console's live updates on this node")
 UI_LIVE_RENDERS = Counter("dl_ui_live_renders_total",
                           "Live fragments the console's shared poll rendered (one per watched topic and round)")
+
+
+class AttemptMetrics:
+    """The labelled series an attempt of one (queue, task) writes, looked up once per pair rather
+    than per job: `labels()` costs about 2 µs a call, and a drain of short jobs made five of them
+    per job (about a tenth of the worker's CPU, bench/README.md "issue 25, part 3")."""
+
+    __slots__ = ("_finished", "queue", "run", "task", "wait")
+
+    def __init__(self, queue: str, task: str) -> None:
+        self.queue, self.task = queue, task
+        self.wait = JOB_WAIT_SECONDS.labels(queue)
+        self.run = JOB_RUN_SECONDS.labels(queue, task)
+        self._finished: dict[str, Any] = {}
+
+    def finished(self, outcome: str) -> None:
+        child = self._finished.get(outcome)
+        if child is None:
+            child = self._finished[outcome] = JOBS_FINISHED.labels(self.queue, self.task, outcome)
+        child.inc()
+
+
+_ATTEMPT_METRICS: dict[tuple[str, str], AttemptMetrics] = {}
+
+
+def attempt_metrics(queue: str, task: str) -> AttemptMetrics:
+    """The series of (queue, task): as many pairs as the labels themselves have."""
+    series = _ATTEMPT_METRICS.get((queue, task))
+    if series is None:
+        series = _ATTEMPT_METRICS[(queue, task)] = AttemptMetrics(queue, task)
+    return series

@@ -57,6 +57,7 @@ class Attempt:
     def __init__(self, job: ClaimedJob, env: EngineEnv, finisher: Finisher) -> None:
         self.job = job
         self.env = env
+        self._metrics = metrics.attempt_metrics(job.queue, job.task)
         self._finisher = finisher
         self._pipeline: Pipeline | None = None
         self._pipeline_task: asyncio.Task[Any] | None = None
@@ -163,7 +164,7 @@ class Attempt:
             return  # the attempt reached its run-time limit: `_past_limit` concludes it
         try:
             elapsed = time.perf_counter() - started
-            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            self._metrics.run.observe(elapsed)
             interrupted = task.cancelled() or self._abandoned
             raised = None if interrupted else task.exception()
             d = self._decide(pipeline, interrupted, raised,
@@ -203,7 +204,7 @@ class Attempt:
         try:
             await self._time_out(pipeline, task, limit)
             elapsed = time.perf_counter() - started
-            metrics.JOB_RUN_SECONDS.labels(self.job.queue, self.job.task).observe(elapsed)
+            self._metrics.run.observe(elapsed)
             await self._conclude(pipeline, task, elapsed)
         except Exception:
             self.log.exception("attempt crashed")
@@ -222,7 +223,7 @@ class Attempt:
             open_transaction=self._open_transaction, db=self.env.pool,
         )
         self.ctx.stop_reason = self.stop_reason
-        metrics.JOB_WAIT_SECONDS.labels(job.queue).observe(max(0.0, job.wait_sec))
+        self._metrics.wait.observe(max(0.0, job.wait_sec))
         if self.log.isEnabledFor(logging.INFO):
             self.log.info("job started", extra={"wait_sec": round(job.wait_sec, 4)})
         return self.ctx
@@ -254,7 +255,7 @@ class Attempt:
         if not done:
             await self._time_out(pipeline, task, limit)  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
-        metrics.JOB_RUN_SECONDS.labels(job.queue, job.task).observe(elapsed)
+        self._metrics.run.observe(elapsed)
         await self._conclude(pipeline, task, elapsed)
 
     async def _time_out(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float) -> None:
@@ -530,7 +531,7 @@ class Attempt:
             return result
 
     def _count(self, outcome: str) -> None:
-        metrics.JOBS_FINISHED.labels(self.job.queue, self.job.task, outcome).inc()
+        self._metrics.finished(outcome)
         if self._span is not None:
             tracing.end_attempt(self._span, outcome)
 
