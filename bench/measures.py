@@ -224,6 +224,7 @@ class _CpuLedger:
         self.local, self._db, self._own = local, dsn_db, own_pid
         self._workers: dict[int, float] = {}
         self._backends: dict[int, float] = {}
+        self._marks: list[tuple[int, float, float]] = []
 
     async def sample(self, conn: asyncpg.Connection, worker_pids: list[int]) -> None:
         self._workers.update(procs.tree_cpu(worker_pids))
@@ -231,6 +232,22 @@ class _CpuLedger:
             backends = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> $2",
                                         self._db, self._own)
             self._backends.update(procs.cpu_seconds(r["pid"] for r in backends))
+
+    def mark(self, done: int) -> None:
+        """Remember the CPU so far against the jobs done so far (just after a `sample`)."""
+        self._marks.append((done, self.worker_seconds, self.db_seconds))
+
+    def steady_us(self, total: int) -> tuple[float | None, float | None]:
+        """CPU per job (µs) of the workers and the backends between the first mark with 10 % of the
+        jobs done and the last with at most 90 % done: the per-job cost without the start-up (the
+        interpreter's imports alone are 0.4-0.7 s, 20-35 µs per job of a 20,000-job drain) and
+        the shutdown. None when the drain was too short to have two such marks."""
+        inside = [m for m in self._marks if 0.10 * total <= m[0] <= 0.90 * total]
+        if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+            return None, None
+        (d0, w0, b0), (d1, w1, b1) = inside[0], inside[-1]
+        jobs = d1 - d0
+        return (w1 - w0) * 1e6 / jobs, (b1 - b0) * 1e6 / jobs if self.local else None
 
     @property
     def worker_seconds(self) -> float:
@@ -255,7 +272,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                     polling subtracted) / N: commits, so fsyncs, are what a durable queue pays for;
       wal_per_job = bytes of WAL the whole server wrote (pg_current_wal_lsn) / N;
       cpu_worker_us, cpu_db_us = CPU time of the worker processes and of the bench database's
-                    backends (server on this machine only) / N, in microseconds (_CpuLedger)."""
+                    backends (server on this machine only) / N, in microseconds (_CpuLedger).
+      cpu_worker_steady_us, cpu_db_steady_us = the same between 10 % and 90 % of the drain
+                    (sampled with the done count every 200 ms): the per-job cost without start-up."""
     sc = ctx.scale
     result = MeasureResult()
     for nprocs in sc.processing_procs:
@@ -288,16 +307,15 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                             left = await conn.fetchval(system.count_sql)
                             raise TimeoutError(f"not drained after {sc.timeout:.0f} s "
                                                f"({sc.processing - left} of {sc.processing} done)")
-                        if tick % 20 == 0:
-                            own += 1
-                            await cpu.sample(conn, pids)
                         if tick % 2 == 0:
                             rss = procs.tree_rss(pids)
                             peak = max(peak, rss)
                             if tick % 4 == 0:
-                                own += 1
+                                own += 2
                                 remaining = await conn.fetchval(system.count_sql)
                                 samples.append((time.monotonic() - t0, remaining, rss))
+                                await cpu.sample(conn, pids)
+                                cpu.mark(sc.processing - remaining)
                         tick += 1
                         await asyncio.sleep(max(0.0, t0 + tick * 0.05 - time.monotonic()))
                     # The drain may end between two progress samples: close the series at 0 left.
@@ -316,6 +334,7 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                 xacts = await _xacts(ctx.server, database_of(dsn)) - xacts0 - own
                 wal = await _wal_lsn(ctx.server) - lsn0
             wall = drained - t0
+            steady_worker, steady_db = cpu.steady_us(sc.processing)
             if span["succeeded"] != sc.processing:
                 raise RuntimeError(f"{span['succeeded']} of {sc.processing} jobs succeeded")
             active = (span["last_finish"] - span["first_start"]).total_seconds()
@@ -329,7 +348,9 @@ async def processing(ctx: Context, systems: list[System], runs: int) -> MeasureR
                      f"processing.{p}.tx_per_job": xacts / sc.processing,
                      f"processing.{p}.wal_per_job": wal / sc.processing,
                      f"processing.{p}.cpu_worker_us": cpu.worker_seconds * 1e6 / sc.processing,
-                     f"processing.{p}.cpu_db_us": cpu.db_seconds * 1e6 / sc.processing if cpu.local else None},
+                     f"processing.{p}.cpu_db_us": cpu.db_seconds * 1e6 / sc.processing if cpu.local else None,
+                     f"processing.{p}.cpu_worker_steady_us": steady_worker,
+                     f"processing.{p}.cpu_db_steady_us": steady_db},
                     {"procs": nprocs, "active_seconds": active, "wall_seconds": wall,
                      "rss_samples": [(round(t, 2), r, round(m / 2**20, 1)) for t, r, m in samples]})
 

@@ -30,6 +30,10 @@ def _metrics() -> dict[str, Metric]:
         m[f"processing.{p}.wal_per_job"] = Metric(f"drain no-ops, {what}: WAL bytes per job", "B", False)
         m[f"processing.{p}.cpu_worker_us"] = Metric(f"drain no-ops, {what}: worker CPU per job", "µs", False)
         m[f"processing.{p}.cpu_db_us"] = Metric(f"drain no-ops, {what}: PostgreSQL CPU per job", "µs", False)
+        m[f"processing.{p}.cpu_worker_steady_us"] = Metric(
+            f"drain no-ops, {what}: worker CPU per job, 10-90 % of the drain", "µs", False)
+        m[f"processing.{p}.cpu_db_steady_us"] = Metric(
+            f"drain no-ops, {what}: PostgreSQL CPU per job, 10-90 % of the drain", "µs", False)
     m["latency.p50"] = Metric("enqueue→start latency p50 (idle worker)", "ms", False)
     m["latency.p95"] = Metric("enqueue→start latency p95", "ms", False)
     m["latency.p99"] = Metric("enqueue→start latency p99", "ms", False)
