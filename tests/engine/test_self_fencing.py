@@ -95,3 +95,25 @@ async def _lease_moved(db, job_id, first) -> bool:
 async def _status(db, job_id, status: str) -> bool:
     return (await job_row(db, job_id))["status"] == status
 
+
+
+@pipeline("test.self_fence_long")
+async def long_run(ctx: JobContext):
+    """Runs three leases long, in chunks (so a stop would be seen)."""
+    for _ in range(int(ctx.args["chunks"])):
+        await asyncio.sleep(0.1)
+        yield
+
+
+async def test_an_attempt_longer_than_its_lease_keeps_running_while_heartbeats_renew_it(dsn, db):
+    """The guard's other half: every heartbeat moves the attempt's fence time, so a healthy worker
+    never stops a job for running longer than one lease."""
+    fenced_before = _self_fenced("default")
+    async with running_engine(dsn, db, heartbeat_sec=0.3):
+        job_id = await enqueue(db, "test.self_fence_long", args={"chunks": 10 * LEASE_SEC}, lease_ttl_sec=LEASE_SEC)
+        await wait_until(lambda: _status(db, job_id, "succeeded"), timeout=LEASE_SEC * 6,
+                         message="the long job did not succeed")
+    row = await job_row(db, job_id)
+    assert row["attempt"] == 1
+    assert (row["finished_at"] - row["started_at"]).total_seconds() >= LEASE_SEC
+    assert _self_fenced("default") == fenced_before
