@@ -296,3 +296,43 @@ async def test_task_limits_declared_in_settings_win_over_the_pipelines_and_a_run
                 state[queue].task_limits[SLEEP].settings_source) == (1, "runtime")
     finally:
         await app.close()
+
+
+async def test_clearing_a_task_rate_removes_its_window_of_starts_and_a_declaration_without_one_does_too(
+        app, db, dsn):
+    """The gate prunes a task's dl_task_starts only while the task has a rate: the run-time change
+    or the declaration that takes the rate away removes them, and nothing of another task."""
+    queue = _queue("tclear")
+    ids = [await enqueue(db, SLEEP, args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}") for i in range(3)]
+    await app.configure_task(queue, SLEEP, rate_limit=100, rate_period_sec=60)
+    await app.configure_task(queue, OTHER, rate_limit=100, rate_period_sec=60)
+    await db.execute("INSERT INTO dl_task_starts (queue, task, job_id, started_at) "
+                     "VALUES ($1, $2, gen_random_uuid(), now())", queue, OTHER)
+    async with app.running(queues=[Queue(queue, 4)], reaper=False):
+        await drain(db, ids, 20)
+
+    async def starts(task: str) -> int:
+        return await db.fetchval("SELECT count(*) FROM dl_task_starts WHERE queue = $1 AND task = $2", queue, task)
+
+    assert await starts(SLEEP) == 3
+    await app.configure_task(queue, SLEEP, rate_limit=50)  # a rate changed keeps its window
+    assert await starts(SLEEP) == 3
+    await app.configure_task(queue, SLEEP, rate_limit=None)
+    assert (await starts(SLEEP), await starts(OTHER)) == (0, 1)
+
+    # a declaration (at a node's start) that drops the rate of a declared task does the same
+    await db.execute("UPDATE dl_task_flow SET settings_source = 'declared' WHERE queue = $1 AND task = $2",
+                     queue, OTHER)
+    own = PipelineRegistry()
+    own.register(OTHER, registry.get(OTHER).func, limits={"concurrency": 3})
+    declaring = await App(Settings(db_dsn=dsn, workers=[]), pipelines=own).open()
+    try:
+        async with declaring.running(queues=[Queue(queue, 1)], reaper=False):
+            pass
+    finally:
+        await declaring.close()
+    assert await starts(OTHER) == 0
+    row = await db.fetchrow("SELECT concurrency, rate_limit FROM dl_task_flow WHERE queue = $1 AND task = $2",
+                            queue, OTHER)
+    assert (row["concurrency"], row["rate_limit"]) == (3, None)
