@@ -70,8 +70,10 @@ async def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_l
                 # with it (a promoted standby has none); its statements still hang. Another node's
                 # reaper takes the job back once the lease ran out, and another worker runs
                 # attempt 2 while the first one is still cut off.
-                await db.execute("SELECT pg_terminate_backend(pid) FROM pg_locks "
-                                 "WHERE locktype = 'advisory' AND pid <> pg_backend_pid()")
+                # (this database's sessions only: other tests share the server)
+                await db.execute("SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d "
+                                 "ON d.oid = l.database WHERE l.locktype = 'advisory' "
+                                 "AND d.datname = current_database() AND l.pid <> pg_backend_pid()")
                 async with running_engine(dsn, db, reaper_period_sec=0.2):
                     await wait_until(lambda: _status(db, job_id, "succeeded"), timeout=LEASE_SEC * 3,
                                      message="the job was not taken over")
