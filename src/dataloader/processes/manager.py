@@ -56,7 +56,7 @@ from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, 
 from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
 from dataloader.processes.step import timer_job
-from dataloader.processes.waiter import TaskWaiter
+from dataloader.processes.waiter import Expectation, TaskWaiter
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
 
 MAX_LIST_LIMIT = 500
@@ -175,9 +175,7 @@ class ProcessManager:
         process_id, key = self._check_id(process_id), self._check_key(idempotency_key)
         wait = self._check_timeout(timeout)
         task = self._caller_task(ns, process_id, TaskType.init, self._args_json(args), key, request_id=request_id)
-        task_id = await self._enqueue(task, None)
-        metrics.PROCESS_PREPARE_SECONDS.labels(ns, "init").observe(time.perf_counter() - started)
-        return await self._outcome(task_id, ns, wait)
+        return await self._run_caller(task, None, started, wait)
 
     async def call(self, ns: str, process_id: str, args: Any = None, *, idempotency_key: str | None = None,
                    range: HistoryRange | Mapping[str, Any] | None = None, timeout: float | None = None,
@@ -208,9 +206,18 @@ class ProcessManager:
         except (TypeError, ValueError) as exc:
             raise InvalidProcessRequest(str(exc)) from None
         task = self._caller_task(ns, process_id, kind, self._args_json(args), key, hrange, request_id)
-        task_id = await self._enqueue(task, needed.value)
-        metrics.PROCESS_PREPARE_SECONDS.labels(ns, kind.value).observe(time.perf_counter() - started)
-        return await self._outcome(task_id, ns, wait)
+        return await self._run_caller(task, needed.value, started, wait)
+
+    async def _run_caller(self, task: NewTask, needed: str | None, started: float, wait: float) -> Any:
+        """Queue the caller's task and wait for its outcome. The waiter is told the new task's id
+        before the insert, so the wait needs no first read of a task that cannot have ended yet."""
+        expectation = await self.waiter.expect(task.task_id)
+        try:
+            task_id = await self._enqueue(task, needed)
+            metrics.PROCESS_PREPARE_SECONDS.labels(task.ns, task.type).observe(time.perf_counter() - started)
+            return await self._outcome(task_id, task.ns, wait, expectation)
+        finally:
+            self.waiter.forget(expectation)
 
     async def _enqueue(self, task: NewTask, needed: str | None) -> uuid.UUID:
         """Queue a caller's task (one statement), or find the task its idempotency key already names.
@@ -258,9 +265,10 @@ class ProcessManager:
                 f"{existing.process_id!r}")
         return existing.task_id
 
-    async def _outcome(self, task_id: uuid.UUID, ns: str, timeout: float) -> Any:
+    async def _outcome(self, task_id: uuid.UUID, ns: str, timeout: float, expected: Expectation) -> Any:
         ended, record = await self.waiter.wait(
-            task_id, lambda: self.repo.get_task(task_id), lambda r: r is None or r.status != "waiting", timeout)
+            task_id, lambda: self.repo.get_task(task_id), lambda r: r is None or r.status != "waiting", timeout,
+            expected)
         if record is None:
             raise ProcessNotFound(f"the process of task {task_id} was removed before the task ended")
         if not ended:

@@ -6,6 +6,10 @@ of that task, who then read the stored outcome. The task row is read once after 
 registered (so an end that came before the registration is not missed) and then again only on a
 notification, or on a bounded fallback poll (every `poll_sec` while listening, every second
 while the listener is down): no busy polling.
+
+A caller that registers before its task exists (`expect`, with the id it is about to insert) while
+the listener is up skips that first read: the task cannot have ended before the registration, and
+every end committed after it is heard (a lost listener wakes every caller to read).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -24,6 +29,16 @@ log = logging.getLogger("dataloader.processes")
 
 CHANNEL = "dl_process_task"
 DISCONNECTED_POLL_SEC = 1.0
+
+
+@dataclass(eq=False)
+class Expectation:
+    """A caller's registration for a task id before the task is inserted (`TaskWaiter.expect`)."""
+
+    task_id: uuid.UUID
+    # True when the listener was up as the caller registered: no end of the task can go unheard.
+    heard_from_start: bool
+    event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class TaskWaiter:
@@ -84,24 +99,49 @@ class TaskWaiter:
             for event in events:
                 event.set()
 
-    async def wait(self, task_id: uuid.UUID, read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool],
-                   timeout: float) -> tuple[bool, Any]:
-        """Read the task until `done(record)` or `timeout` seconds pass: (True, record) or
-        (False, last record)."""
+    async def expect(self, task_id: uuid.UUID) -> Expectation:
+        """Register for a task about to be inserted with this id; `forget` it when done. Passed to
+        `wait` for the same id, it spares the first read."""
         await self.start()
+        expectation = Expectation(task_id, heard_from_start=self.listening)
+        self._waiting.setdefault(task_id, set()).add(expectation.event)
+        return expectation
+
+    def forget(self, expectation: Expectation) -> None:
+        events = self._waiting.get(expectation.task_id)
+        if events is not None:
+            events.discard(expectation.event)
+            if not events:
+                del self._waiting[expectation.task_id]
+
+    async def wait(self, task_id: uuid.UUID, read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool],
+                   timeout: float, expected: Expectation | None = None) -> tuple[bool, Any]:
+        """Read the task until `done(record)` or `timeout` seconds pass: (True, record) or
+        (False, last record). `expected`: the caller's registration from before the task was
+        inserted (used only if it is for this id: an idempotent replay names an older task)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        event = asyncio.Event()
-        self._waiting.setdefault(task_id, set()).add(event)
+        if expected is not None and expected.task_id == task_id:
+            own = None
+            event, unread = expected.event, expected.heard_from_start
+        else:
+            own = await self.expect(task_id)
+            event, unread = own.event, False
         try:
+            record = None
             while True:
-                event.clear()
-                record = await read()
-                if done(record):
-                    return True, record
+                if unread and not event.is_set():
+                    # registered while listening, before the task existed: nothing to read until
+                    # a notification, a lost listener or the fallback poll says so
+                    unread = False
+                else:
+                    event.clear()
+                    record = await read()
+                    if done(record):
+                        return True, record
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    return False, record
+                    return False, record if record is not None else await read()
                 poll = self.poll_sec if self.listening else DISCONNECTED_POLL_SEC
                 try:
                     await asyncio.wait_for(event.wait(), min(remaining, poll))
@@ -109,8 +149,5 @@ class TaskWaiter:
                     if not self.listening:
                         await self.start()
         finally:
-            events = self._waiting.get(task_id)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._waiting[task_id]
+            if own is not None:
+                self.forget(own)
