@@ -325,6 +325,16 @@ class AttemptMetrics:
 
 
 _ATTEMPT_METRICS: dict[tuple[str, str], AttemptMetrics] = {}
+_ENQUEUED: dict[tuple[str, str], Any] = {}
+
+
+def jobs_enqueued(queue: str, task: str) -> Any:
+    """`JOBS_ENQUEUED`'s series of (queue, task), looked up once per pair as `attempt_metrics`'
+    are: a single enqueue's `labels()` was a twentieth of its client CPU."""
+    series = _ENQUEUED.get((queue, task))
+    if series is None:
+        series = _ENQUEUED[(queue, task)] = JOBS_ENQUEUED.labels(queue, task)
+    return series
 
 
 def attempt_metrics(queue: str, task: str) -> AttemptMetrics:

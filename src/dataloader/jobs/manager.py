@@ -219,7 +219,7 @@ class BatchColumns:
             queues, tasks = self.columns[1], self.columns[2]
             counts = Counter((queues[i], tasks[i]) for i, job_id in enumerate(self.ids) if job_id in kept)
         for (queue, task), count in counts.items():
-            metrics.JOBS_ENQUEUED.labels(queue, task).inc(count)
+            metrics.jobs_enqueued(queue, task).inc(count)
 
 
 @dataclass(frozen=True)
@@ -369,7 +369,7 @@ class JobManager:
         inserted = await self.repo.insert_job(new_job, request_id, conn=conn, traceparent=tracing.current_traceparent())
         job = inserted.job
         if inserted.created:
-            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+            metrics.jobs_enqueued(req.queue, req.task).inc()
         elif req.restartable:
             self.check_restart_target(req, job, created=False)
         elif req.unique_for_sec is not None:
@@ -400,7 +400,7 @@ class JobManager:
         """A restartable trigger that did not insert updated the queued job of its key, unless that
         job has another task or queue (then nothing changed: RestartConflict)."""
         if created:
-            metrics.JOBS_ENQUEUED.labels(req.queue, req.task).inc()
+            metrics.jobs_enqueued(req.queue, req.task).inc()
             return
         if (job.task, job.queue) != (req.task, req.queue):
             raise RestartConflict(

@@ -65,9 +65,11 @@ def inserted_job(job: NewJob, job_id: uuid.UUID, row: Any) -> Job:
     """The Job a row of insert_job.sql / insert_job_group.sql stands for: what the database decided
     (the stored args and plan as it decodes them, available_at, created_at) and the rest as sent or
     as the column defaults of a new row (status queued, attempt 0, empty progress). It saves
-    decoding all of the row's columns per enqueue. Works on any connection (jsonb maybe as text)."""
+    decoding all of the row's columns per enqueue. Works on any connection (jsonb maybe as text).
+    The statements answer NULL args for the empty object (the commonest: no decoding per call)."""
+    args = row["args"]
     return Job(
-        id=job_id, queue=job.queue, task=job.task, args=json_value(row["args"]), lock_key=job.lock_key,
+        id=job_id, queue=job.queue, task=job.task, args={} if args is None else json_value(args), lock_key=job.lock_key,
         status=JobStatus.queued, attempt=0, max_attempts=job.max_attempts, priority=job.priority,
         available_at=row["available_at"], created_at=row["created_at"], idempotency_key=job.idempotency_key,
         partition_key=job.partition_key, lease_ttl_sec=job.lease_ttl_sec, progress={}, producer=job.producer,

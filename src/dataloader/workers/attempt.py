@@ -377,7 +377,7 @@ class Attempt:
             self._count("succeeded")
             if d.next_json is not None:
                 for row in json.loads(d.next_json):
-                    metrics.JOBS_ENQUEUED.labels(row["queue"], row["task"]).inc()
+                    metrics.jobs_enqueued(row["queue"], row["task"]).inc()
             if self.log.isEnabledFor(logging.INFO):
                 self.log.info("job succeeded", extra=extra)
         elif d.kind == "canceled" or status == "canceled":

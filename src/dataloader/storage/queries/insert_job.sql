@@ -20,4 +20,5 @@ WITH inserted AS (
            jsonb_strip_nulls(jsonb_build_object('task', task, 'request_id', $13::text))
     FROM inserted
 )
-SELECT job_id, args, available_at, created_at, chain_next FROM inserted;
+-- The empty object, the commonest args, comes back as NULL: nothing to decode (inserted_job).
+SELECT job_id, NULLIF(args, '{}'::jsonb) AS args, available_at, created_at, chain_next FROM inserted;

@@ -28,4 +28,5 @@ WITH input AS (
     SELECT i.job_id, i.queue, 'queued', jsonb_strip_nulls(jsonb_build_object('task', i.task, 'request_id', n.request_id))
     FROM inserted i JOIN input n USING (job_id)
 )
-SELECT job_id, args, available_at, created_at, chain_next FROM inserted;
+-- The empty object, the commonest args, comes back as NULL: nothing to decode (inserted_job).
+SELECT job_id, NULLIF(args, '{}'::jsonb) AS args, available_at, created_at, chain_next FROM inserted;
