@@ -23,16 +23,11 @@ server must be on this machine), and each variant's ratios to `003` in the same 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import uuid
 
 import asyncpg
 
-from bench.pg import start_server, with_database
-from bench.step_statement import _drain
-from dataloader.storage import migrate
+from bench.step_statement import _drain, main, migrated_database
 
 _ADD_IDEMPOTENCY_UNIQUE = """DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'dl_jobs_idempotency_key_key') THEN
@@ -82,12 +77,7 @@ async def _reshape(dsn: str, variant: str) -> None:
 
 
 async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
-    name = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_schema_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(admin_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = with_database(admin_dsn, name)
-    try:
-        await migrate.upgrade(dsn)
+    async with migrated_database(admin_dsn, "schema") as dsn:
         names = list(VARIANTS)
         for round_ in range(rounds):
             figures = {}
@@ -101,25 +91,7 @@ async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
             for variant in names[1:]:
                 print(f"round {round_} {variant} / 003: " + " ".join(
                     f"{k}={figures[variant][k] / figures['003'][k]:.2f}" for k in _FIGURES), flush=True)
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", default=None, help="a server on this machine (default: BENCH_DSN, else embedded)")
-    parser.add_argument("--jobs", type=int, default=8000)
-    parser.add_argument("--rounds", type=int, default=4)
-    args = parser.parse_args()
-    if args.dsn:
-        os.environ["BENCH_DSN"] = args.dsn
-    server = start_server()
-    try:
-        await _run(server.admin_dsn, args.jobs, args.rounds)
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(__doc__ or "", _run, rounds=4))

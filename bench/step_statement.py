@@ -21,6 +21,8 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import asyncpg
 
@@ -92,28 +94,41 @@ async def _drain(dsn: str, mode: str, jobs: int) -> dict[str, float]:
             "db_cpu_us_per_step": cpu / steps * 1e6}
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+async def main(description: str = __doc__ or "", run: Callable[[str, int, int], Awaitable[None]] | None = None,
+               rounds: int = 3) -> None:
+    """The command line of this bench and of those built on its drain (step_schema.py): `run` gets
+    the server's admin DSN, --jobs and --rounds."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None, help="a server on this machine (default: BENCH_DSN, else embedded)")
     parser.add_argument("--jobs", type=int, default=8000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=rounds)
     args = parser.parse_args()
     if args.dsn:
         os.environ["BENCH_DSN"] = args.dsn
     server = start_server()
     try:
-        await _run(server.admin_dsn, args.jobs, args.rounds)
+        await (run or _run)(server.admin_dsn, args.jobs, args.rounds)
     finally:
         server.stop()
 
 
-async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
-    name = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_step_{uuid.uuid4().hex[:8]}"
+@asynccontextmanager
+async def migrated_database(admin_dsn: str, tag: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of the bench's own, dropped afterwards: its DSN."""
+    name = f"{os.environ.get('BENCH_DB_PREFIX', 'bench')}_{tag}_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = with_database(admin_dsn, name)
     try:
+        dsn = with_database(admin_dsn, name)
         await migrate.upgrade(dsn)
+        yield dsn
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
+    async with migrated_database(admin_dsn, "step") as dsn:
         for round_ in range(rounds):
             order = list(MODES) if round_ % 2 == 0 else list(reversed(MODES))
             figures = {mode: await _drain(dsn, mode, jobs) for mode in order}
@@ -124,9 +139,6 @@ async def _run(admin_dsn: str, jobs: int, rounds: int) -> None:
             print(f"round {round_} one/two: " + " ".join(
                 f"{k}={one[k] / two[k]:.2f}" for k in ("wall_us_per_step", "client_cpu_us_per_step",
                                                        "db_cpu_us_per_step")), flush=True)
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 if __name__ == "__main__":
