@@ -9,7 +9,8 @@
 --
 -- Promises, as the two statements keep them:
 -- - fencing: a finish changes its row only while it is 'running' with the writer's attempt
---   (`ended`, as finish_succeeded.sql), and its 'done' journal row is written in this statement;
+--   (`ended`, finish_succeeded_rows.sql, as finish_succeeded.sql's), and its 'done' journal row is
+--   written in this statement;
 -- - the freed keys' waiters are woken, their parked heads unparked and the locks released
 --   (finish_release_keys.sql, the text every finish shares);
 -- - the claim is claim_jobs.sql's (claim_filters.sql, claim_take.sql, claim_answer.sql): a paused
@@ -36,28 +37,8 @@ WITH input AS (
     SELECT u.*
     FROM unnest($3::uuid[], $4::int[], $5::int[], $6::text[], $7::bool[], $8::text[])
          AS u(job_id, attempt, max_attempts, lock_key, unlock, result)
-), ended AS (
-    UPDATE dl_jobs j
-    SET status = 'succeeded',
-        error = NULL,
-        lease_expires_at = NULL,
-        max_attempts = COALESCE(i.max_attempts, j.max_attempts),
-        result = i.result::jsonb,
-        finished_at = now()
-    FROM input i
-    -- `status::text`: the rows are found by job_id (the primary key) only; said as `status =
-    -- 'running'`, an unanalyzed table let PostgreSQL AND the key lookup with a scan of
-    -- ix_dl_jobs_running_lease, which holds an entry per attempt run since the last vacuum
-    -- (11,000 read per finish in a 20,000-job drain).
-    WHERE j.job_id = ANY ($3::uuid[]) AND j.job_id = i.job_id AND j.status::text = 'running' AND j.attempt = i.attempt
-    RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, i.attempt
-), done_journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT e.job_id, e.queue, 'done', jsonb_build_object('attempt', e.attempt)
-    FROM ended e
-), freed AS (
-    SELECT job_id, lock_key FROM ended
 ),
+-- @include finish_succeeded_rows
 -- @include finish_release_keys
 , finish_rows AS (
 -- @include finish_answer
