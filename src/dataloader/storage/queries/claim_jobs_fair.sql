@@ -40,46 +40,10 @@
 --
 -- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
 WITH RECURSIVE flow AS MATERIALIZED (
-    -- claim_limited_jobs.sql's reading of the queue's row (pause, limits: the same expressions), for a fair
-    -- queue only, with its weights
+    -- the queue's row, for a fair queue that is not paused: its weights and the limit columns
+    -- claim_limited_jobs.sql reads the same way
     SELECT f.fair_weights AS weights,
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
-           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
-           -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
-           -- gates the read): the walk passes their jobs over, the gate decides
-           CASE WHEN f.task_limited THEN ARRAY(
-               SELECT t.task FROM dl_task_flow t
-               WHERE t.queue = $1
-                 AND (COALESCE(t.concurrency <= (SELECT count(*) FROM dl_jobs r
-                                                 WHERE r.queue = $1 AND r.task = t.task AND r.status = 'running'), false)
-                      OR COALESCE(t.rate_limit <= (SELECT count(*) FROM dl_task_starts s
-                                                   WHERE s.queue = $1 AND s.task = t.task
-                                                     AND s.started_at <= now()
-                                                     AND s.started_at > now()
-                                                         - make_interval(secs => t.rate_period_sec)), false)))
-           END AS full_tasks,
-           COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
-                    END, false)
-           OR COALESCE(CASE WHEN f.rate_limit IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_flow_starts s
-                         WHERE s.queue = $1 AND s.started_at <= now()
-                           AND s.started_at > now() - make_interval(secs => f.rate_period_sec)) >= f.rate_limit
-                    END, false) AS full,
-           CASE WHEN f.partition_concurrency IS NOT NULL OR f.partition_rate_limit IS NOT NULL THEN ARRAY(
-               SELECT r.partition_key FROM dl_jobs r
-               WHERE r.queue = $1 AND r.status = 'running' AND f.partition_concurrency IS NOT NULL
-               GROUP BY r.partition_key HAVING count(*) >= f.partition_concurrency
-               UNION
-               SELECT s.partition_key FROM dl_flow_starts s
-               WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= now()
-                 AND s.started_at > now() - make_interval(secs => f.partition_rate_period_sec)
-               GROUP BY s.partition_key HAVING count(*) >= f.partition_rate_limit)
-           END AS full_partitions
+-- @include claim_flow_limits
     FROM dl_queue_flow f
     WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
 ), paused_task AS (
@@ -194,28 +158,11 @@ WITH RECURSIVE flow AS MATERIALIZED (
     ORDER BY d.partition_key
     ON CONFLICT (queue, partition_key) DO UPDATE SET served_at = excluded.served_at
 )
-SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
-       c.max_attempts, c.attempts_before_retry, c.timeout_sec, c.chain_next,
-       extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
-                                           timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,
-       hashtext(r.lock_key) AS lock_hash,
-       c.request_id, c.traceparent, c.attempt_span,
-       c.job_id IS NOT NULL AS claimed,
-       COALESCE(k.backlog, false) AS key_backlog,
-       COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
+-- @include claim_answer_job
        r.key_rank = 1 AND r.held IS NULL AS asked_lock,
        r.held,
        COALESCE((SELECT f.frees_on_finish FROM flow f), false) AS frees_on_finish,
        (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
 FROM verdict r LEFT JOIN claimed c USING (job_id)
--- the key's other queued jobs, for a claimed job only: claim_jobs.sql's probe, unchanged
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
-    FROM (SELECT w.key_parked FROM dl_jobs w
-          WHERE c.job_id IS NOT NULL
-            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
-            AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.key_parked
-          LIMIT 16) w
-) k ON true
+-- @include claim_answer_backlog
 ORDER BY r.ord;

@@ -54,44 +54,7 @@
 -- (`full_tasks`), as partition keys are, so the queue's other tasks go on.
 WITH flow AS MATERIALIZED (
     SELECT f.paused, f.fair_share,
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL OR f.task_limited AS limited,
-           -- limits of the queue's own (not only its tasks'): the gate locks its row at once
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.rate_limit IS NOT NULL
-               OR f.partition_rate_limit IS NOT NULL AS queue_limited,
-           -- a finish frees a slot here: the worker wakes the queue's other workers after it
-           f.concurrency IS NOT NULL OR f.partition_concurrency IS NOT NULL OR f.task_limited AS frees_on_finish,
-           -- the queue's limited tasks at their limit in this snapshot (0027; task_limited on the row
-           -- gates the read): the walk passes their jobs over, the gate decides
-           CASE WHEN f.task_limited THEN ARRAY(
-               SELECT t.task FROM dl_task_flow t
-               WHERE t.queue = $1
-                 AND (COALESCE(t.concurrency <= (SELECT count(*) FROM dl_jobs r
-                                                 WHERE r.queue = $1 AND r.task = t.task AND r.status = 'running'), false)
-                      OR COALESCE(t.rate_limit <= (SELECT count(*) FROM dl_task_starts s
-                                                   WHERE s.queue = $1 AND s.task = t.task
-                                                     AND s.started_at <= statement_timestamp()
-                                                     AND s.started_at > statement_timestamp()
-                                                         - make_interval(secs => t.rate_period_sec)), false)))
-           END AS full_tasks,
-           COALESCE(CASE WHEN f.concurrency IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_jobs r WHERE r.queue = $1 AND r.status = 'running') >= f.concurrency
-                    END, false)
-           OR COALESCE(CASE WHEN f.rate_limit IS NOT NULL THEN
-                        (SELECT count(*) FROM dl_flow_starts s
-                         WHERE s.queue = $1 AND s.started_at <= statement_timestamp()
-                           AND s.started_at > statement_timestamp() - make_interval(secs => f.rate_period_sec)) >= f.rate_limit
-                    END, false) AS full,
-           CASE WHEN f.partition_concurrency IS NOT NULL OR f.partition_rate_limit IS NOT NULL THEN ARRAY(
-               SELECT r.partition_key FROM dl_jobs r
-               WHERE r.queue = $1 AND r.status = 'running' AND f.partition_concurrency IS NOT NULL
-               GROUP BY r.partition_key HAVING count(*) >= f.partition_concurrency
-               UNION
-               SELECT s.partition_key FROM dl_flow_starts s
-               WHERE s.queue = $1 AND f.partition_rate_limit IS NOT NULL AND s.started_at <= statement_timestamp()
-                 AND s.started_at > statement_timestamp() - make_interval(secs => f.partition_rate_period_sec)
-               GROUP BY s.partition_key HAVING count(*) >= f.partition_rate_limit)
-           END AS full_partitions
+-- @include claim_flow_limits
     FROM dl_queue_flow f
     WHERE f.queue = $1
 ), candidate AS (
@@ -153,29 +116,7 @@ WITH flow AS MATERIALIZED (
     SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
     FROM claimed c JOIN verdict r USING (job_id)
 )
-SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_ttl_sec, c.attempt,
-       c.max_attempts,
-       -- the attempt budget counts from the last manual retry (0006): the worker's outcome
-       -- decision needs it to tell a retry from the last failure
-       c.attempts_before_retry,
-       -- the job's own run-time limit (0010; NULL: the pipeline's, or none)
-       c.timeout_sec,
-       -- the stages to enqueue when it succeeds (0011; NULL for a job that is not a chain's)
-       c.chain_next,
-       -- clamped like queue_stats.sql: no stored time may make the subtraction overflow
-       extract(epoch FROM now() - GREATEST(LEAST(GREATEST(r.created_at, r.available_at), now()),
-                                           timestamptz '1970-01-01 00:00:00+00'))::float8 AS wait_sec,
-       hashtext(r.lock_key) AS lock_hash,
-       -- the HTTP request that enqueued the job, so worker log lines carry its request id (a
-       -- column written at enqueue, 0018: no look-up of the 'queued' journal row per job)
-       c.request_id,
-       -- the caller's trace context (0020): the attempt's span is its child
-       c.traceparent,
-       -- the span of its previous traced attempt (0021): the new attempt's span links to it
-       c.attempt_span,
-       c.job_id IS NOT NULL AS claimed,
-       COALESCE(k.backlog, false) AS key_backlog,
-       COALESCE(k.backlog OR k.parked, false) AS key_parked_behind,
+-- @include claim_answer_job
        r.key_rank = 1 AND r.held IS NULL AS asked_lock,
        -- the limit that held this candidate back (dl_flow_gate; NULL: none did)
        r.held,
@@ -185,19 +126,5 @@ SELECT r.job_id, r.queue, r.task, c.args, r.lock_key, c.partition_key, c.lease_t
        -- when the table has outgrown the size their cached plans were made for (one call per claim)
        (SELECT (pg_relation_size('dl_jobs'::regclass) / current_setting('block_size')::int)::int) AS table_pages
 FROM verdict r LEFT JOIN claimed c USING (job_id)
--- The key's other queued jobs, for a claimed job only (the condition on c gates the scan): the
--- runnable unparked ones first (index order: key_parked false before true), then the parked ones,
--- at most 16 rows. 16 unparked runnable: a backlog (whether any is parked behind them does not
--- matter then: key_parked_behind is true either way, and the worker parks them). Fewer: the scan
--- reaches the parked rows, if any. A hot key's 100,000 parked jobs cost at most 16 rows; never a
--- hash or a count of them (an EXISTS here was planned as a hash of every parked job: 44 ms).
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE NOT w.key_parked) >= 16 AS backlog, bool_or(w.key_parked) AS parked
-    FROM (SELECT w.key_parked FROM dl_jobs w
-          WHERE c.job_id IS NOT NULL
-            AND w.lock_key = r.lock_key AND w.status = 'queued' AND w.job_id <> r.job_id
-            AND (w.key_parked OR w.available_at <= now())
-          ORDER BY w.key_parked
-          LIMIT 16) w
-) k ON true
+-- @include claim_answer_backlog
 ORDER BY r.priority, r.available_at, r.created_at;
