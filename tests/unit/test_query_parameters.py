@@ -246,8 +246,14 @@ def mismatches(queries: dict[str, str], sites: list[CallSite]) -> list[str]:
         by_query.setdefault(site.query, []).append(site)
         if site.query not in queries:
             problems.append(f"{site.where}: no query file {site.query}.sql")
-    # a part included by a called query is called with it (its parameters counted there)
-    included = {part for name, text in queries.items() if by_query.get(name) for part in _INCLUDE.findall(text)}
+    # a part included by a called query, or by a part of one, is called with it (its parameters
+    # counted there)
+    included: set[str] = set()
+    reached = [name for name in queries if by_query.get(name)]
+    while reached:
+        parts = {part for name in reached for part in _INCLUDE.findall(queries.get(name, ""))} - included
+        included |= parts
+        reached = list(parts)
     for name in queries:
         text = expanded(queries, name)
         numbers, names = placeholders(text)

@@ -129,27 +129,8 @@ WITH RECURSIVE flow AS MATERIALIZED (
     SELECT c.*, row_number() OVER (PARTITION BY c.lock_key ORDER BY c.ord) AS key_rank,
            row_number() OVER (ORDER BY c.ord) AS pos
     FROM candidate c
-), gate AS MATERIALIZED (
-    -- claim_limited_jobs.sql's gate of a limited queue (dl_flow_gate, 0023), the candidates in this order
-    SELECT dl_flow_gate($1, ARRAY(SELECT r.job_id FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT CASE WHEN r.key_rank = 1 THEN r.partition_key END FROM ranked r ORDER BY r.pos),
-                        ARRAY(SELECT r.task FROM ranked r ORDER BY r.pos), f.queue_limited
-           ) AS verdicts
-    FROM flow f
-    WHERE f.limited AND EXISTS (SELECT 1 FROM ranked)
-), verdict AS (
-    SELECT r.*, ((SELECT g.verdicts FROM gate g))[r.pos] AS held
-    FROM ranked r
-), locked AS MATERIALIZED (
-    SELECT r.job_id
-    FROM verdict r
-    WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
-), claimed AS (
--- @include claim_mark_running
-), journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
-    FROM claimed c JOIN verdict r USING (job_id)
+),
+-- @include claim_gate_take
 ), served AS (
     INSERT INTO dl_queue_partitions AS s (queue, partition_key, served_at)
     SELECT $1, d.partition_key, (SELECT clock_timestamp()) + d.ord * interval '1 microsecond'
