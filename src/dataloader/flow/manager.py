@@ -41,42 +41,36 @@ from dataloader.model.flow import (
 from dataloader.storage.flow_repository import FlowRepository
 
 
-def check_queue_name(queue: object) -> str:
-    """The queue name, or ValidationFailed (the job request's rule for `queue`)."""
+def _check_name(field: str, value: object, max_length: int) -> str:
+    """A queue's or task's name, or ValidationFailed (the job request's rule for that field)."""
     problem = None
-    if not isinstance(queue, str):
+    if not isinstance(value, str):
         problem = "must be a string"
-    elif not 1 <= len(queue) <= QUEUE_NAME_MAX:
-        problem = f"must be 1 to {QUEUE_NAME_MAX} characters"
-    elif not queue.strip():
+    elif not 1 <= len(value) <= max_length:
+        problem = f"must be 1 to {max_length} characters"
+    elif not value.strip():
         problem = "must not be blank"
-    elif "\x00" in queue:
+    elif "\x00" in value:
         problem = "must not contain NUL characters"
     if problem is not None:
-        raise ValidationFailed(f"queue: {problem}", [{"loc": ["queue"], "msg": problem, "type": "value_error"}])
-    return queue  # type: ignore[return-value]
+        raise ValidationFailed(f"{field}: {problem}", [{"loc": [field], "msg": problem, "type": "value_error"}])
+    return value  # type: ignore[return-value]
+
+
+def check_queue_name(queue: object) -> str:
+    """The queue name, or ValidationFailed (the job request's rule for `queue`)."""
+    return _check_name("queue", queue, QUEUE_NAME_MAX)
+
+
+def check_task_name(task: object) -> str:
+    """The task name, or ValidationFailed (the job request's rule for `task`)."""
+    return _check_name("task", task, TASK_NAME_MAX)
 
 
 # Finishes counted for the throughput (a minute: long enough to smooth a burst, short enough to
 # follow a change of load within a KEDA polling interval or two).
 SCALING_WINDOW_SEC = 60.0
 TARGET_MAX_SEC = 86_400.0
-
-
-def check_task_name(task: object) -> str:
-    """The task name, or ValidationFailed (the job request's rule for `task`)."""
-    problem = None
-    if not isinstance(task, str):
-        problem = "must be a string"
-    elif not 1 <= len(task) <= TASK_NAME_MAX:
-        problem = f"must be 1 to {TASK_NAME_MAX} characters"
-    elif not task.strip():
-        problem = "must not be blank"
-    elif "\x00" in task:
-        problem = "must not contain NUL characters"
-    if problem is not None:
-        raise ValidationFailed(f"task: {problem}", [{"loc": ["task"], "msg": problem, "type": "value_error"}])
-    return task  # type: ignore[return-value]
 
 
 class FlowManager:
