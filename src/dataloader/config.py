@@ -167,6 +167,14 @@ def _json_text(value: Any, empty: str) -> Any:
         raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
 
 
+def default_data_dir() -> Path:
+    """The embedded server's data directory: the user's data directory, or for root a system one
+    (the server then runs as DL_EMBEDDED_USER, who cannot enter root's home)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/dataloader/pgdata")
+    return Path(platformdirs.user_data_dir("dataloader")) / "pgdata"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DL_", extra="ignore", populate_by_name=True)
 
@@ -192,7 +200,9 @@ class Settings(BaseSettings):
     claim_backoff_sec: float = Field(default=15, ge=0, le=24 * 3600)
 
     # Additions (not in 003): documented in README.
-    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("dataloader")) / "pgdata")
+    data_dir: Path = Field(default_factory=lambda: default_data_dir())
+    # As root, the embedded server runs as this OS user (PostgreSQL refuses root); created when missing.
+    embedded_user: str = Field(default="dataloader", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
     shutdown_timeout_sec: float = Field(default=30, ge=0, le=24 * 3600)
     # After a run-time limit: how long a generator gets to reach its next yield (and a sync
     # pipeline to return) before it is cancelled or abandoned in its thread.

