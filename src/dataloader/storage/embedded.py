@@ -128,41 +128,64 @@ def _user_name(uid: int) -> str:
 
 
 def ensure_account(name: str) -> RunAs:
-    """The service account `name`, created when missing. Concurrent starts may all find it missing:
-    `useradd` serializes them on its own lock, the winners' accounts are found on the next look, and
-    a loser's "exists" or "cannot lock" is only a reason to look again."""
-    import grp
+    """The service account `name`, created when missing. Concurrent `useradd`s of one name are not
+    safe everywhere (seen: two starts both "succeeded", the second one's uid replaced the first's, and
+    a server was then started as a uid that no longer existed), so root's starts make it one at a
+    time, under a lock only root uses, and look again once they hold it."""
     import pwd
 
-    deadline = time.monotonic() + 60
-    failure = ""
-    while True:
+    def existing() -> RunAs | None:
         try:
             entry = pwd.getpwnam(name)
-            return RunAs(entry.pw_uid, entry.pw_gid, name)
         except KeyError:
-            pass
-        if time.monotonic() > deadline:
-            raise EmbeddedServerError(f"could not create the OS user {name!r} for the embedded server "
-                                      f"(PostgreSQL does not run as root): {failure}")
-        try:
-            grp.getgrnam(name)
-            group = ["-g", name]  # a group of the name exists (a half-made account, or the admin's)
-        except KeyError:
-            group = ["--user-group"]
-        try:
-            done = subprocess.run(["useradd", "--system", *group, "--no-create-home", "--home-dir", "/nonexistent",
-                                   "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True, timeout=30)
-        except FileNotFoundError:
-            raise EmbeddedServerError(f"the embedded server runs as the OS user {name!r} when started by root, and "
-                                      "this system has no useradd to create it: create it, or run as a normal "
-                                      "user") from None
-        if done.returncode == 0:
-            continue
-        failure = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        failure = failure[0]
-        # 9: the name was taken meanwhile (another start won); 10: /etc/passwd is locked by one.
-        time.sleep(0.05 if done.returncode in (9, 10) else 0.5)
+            return None
+        return RunAs(entry.pw_uid, entry.pw_gid, name)
+
+    found = existing()
+    if found is not None:
+        return found
+    with _account_lock():
+        found = existing()
+        if found is not None:
+            return found
+        _create_account(name)
+        found = existing()
+    if found is None:
+        raise EmbeddedServerError(f"the OS user {name!r} was created but cannot be found (check /etc/nsswitch.conf)")
+    return found
+
+
+@contextlib.contextmanager
+def _account_lock() -> Iterator[None]:
+    """Root's lock for creating the service account: a file in the system's lock directory, which only
+    root writes (never a symlink someone left there)."""
+    folder = next((Path(p) for p in ("/run/lock", "/var/lock", "/run") if Path(p).is_dir()), Path("/tmp"))
+    fd = os.open(folder / "dataloader-embedded-user.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_account(name: str) -> None:
+    import grp
+
+    try:
+        grp.getgrnam(name)
+        group = ["-g", name]  # a group of the name exists (a half-made account, or the admin's)
+    except KeyError:
+        group = ["--user-group"]
+    try:
+        done = subprocess.run(["useradd", "--system", *group, "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise EmbeddedServerError(f"the embedded server runs as the OS user {name!r} when started by root, and this "
+                                  f"system has no useradd to create it: create it, or run as a normal user") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise EmbeddedServerError(f"could not create the OS user {name!r} for the embedded server (PostgreSQL does "
+                                  f"not run as root): {said[-1] if said else f'useradd exit {done.returncode}'}")
 
 
 def _ancestors_reachable(path: Path, run_as: RunAs) -> Path | None:
@@ -280,12 +303,25 @@ def _last_log_lines(data_dir: Path, count: int = 40) -> list[str]:
 
 
 def _cause_from_log(data_dir: Path) -> str:
-    """The server's own reason for not starting: its last FATAL or PANIC line, else its last line."""
+    """The server's own reason for not starting: its last FATAL or PANIC line (with the line of the
+    same process just before it, which names the setting when the FATAL is "configuration file ...
+    contains errors"), else its last line."""
+    import re
+
     lines = [line.strip() for line in _last_log_lines(data_dir) if line.strip()]
-    for line in reversed(lines):
-        for level in ("FATAL:", "PANIC:"):
-            if level in line:
-                return line[line.index(level):]
+    process = re.compile(r"\[(\d+)\]")
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        level = next((lv for lv in ("FATAL:", "PANIC:") if lv in line), None)
+        if level is None:
+            continue
+        cause = " ".join(line[line.index(level):].split())
+        pid = process.search(line)
+        if index > 0 and pid is not None and f"[{pid.group(1)}]" in lines[index - 1]:
+            before = lines[index - 1]
+            said = before.split(":  ", 1)[1] if ":  " in before else before
+            cause = f"{cause}: {' '.join(said.split())}"
+        return cause
     return lines[-1] if lines else "no log line"
 
 
@@ -355,7 +391,6 @@ class EmbeddedPostgres:
                 raise _settings_problem(f"{self.data_dir} is a data directory owned by root, and PostgreSQL does not "
                                         f"run as root: give it to the user who made it")
             run_as = ensure_account(self.os_user)  # root's own empty directory: the service account's now
-            os.chown(self.data_dir, run_as.uid, run_as.gid)
         else:
             run_as = RunAs(st.st_uid, st.st_gid, _user_name(st.st_uid))
             import pwd
@@ -370,6 +405,8 @@ class EmbeddedPostgres:
             raise _settings_problem(f"the embedded server runs as {run_as.name} (PostgreSQL does not run as root), "
                                     f"who cannot enter {blocked}: point DL_DATA_DIR elsewhere (e.g. "
                                     f"/var/lib/dataloader/pgdata) or let others pass it (chmod o+x {blocked})")
+        if st.st_uid != run_as.uid:
+            os.chown(self.data_dir, run_as.uid, run_as.gid)
         return run_as
 
     def _drop_gone_users(self) -> list[int]:
