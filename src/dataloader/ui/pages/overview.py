@@ -18,6 +18,7 @@ from dataloader.model.flow import (
     QueueFlow,
     QueueSettings,
     TaskFlow,
+    TaskSettings,
     changes_from_text,
     format_rate,
     task_changes_from_text,
@@ -137,14 +138,15 @@ async def show(request: Request) -> Response:
 
 async def pause(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().pause_queue(form.get("queue", ""))
-    return back(request, form, "/")
+    flow = await request.app.state.console.app().pause_queue(form.get("queue", ""))
+    return back(request, form, "/", f"Queue {flow.queue} paused: no job of it starts until it is resumed; "
+                                    "running jobs finish.")
 
 
 async def resume(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().resume_queue(form.get("queue", ""))
-    return back(request, form, "/")
+    flow = await request.app.state.console.app().resume_queue(form.get("queue", ""))
+    return back(request, form, "/", f"Queue {flow.queue} resumed: its workers on every node wake now.")
 
 
 async def limits(request: Request) -> Response:
@@ -156,10 +158,17 @@ async def limits(request: Request) -> Response:
     task = form.get("task", "").strip() or None
     app = request.app.state.console.app()
     if task is not None:  # one task's own limits (0027), read as `queues set --task` reads them
-        await app.configure_task(form.get("queue", ""), task, **task_changes_from_text(**fields))
+        flow = await app.configure_task(form.get("queue", ""), task, **task_changes_from_text(**fields))
+        limited = flow.task_limits.get(task)
+        now = limited.settings if limited is not None else TaskSettings()  # every limit cleared
+        said = (f"Limits of task {task} in queue {flow.queue} set: concurrency {now.concurrency or 'none'}, "
+                f"rate {format_rate(now.rate_limit, now.rate_period_sec) or 'none'}.")
     else:
-        await app.configure_queue(form.get("queue", ""), **changes_from_text(**fields))
-    return back(request, form, "/")
+        flow = await app.configure_queue(form.get("queue", ""), **changes_from_text(**fields))
+        texts = limit_texts(flow)
+        said = (f"Limits of queue {flow.queue} set: concurrency {texts['concurrency']}, per partition "
+                f"{texts['partition_concurrency']}, rate {texts['rate']}, partition rate {texts['partition_rate']}.")
+    return back(request, form, "/", said)
 
 
 routes = [Route("/", show, methods=["GET"]), Route("/queues/pause", pause, methods=["POST"]),
