@@ -46,4 +46,11 @@ async def test_repair_a_process_in_error(python, subprocess_env, db, tmp_path):
             await page.click("#repair-process")
             await page.wait_for_function(
                 "() => document.querySelector('#process-status').textContent.trim() === 'running'", timeout=20_000)
+            assert await page.inner_text("#notice") == \
+                f"Process p-broken of {NS} repaired: its repair task succeeded and it runs again."
             await seen.shot("process-repaired")
+            await page.select_option("#restart-from", "start")
+            await page.click("#restart-process")
+            await page.wait_for_selector("#notice")
+            assert (await page.inner_text("#notice")).startswith(
+                f"Process p-broken of {NS} restarted from its init task:"), await page.inner_text("#notice")
