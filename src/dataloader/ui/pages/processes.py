@@ -1,4 +1,5 @@
-"""Processes (docs/processes.md): per namespace, a list by id with a status filter (keyset paging)
+"""Processes (docs/processes.md): every namespace with its processes counted by status, and per
+namespace a list by id with a status filter (keyset paging)
 and a jump to an id; a process's page with its status (live, topic `process:<ns>:<id>`), aux state,
 timers, the task running or waiting, its history paged newest first, and its trace; actions repair
 (the processor's repair task, with optional args), simple repair and restart from a step."""
@@ -52,8 +53,13 @@ async def listing(request: Request) -> Response:
             problem = f"{exc.code}: {exc}"
     next_query = urlencode({"ns": ns, "status": status, "cursor": page.next_cursor}) if page and page.next_cursor \
         else ""
+    counts = await app.processes.counts()
+    registered = app.processes.processors.names()
+    for name in registered:  # a namespace this node serves, with no process yet, is listed too
+        counts.setdefault(name, dict.fromkeys(STATUSES, 0))
     return render.page(request, "processes.html", status=200 if problem is None else 422, ns=ns,
-                       process_status=status, statuses=STATUSES, namespaces=app.processes.processors.names(),
+                       process_status=status, statuses=STATUSES, namespaces=registered,
+                       counts=dict(sorted(counts.items())),
                        processes=page.processes if page else [], next_query=next_query, problem=problem,
                        path_of=process_path)
 
