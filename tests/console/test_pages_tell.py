@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 import uuid
 
-from tests.console.conftest import console_client
+from dataloader.model.flow import QueueFlow
+from dataloader.ui.pages.overview import flow_summary
+from tests.console.conftest import console_client, csrf_of
 
 
 async def test_the_processes_page_lists_the_namespaces_with_counts_by_status(db, dsn):
@@ -36,3 +38,31 @@ async def test_the_processes_page_lists_the_namespaces_with_counts_by_status(db,
             assert f"{one}: 0 init, 2 running, 1 error." in chosen
     finally:
         await db.execute("DELETE FROM dl_processes WHERE ns = ANY($1::text[])", [one, two])
+
+
+async def test_a_schedules_own_page_pauses_resumes_and_triggers_it(db, dsn):
+    name = f"own-{uuid.uuid4().hex[:8]}"
+    async with console_client(dsn) as client:
+        created = await client.post("/api/v1/schedules", json={"name": name, "task": "dl.noop", "queue": "own",
+                                                                "cron": "0 3 * * *", "tz": "UTC"})
+        assert created.status_code == 201, created.text
+        page = await client.get(f"/ui/schedules/{name}")
+        assert 'id="pause-schedule"' in page.text and 'id="trigger-schedule"' in page.text
+        form = re.search(r'<form method="post" action="([^"]+/pause)".*?name="back" value="([^"]+)"', page.text, re.S)
+        assert form.group(1) == form.group(2) + "/pause" == f"/ui/schedules/{name}/pause"
+        paused = await client.post(form.group(1), data={"csrf": csrf_of(page.text), "back": form.group(2)})
+        assert paused.status_code == 303 and paused.headers["location"] == f"/ui/schedules/{name}", "back to it"
+        page = await client.get(f"/ui/schedules/{name}")
+        assert 'id="schedule-state">paused' in page.text and 'id="resume-schedule"' in page.text
+        assert f"Schedule {name} paused" in page.text
+        triggered = await client.post(f"/ui/schedules/{name}/trigger", data={"csrf": csrf_of(page.text)})
+        assert re.fullmatch(r"/ui/jobs/[0-9a-f-]{36}", triggered.headers["location"])
+    assert await db.fetchval("SELECT paused FROM dl_schedules WHERE name = $1", name) is True
+
+
+def test_the_autoscaling_signal_is_said_plainly():
+    idle = QueueFlow(queue="q", paused=False, running=0, queued=3, desired_workers=0)
+    assert flow_summary(idle) == ["needs no worker now"]
+    busy = QueueFlow(queue="q", paused=False, running=1, queued=9, desired_workers=1)
+    assert flow_summary(busy) == ["needs 1 job running at once to keep up"]
+    assert not any("slot" in said for said in flow_summary(idle) + flow_summary(busy))

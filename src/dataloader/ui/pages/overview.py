@@ -57,8 +57,16 @@ def flow_summary(flow: QueueFlow | None) -> list[str]:
     if held:
         said.append(f"{held} held back")
     if flow.desired_workers is not None and (said or flow.queued):
-        said.append(f"wants {flow.desired_workers} slot{'' if flow.desired_workers == 1 else 's'}")
+        said.append(workers_needed(flow.desired_workers))
     return said
+
+
+def workers_needed(desired: int) -> str:
+    """The autoscaling signal (docs/flow-control.md "Autoscaling") in words: how many of the queue's
+    jobs should run at once, over all nodes, to keep up with its backlog."""
+    if desired <= 0:
+        return "needs no worker now"
+    return f"needs {desired} job{'' if desired == 1 else 's'} running at once to keep up"
 
 
 def task_summary(task: TaskFlow) -> str:
