@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 import uuid
 
+from dataloader import App, Settings
 from dataloader.model.flow import QueueFlow
 from dataloader.ui.pages.overview import flow_summary
 from tests.console.conftest import console_client, csrf_of
+from tests.support.engine import enqueue
 
 
 async def test_the_processes_page_lists_the_namespaces_with_counts_by_status(db, dsn):
@@ -66,3 +68,21 @@ def test_the_autoscaling_signal_is_said_plainly():
     busy = QueueFlow(queue="q", paused=False, running=1, queued=9, desired_workers=1)
     assert flow_summary(busy) == ["needs 1 job running at once to keep up"]
     assert not any("slot" in said for said in flow_summary(idle) + flow_summary(busy))
+
+
+async def finished_last_hour(client) -> int:
+    page = (await client.get("/ui/")).text
+    return int(re.search(r'id="finished-hour">(\d+)<', page).group(1))
+
+
+async def test_finished_jobs_count_before_the_rollup_and_not_twice_after(db, dsn):
+    queue = f"fin-{uuid.uuid4().hex[:8]}"
+    async with App(Settings(db_dsn=dsn, workers=[], stats_lag_sec=0)) as app, console_client(dsn) as client:
+        await app.rollup_stats()  # whatever finished before is rolled up: the watermark is now
+        before = await finished_last_hour(client)
+        for _ in range(3):
+            job_id = await enqueue(db, "dl.noop", queue=queue)
+            await db.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now() WHERE job_id = $1", job_id)
+        assert await finished_last_hour(client) == before + 3, "counted before the rollup"
+        assert await app.rollup_stats() >= 3
+        assert await finished_last_hour(client) == before + 3, "the rollup's count replaces it, not adds to it"

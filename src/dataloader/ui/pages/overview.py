@@ -138,7 +138,7 @@ async def show(request: Request) -> Response:
     app = console.app()
     now = datetime.now(UTC)
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    report = await app.stats(start=start, end=now)
+    report = await app.stats(start=start, end=now, unrolled=True)
     series = chart_series(report, start, 24)
     return render.page(request, "overview.html", **await live_state(app), chart=json.dumps(series),
                        totals=summary(series), rolled_up_to=report.get("rolled_up_to"))
