@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from html import unescape
 
 from dataloader import App, Settings
 from dataloader.model.flow import QueueFlow
@@ -86,3 +87,24 @@ async def test_finished_jobs_count_before_the_rollup_and_not_twice_after(db, dsn
         assert await finished_last_hour(client) == before + 3, "counted before the rollup"
         assert await app.rollup_stats() >= 3
         assert await finished_last_hour(client) == before + 3, "the rollup's count replaces it, not adds to it"
+
+
+async def test_a_queue_no_node_serves_says_so_on_the_overview_and_in_status(db, dsn):
+    queue = f"lonely-{uuid.uuid4().hex[:8]}"
+    await enqueue(db, "dl.noop", queue=queue)
+    async with console_client(dsn) as client:
+        row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', (await client.get("/ui/")).text, re.S).group(1)
+        assert "no node serves it" in unescape(row)
+        status = {q["queue"]: q for q in (await client.get("/status")).json()["queues"]}
+        assert status[queue]["served"] is False and status[queue]["served_by"] == []
+
+        node = f"node-{uuid.uuid4().hex[:6]}"
+        await db.execute("INSERT INTO dl_nodes (node_id, name, host, pid, version, queues) "
+                         "VALUES ($1, $2, 'here', 1, 'x', ARRAY[$3])", uuid.uuid4(), node, queue)
+        try:
+            row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', (await client.get("/ui/")).text, re.S).group(1)
+            assert "no node serves it" not in unescape(row)
+            status = {q["queue"]: q for q in (await client.get("/status")).json()["queues"]}
+            assert status[queue]["served"] is True and status[queue]["served_by"] == [node]
+        finally:
+            await db.execute("DELETE FROM dl_nodes WHERE name = $1", node)

@@ -1,8 +1,9 @@
-"""Overview: every queue's depth (due, delayed, running, held), paused or not, the oldest due job's
-age, throughput and failure rate over the last day from the stats rollup, and the nodes with their
-load. The queue and node tables are live (topic `overview`); the charts come from the hourly rollup
-and are drawn once per page view. Actions: pause and resume a queue, change its limits (flow control:
-docs/flow-control.md) through app.configure_queue, read from the form as the CLI reads its options."""
+"""Overview: every queue's depth (due, delayed, running, held), paused or not, served by a live node
+or not, the oldest due job's age, throughput and failure rate over the last day from the stats
+rollup (plus the jobs finished since its last run), and the nodes with their load. The queue and
+node tables are live (topic `overview`); the charts are drawn once per page view. Actions: pause
+and resume a queue, change its limits (flow control: docs/flow-control.md) through
+app.configure_queue, read from the form as the CLI reads its options; each says what it did."""
 
 from __future__ import annotations
 
@@ -96,12 +97,19 @@ async def live_state(app: App) -> dict[str, Any]:
     depths = {d.queue: d for d in await app.queue_depths()}
     flows = {f.queue: f for f in await app.queues()}
     sharded = bool(app.settings.shards_json)  # name each queue's shard only when there are several
+    nodes = await app.observers.nodes()
+    served = served_queues(nodes)
     queues = [{"name": name, "depth": depths.get(name), "flow": flows.get(name),
                "flow_summary": flow_summary(flows.get(name)), "limits": limit_texts(flows.get(name)),
-               "shard": app.shard_of(name) if sharded else None}
+               "shard": app.shard_of(name) if sharded else None, "served": name in served}
               for name in sorted(set(depths) | set(flows))]
-    nodes = await app.observers.nodes()
     return {"queues": queues, "nodes": nodes}
+
+
+def served_queues(nodes: list[Any]) -> set[str]:
+    """The queues some live node runs workers for (its WORKERS_JSON, as it registered them): a queue
+    outside this set has jobs that nothing will run until such a node starts."""
+    return {queue for node in nodes if node.state == "live" for queue in node.queues}
 
 
 async def render_live(app: App, arg: str, root: str) -> str:
