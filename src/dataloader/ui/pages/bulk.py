@@ -63,7 +63,7 @@ def _hidden_fields(values: dict) -> list[tuple[str, str]]:
 
 async def start(request: Request) -> Response:
     """Destructive (many jobs at once): asks first, with the count of a fresh dry run, as
-    `dataloader jobs … --bulk` asks "start it?"."""
+    `dataloader ops` asks "start it?"."""
     form = await action_form(request)
     app = request.app.state.console.app()
     values = filters.form_values(form)
