@@ -76,7 +76,7 @@ async def start(request: Request) -> Response:
                    consequence=f"The operation will {WHAT.get(kind, kind)}, for the jobs of the filter "
                                "(the count is now's; jobs no longer eligible when their batch comes are "
                                "skipped). It can be paused or canceled on its page; what it did stays done.",
-                   keep=f"/bulk?{filters.query_string(values)}&kind={kind}&count=1")
+                   keep=f"/bulk?{filters.query_string(values, kind=kind, count='1')}")
     operation = await app.operations.start(kind, filters.job_filter(values), params=params, started_by=STARTED_BY)
     return to(request, f"/operations/{operation.id}",
               f"Operation {operation.id} started: {kind} on {operation.total:,} "
