@@ -40,10 +40,13 @@ async def stop(request: Request) -> Response:
     """Destructive (it is not started again): asks first (ui/actions.py)."""
     form = await action_form(request)
     name = form.get("name", "")
+    observers = request.app.state.console.app().observers
     if not confirmed(form):
+        current = await observers.get(name)  # an unknown name is its error page, not a question
         return ask(request, form, question=f"Stop observer {name}?", button="Stop the observer",
-                   consequence="Its node stops it and it is not started again on any node.", keep="/observers")
-    observer = await request.app.state.console.app().observers.stop(name)
+                   consequence=f"The {current.kind} observer ({current.state.value}) is stopped by its node and "
+                               "not started again on any node.", keep="/observers")
+    observer = await observers.stop(name)
     said = (f"Observer {name} stopped." if observer.state.value == "deleted"
             else f"Observer {name} stopping: its node stops it; it is not started again.")
     return back(request, form, "/observers", said)
