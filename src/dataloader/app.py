@@ -566,18 +566,21 @@ class App:
                     for app in self._shard_apps()])
 
     async def stats(self, *, queue: str | None = None, start: datetime | None = None,
-                    end: datetime | None = None, hours: float = 24) -> dict[str, Any]:
+                    end: datetime | None = None, hours: float = 24, unrolled: bool = False) -> dict[str, Any]:
         """Per queue and hour: finished counts by status, run and wait time (count, mean, p95,
         max), and the oldest waiting job. Hours from `start` (default: `end - hours`) to `end`
-        (default: now), read from the rollup."""
+        (default: now), read from the rollup. With `unrolled`, the counts also hold the jobs
+        finished since the rollup's watermark (read from dl_jobs, so a job counts the moment it
+        finished; their times are not in the timings): the console's overview."""
         end = end or datetime.now(UTC)
         start = start or end - timedelta(hours=hours)
         if start > end:
             raise ValueError("start must not be after end")
         if queue is not None or not self._shards:
             return await read_stats(self._shard_app(queue).pool if queue else self.pool, queue=queue,
-                                    start=start, end=end)
-        reports = [await read_stats(app.pool, queue=None, start=start, end=end) for app in self._shard_apps()]
+                                    start=start, end=end, unrolled=unrolled)
+        reports = [await read_stats(app.pool, queue=None, start=start, end=end, unrolled=unrolled)
+                   for app in self._shard_apps()]
         merged = dict(reports[0])
         merged["queues"] = sorted((q for r in reports for q in r["queues"]), key=lambda q: q["queue"])
         watermarks = [r["rolled_up_to"] for r in reports if r["rolled_up_to"] is not None]

@@ -38,8 +38,13 @@ async def test_top_errors_then_a_bulk_retry_with_its_dry_run_and_live_progress(p
                 == FAILED, "a dry run writes nothing"
             await seen.shot("bulk-dry-run")
 
+            operations = await db.fetchval("SELECT count(*) FROM dl_operations")
             await page.click("#start-operation")
+            await page.wait_for_selector("#confirm-action")  # a bulk start asks first, as the CLI does
+            assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations, "nothing started yet"
+            await page.click("#confirm-action")
             await page.wait_for_url("**/ui/operations/*")
+            assert (await page.inner_text("#notice")).endswith(f"started: requeue on {FAILED} jobs.")
             await page.wait_for_function(
                 "() => document.querySelector('#operation-state').textContent.trim() === 'finished'", timeout=30_000)
             assert await page.inner_text("#operation-progress") == f"{FAILED} / {FAILED}"

@@ -1,5 +1,6 @@
 """Jobs in the browser: filter (the filter lands in the URL), open a job, cancel it while it runs
-and watch it turn `canceled` live (server-sent events, no reload)."""
+(the console asks first, then says what it did) and watch it turn `canceled` live (server-sent
+events, no reload)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,17 @@ async def test_filter_open_a_job_and_watch_its_cancel_arrive_live(python, subpro
                 await seen.shot("job-running")
 
                 await page.click("#cancel-job")
+                # a destructive action asks first, and nothing happened yet
+                await page.wait_for_url(f"**/ui/jobs/{long}/cancel")
+                assert "asked to stop" in await page.inner_text("#consequence")
+                assert await db.fetchval("SELECT cancel_requested FROM dl_jobs WHERE job_id = $1::uuid", long) \
+                    is False
+                await seen.shot("job-cancel-confirm")
+                await page.click("#confirm-action")
                 await page.wait_for_url(f"**/ui/jobs/{long}")
                 await page.wait_for_load_state("load")
+                assert await page.inner_text("#notice") == \
+                    f"Job {long} asked to stop: it turns canceled at its next chunk."
                 # A mark on this page's window: it is gone if the page reloads.
                 await page.evaluate("() => { window.__stillHere = true; }")
                 await page.wait_for_function(

@@ -31,6 +31,9 @@ async def test_repair_a_process_in_error(python, subprocess_env, db, tmp_path):
             await sign_in(seen, service)
             page = seen.page
             await page.goto(f"{service.base_url}/ui/processes")
+            # every namespace with its counts by status, before any is chosen
+            assert await page.inner_text(f'tr[data-ns="{NS}"] td[data-status="error"]') == "1"
+            await seen.shot("processes-namespaces")
             await page.fill("#p-ns", NS)
             await page.select_option("#p-status", "error")
             await page.click("form[role=search] button[type=submit]")
@@ -46,4 +49,11 @@ async def test_repair_a_process_in_error(python, subprocess_env, db, tmp_path):
             await page.click("#repair-process")
             await page.wait_for_function(
                 "() => document.querySelector('#process-status').textContent.trim() === 'running'", timeout=20_000)
+            assert await page.inner_text("#notice") == \
+                f"Process p-broken of {NS} repaired: its repair task succeeded and it runs again."
             await seen.shot("process-repaired")
+            await page.select_option("#restart-from", "start")
+            await page.click("#restart-process")
+            await page.wait_for_selector("#notice")
+            assert (await page.inner_text("#notice")).startswith(
+                f"Process p-broken of {NS} restarted from its init task:"), await page.inner_text("#notice")

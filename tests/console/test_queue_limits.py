@@ -66,6 +66,6 @@ def test_a_queues_flow_control_in_words():
                                             fair_share=True),
                      held_back={"concurrency": 3}, desired_workers=4)
     assert flow_summary(flow) == ["concurrency 2/4", "1 per partition", "rate 10/1s", "fair share", "3 held back",
-                                  "wants 4 slots"]
+                                  "needs 4 jobs running at once to keep up"]
     assert limit_texts(flow) == {"concurrency": "4", "partition_concurrency": "1", "rate": "10/1s",
                                  "partition_rate": "none"}

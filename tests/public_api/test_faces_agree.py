@@ -588,7 +588,7 @@ async def test_a_refused_delete_gets_the_same_code_from_every_face_and_deletes_n
         await py_app.delete_job(job_id)
     codes = {"python": caught.value.code, "http": await http_code(http, "DELETE", f"/api/v1/jobs/{job_id}"),
              "cli": await cli_code(dsn, ["jobs", "delete", job_id]),
-             "console": await console_code(http, f"/ui/jobs/{job_id}/delete", {})}
+             "console": await console_code(http, f"/ui/jobs/{job_id}/delete", {"confirm": "yes"})}
     assert codes == dict.fromkeys(codes, code)
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == (0 if status is None else 1)
 

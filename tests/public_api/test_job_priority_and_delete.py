@@ -186,14 +186,15 @@ async def test_the_console_job_page_calls_the_same_app_methods(app, http, db):
     assert moved.status_code == 303 and moved.headers["location"] == f"/ui/jobs/{job_id}"
     assert await db.fetchval("SELECT priority FROM dl_jobs WHERE job_id = $1", job_id) == 7
     assert "priority_changed" in (await http.get(f"/ui/jobs/{job_id}")).text
-    refused = await http.post(f"/ui/jobs/{job_id}/delete", data={"csrf": csrf})
+    # a delete asks first (tests/console/test_confirm_and_notice.py); confirmed, the App refuses it
+    refused = await http.post(f"/ui/jobs/{job_id}/delete", data={"csrf": csrf, "confirm": "yes"})
     assert refused.status_code == 409 and "job_not_finished" in refused.text
     await finish(db, job_id, "canceled")
     late = await http.post(f"/ui/jobs/{job_id}/priority", data={"csrf": csrf, "priority": "1"})
     assert late.status_code == 409 and "job_not_queued" in late.text
     page = await http.get(f"/ui/jobs/{job_id}")
     assert 'id="set-priority"' not in page.text and 'id="delete-job"' in page.text
-    gone = await http.post(f"/ui/jobs/{job_id}/delete", data={"csrf": csrf})
+    gone = await http.post(f"/ui/jobs/{job_id}/delete", data={"csrf": csrf, "confirm": "yes"})
     assert gone.status_code == 303 and gone.headers["location"] == "/ui/jobs?queue=ui"
     assert await db.fetchval("SELECT count(*) FROM dl_jobs WHERE job_id = $1", job_id) == 0
     # no bulk operation stands in for them any more

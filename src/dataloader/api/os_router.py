@@ -1,7 +1,8 @@
 """Infrastructure routes: `/health` (liveness, no database) and `/status` (readiness, with the database).
 
 Both stay open when DL_API_TOKEN is set, so orchestrator probes need no secret; `/status` shows
-queue names and counts but no job contents.
+queue names, counts and which live nodes serve each queue (a queue no node serves says so) but no
+job contents.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class QueueStatus(BaseModel):
     counts: dict[str, int] = Field(description="Jobs by status (queued, running)")
     oldest_runnable_age_sec: float | None = Field(
         description="How long the oldest queued job whose available_at has passed has been waiting")
+    served_by: list[str] = Field(default_factory=list, description=(
+        "Live nodes that run workers for this queue (their WORKERS_JSON), by name"))
+    served: bool = Field(default=False, description=(
+        "false: no live node serves this queue, so its jobs wait until one starts"))
 
 
 class WorkerQueue(BaseModel):
@@ -152,6 +157,7 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
             async with asyncio.timeout(STATUS_DB_TIMEOUT_SEC):
                 revision = await ctx.repo.schema_revision()
                 stats = await ctx.repo.queue_stats()
+                nodes = await ctx.observers.nodes()
         except Exception as exc:  # any failure here means "not ready", which is the answer
             database.error = safe_text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             log.warning("readiness check: database unavailable", extra={"error": database.error})
@@ -167,6 +173,13 @@ async def status(runtime: Runtime = Depends(get_runtime)) -> Any:
                 entry.counts[row["status"]] = row["jobs"]
                 if row["status"] == "queued":
                     entry.oldest_runnable_age_sec = row["oldest_runnable_age_sec"]
+            for node in nodes:
+                if node.state == "live":
+                    for queue in node.queues:
+                        if queue in by_queue:
+                            by_queue[queue].served_by.append(node.name)
+            for entry in by_queue.values():
+                entry.served = bool(entry.served_by)
             queues = list(by_queue.values())
     leader, services = _services(runtime)
     body = StatusResponse(

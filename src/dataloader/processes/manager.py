@@ -410,6 +410,16 @@ class ProcessManager:
             return ProcessPage(rows, None)
         return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))
 
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Processes per namespace and status, every namespace that has any (the console's
+        Processes page): `{"orders": {"init": 0, "running": 12, "error": 1}}`. The dl_processes
+        gauge's statement, without its idle count; one pass over the table."""
+        counts: dict[str, dict[str, int]] = {}
+        for row in await self.repo.count_by_status(0):
+            counts.setdefault(row["ns"], dict.fromkeys((s.value for s in ProcessStatus), 0))[row["status"]] = \
+                row["processes"]
+        return dict(sorted(counts.items()))
+
     async def trace(self, ns: str, process_id: str) -> list[TraceEntry]:
         """Every task of the process, oldest first (args, status, times, attempts, response,
         error), each with the events it produced; `to_dict()` is the JSON of HTTP and the CLI."""

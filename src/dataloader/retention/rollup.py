@@ -87,15 +87,30 @@ async def rollup(pool: asyncpg.Pool, *, lag_sec: float, keep_sec: float, stoppin
     return counted
 
 
-async def read_stats(pool: asyncpg.Pool, *, queue: str | None, start: datetime, end: datetime) -> dict[str, Any]:
-    """The report of retention/stats.build_report for hours in [start, end) (start floored to the hour)."""
+async def read_stats(pool: asyncpg.Pool, *, queue: str | None, start: datetime, end: datetime,
+                     unrolled: bool = False) -> dict[str, Any]:
+    """The report of retention/stats.build_report for hours in [start, end) (start floored to the hour).
+
+    With `unrolled`, the finished counts also hold the jobs the rollup has not counted yet (finished
+    from its watermark to `end`, read from dl_jobs; their run and wait times are not in the
+    timings), read in the same snapshot as the rolled-up hours, so a rollup committing meanwhile
+    neither hides nor doubles a job."""
     start = hour_floor(start)
-    async with pool.acquire() as conn:
-        hourly = await stats_repository.read_hourly(conn, queue, start, end)
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        hourly = list(await stats_repository.read_hourly(conn, queue, start, end))
         hist = await stats_repository.read_hist(conn, queue, start, end)
         oldest = await stats_repository.oldest_waiting(conn, queue)
         state = await stats_repository.watermark(conn)
+        if unrolled:
+            low = max(state["watermark"] or start, start)
+            hourly += [{**_NO_TIMES, "hour": row["hour"], "queue": row["queue"], "status": row["status"],
+                        "jobs": row["jobs"]}
+                       for row in await stats_repository.read_unrolled(conn, queue, low, end)]
     return stats_rules.build_report(hourly, hist, oldest, start=start, end=end, watermark=state["watermark"])
+
+
+# An hourly row's timings for jobs counted without them (not rolled up yet).
+_NO_TIMES = {"run_count": 0, "run_sum": 0.0, "run_max": None, "wait_count": 0, "wait_sum": 0.0, "wait_max": None}
 
 
 async def read_errors(pool: asyncpg.Pool, *, queue: str | None, since: datetime, limit: int = 20) -> dict[str, Any]:

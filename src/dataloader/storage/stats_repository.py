@@ -53,6 +53,11 @@ async def read_hist(conn: Runner, queue: str | None, start: datetime, end: datet
     return await conn.fetch(sql("stats/read_hist"), queue, start, end)
 
 
+async def read_unrolled(conn: Runner, queue: str | None, low: datetime, high: datetime) -> list[asyncpg.Record]:
+    """Jobs finished in [low, high) by queue, hour and status, from dl_jobs (not the rollup)."""
+    return await conn.fetch(sql("stats/read_unrolled"), low, high, queue)
+
+
 async def oldest_waiting(conn: Runner, queue: str | None) -> list[asyncpg.Record]:
     return await conn.fetch(sql("stats/oldest_waiting"), queue)
 

@@ -1,6 +1,7 @@
 """Templates: one Jinja2 environment with autoescaping on for every template (job args, errors,
 process events and names are data, never markup), the filters pages share, and `page()`, which
-renders a page with what the layout needs (navigation, CSRF token, read-only flag).
+renders a page with what the layout needs (navigation, CSRF token, read-only flag, the notice of
+the action that led here: ui/notice.py).
 
 Times are rendered as `<time datetime=… title="… UTC">` in UTC; static/console.js rewrites the text
 into the browser's zone and keeps UTC on hover."""
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from dataloader.logger.utils import mask
-from dataloader.ui import auth
+from dataloader.ui import auth, notice
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -72,7 +73,7 @@ def base_context(request: Request) -> dict[str, Any]:
     return {"request": request, "root": request.scope.get("root_path", ""), "nav": console.nav,
             "read_only": console.settings.ui_read_only, "csrf": auth.csrf_token(request),
             "signed_in": bool(console.settings.api_token) and auth.signed_in(request, console.settings.api_token),
-            "current": request.url.path}
+            "current": request.url.path, "notice": notice.pending(request)}
 
 
 def fragment(name: str, **context: Any) -> str:
@@ -80,8 +81,11 @@ def fragment(name: str, **context: Any) -> str:
 
 
 def page(request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
-    html = ENVIRONMENT.get_template(template).render(**base_context(request), **context)
+    base = base_context(request)
+    html = ENVIRONMENT.get_template(template).render(**base, **context)
     response = HTMLResponse(html, status_code=status)
+    if base["notice"] is not None:  # shown once: the next page does not repeat it
+        notice.clear(request, response)
     fresh = auth.new_csrf_cookie(request)
     if fresh is not None:
         response.set_cookie(auth.CSRF_COOKIE, fresh, **auth.cookie_options(request))  # type: ignore[arg-type]

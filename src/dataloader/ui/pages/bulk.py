@@ -5,13 +5,13 @@ resume, cancel and audit trail are on its page (pages/operations.py)."""
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.exceptions import DataloaderError, ValidationFailed
 from dataloader.model.operation import JOB_KINDS
 from dataloader.ui import filters, render
-from dataloader.ui.actions import action_form
+from dataloader.ui.actions import action_form, ask, confirmed, to
 
 NAV = None
 TOPICS: dict = {}
@@ -62,14 +62,25 @@ def _hidden_fields(values: dict) -> list[tuple[str, str]]:
 
 
 async def start(request: Request) -> Response:
+    """Destructive (many jobs at once): asks first, with the count of a fresh dry run, as
+    `dataloader ops` asks "start it?"."""
     form = await action_form(request)
     app = request.app.state.console.app()
     values = filters.form_values(form)
     kind = form.get("kind", "")
-    operation = await app.operations.start(kind, filters.job_filter(values),
-                                           params=_params(kind, form.get("priority", "")), started_by=STARTED_BY)
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/operations/{operation.id}", status_code=303)
+    params = _params(kind, form.get("priority", ""))
+    if not confirmed(form):
+        dry_run = await app.operations.start(kind, filters.job_filter(values), params=params, dry_run=True)
+        jobs = f"{dry_run.total:,} job{'' if dry_run.total == 1 else 's'}"
+        return ask(request, form, question=f"Start {kind} on {jobs}?", button=f"Start {kind} on {jobs}",
+                   consequence=f"The operation will {WHAT.get(kind, kind)}, for the jobs of the filter "
+                               "(the count is now's; jobs no longer eligible when their batch comes are "
+                               "skipped). It can be paused or canceled on its page; what it did stays done.",
+                   keep=f"/bulk?{filters.query_string(values, kind=kind, count='1')}")
+    operation = await app.operations.start(kind, filters.job_filter(values), params=params, started_by=STARTED_BY)
+    return to(request, f"/operations/{operation.id}",
+              f"Operation {operation.id} started: {kind} on {operation.total:,} "
+              f"job{'' if operation.total == 1 else 's'}.")
 
 
 routes = [Route("/bulk", show, methods=["GET"]), Route("/bulk", start, methods=["POST"])]

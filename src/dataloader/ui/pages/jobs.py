@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from dataloader.exceptions import DataloaderError
 from dataloader.jobs.manager import check_priority
 from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
 from dataloader.ui import filters, render
-from dataloader.ui.actions import action_form, back
+from dataloader.ui.actions import action_form, ask, back, confirmed, to
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -109,17 +109,31 @@ async def show(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
+    """Destructive (a running job stops): asks first (ui/actions.py)."""
     form = await action_form(request)
     job_id = request.path_params["job_id"]
-    await request.app.state.console.app().cancel(job_id)
-    return back(request, form, f"/jobs/{job_id}")
+    app = request.app.state.console.app()
+    if not confirmed(form):
+        job = await app.get(job_id)
+        return ask(request, form, question=f"Cancel job {job_id}?", button="Cancel the job",
+                   consequence=f"{job.task} in queue {job.queue} is {job.status.value}: "
+                               + ("it is canceled at once." if job.status == JobStatus.queued else
+                                  "it is asked to stop and turns canceled at its next chunk."
+                                  if job.status == JobStatus.running else "it cannot be canceled any more.")
+                               + " Retry puts a canceled job back in its queue.",
+                   keep=f"/jobs/{job_id}")
+    job = await app.cancel(job_id)
+    said = (f"Job {job_id} canceled." if job.status == JobStatus.canceled
+            else f"Job {job_id} asked to stop: it turns canceled at its next chunk.")
+    return back(request, form, f"/jobs/{job_id}", said)
 
 
 async def retry(request: Request) -> Response:
     form = await action_form(request)
     job_id = request.path_params["job_id"]
-    await request.app.state.console.app().retry(job_id)
-    return back(request, form, f"/jobs/{job_id}")
+    job = await request.app.state.console.app().retry(job_id)
+    return back(request, form, f"/jobs/{job_id}",
+                f"Job {job_id} back in queue {job.queue} with a fresh attempt budget ({job.max_attempts}).")
 
 
 def priority_from_form(text: str) -> int:
@@ -132,19 +146,23 @@ def priority_from_form(text: str) -> int:
 async def set_priority(request: Request) -> Response:
     form = await action_form(request)
     job_id = request.path_params["job_id"]
-    await request.app.state.console.app().set_job_priority(job_id, priority_from_form(form.get("priority", "")))
-    return back(request, form, f"/jobs/{job_id}")
+    job = await request.app.state.console.app().set_job_priority(job_id, priority_from_form(form.get("priority", "")))
+    return back(request, form, f"/jobs/{job_id}", f"Priority of job {job_id} set to {job.priority}.")
 
 
 async def delete(request: Request) -> Response:
-    """The job is gone afterwards: back to the jobs of its queue."""
-    await action_form(request)
+    """Destructive: asks first. The job is gone afterwards: back to the jobs of its queue."""
+    form = await action_form(request)
     app = request.app.state.console.app()
     job_id = request.path_params["job_id"]
-    queue = (await app.get(job_id)).queue
+    job = await app.get(job_id)
+    if not confirmed(form):
+        return ask(request, form, question=f"Delete job {job_id}?", button="Delete the job",
+                   consequence=f"{job.task} in queue {job.queue} ({job.status.value}) and its journal are "
+                               "removed from the database for good; only the log line `job deleted` remains.",
+                   keep=f"/jobs/{job_id}")
     await app.delete_job(job_id)
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/jobs?{urlencode({'queue': queue})}", status_code=303)
+    return to(request, f"/jobs?{urlencode({'queue': job.queue})}", f"Job {job_id} deleted with its journal.")
 
 
 routes = [Route("/jobs", search, methods=["GET"]), Route("/jobs/count", count, methods=["GET"]),

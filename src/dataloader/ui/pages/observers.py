@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.ui import render
-from dataloader.ui.actions import action_form, back
+from dataloader.ui.actions import action_form, ask, back, confirmed
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -37,9 +37,19 @@ async def show(request: Request) -> Response:
 
 
 async def stop(request: Request) -> Response:
+    """Destructive (it is not started again): asks first (ui/actions.py)."""
     form = await action_form(request)
-    await request.app.state.console.app().observers.stop(form.get("name", ""))
-    return back(request, form, "/observers")
+    name = form.get("name", "")
+    observers = request.app.state.console.app().observers
+    if not confirmed(form):
+        current = await observers.get(name)  # an unknown name is its error page, not a question
+        return ask(request, form, question=f"Stop observer {name}?", button="Stop the observer",
+                   consequence=f"The {current.kind} observer ({current.state.value}) is stopped by its node and "
+                               "not started again on any node.", keep="/observers")
+    observer = await observers.stop(name)
+    said = (f"Observer {name} stopped." if observer.state.value == "deleted"
+            else f"Observer {name} stopping: its node stops it; it is not started again.")
+    return back(request, form, "/observers", said)
 
 
 routes = [Route("/observers", show, methods=["GET"]), Route("/observers/stop", stop, methods=["POST"])]

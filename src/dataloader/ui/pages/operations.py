@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.ui import render
-from dataloader.ui.actions import action_form, back
+from dataloader.ui.actions import action_form, ask, back, confirmed
 from dataloader.ui.pages.jobs import is_uuid
 from dataloader.ui.topic import Topic
 
@@ -44,12 +44,23 @@ async def show(request: Request) -> Response:
     return render.page(request, "operation.html", **await operation_state(app, request.path_params["operation_id"]))
 
 
+SAID = {"pause": "paused: it stops after the batch in flight", "resume": "resumed from where it stopped",
+        "cancel": "canceled: it ends after the batch in flight; what it did stays done"}
+
+
 def _state_action(name: str) -> Any:
     async def act(request: Request) -> Response:
         form = await action_form(request)
         operation_id = request.path_params["operation_id"]
-        await getattr(request.app.state.console.app().operations, name)(operation_id, actor=ACTOR)
-        return back(request, form, f"/operations/{operation_id}")
+        operations = request.app.state.console.app().operations
+        if name == "cancel" and not confirmed(form):  # for good: asks first (ui/actions.py)
+            op = await operations.get(operation_id)
+            return ask(request, form, question=f"Cancel operation {operation_id}?", button="Cancel the operation",
+                       consequence=f"The {op.kind} operation ({op.done:,} of {op.total:,} jobs examined) ends "
+                                   "for good after the batch in flight; what it did stays done, and it cannot "
+                                   "be resumed.", keep=f"/operations/{operation_id}")
+        await getattr(operations, name)(operation_id, actor=ACTOR)
+        return back(request, form, f"/operations/{operation_id}", f"Operation {operation_id} {SAID[name]}.")
     act.__name__ = name
     return act
 

@@ -1,8 +1,9 @@
-"""Overview: every queue's depth (due, delayed, running, held), paused or not, the oldest due job's
-age, throughput and failure rate over the last day from the stats rollup, and the nodes with their
-load. The queue and node tables are live (topic `overview`); the charts come from the hourly rollup
-and are drawn once per page view. Actions: pause and resume a queue, change its limits (flow control:
-docs/flow-control.md) through app.configure_queue, read from the form as the CLI reads its options."""
+"""Overview: every queue's depth (due, delayed, running, held), paused or not, served by a live node
+or not, the oldest due job's age, throughput and failure rate over the last day from the stats
+rollup (plus the jobs finished since its last run), and the nodes with their load. The queue and
+node tables are live (topic `overview`); the charts are drawn once per page view. Actions: pause
+and resume a queue, change its limits (flow control: docs/flow-control.md) through
+app.configure_queue, read from the form as the CLI reads its options; each says what it did."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataloader.model.flow import (
     QueueFlow,
     QueueSettings,
     TaskFlow,
+    TaskSettings,
     changes_from_text,
     format_rate,
     task_changes_from_text,
@@ -56,8 +58,16 @@ def flow_summary(flow: QueueFlow | None) -> list[str]:
     if held:
         said.append(f"{held} held back")
     if flow.desired_workers is not None and (said or flow.queued):
-        said.append(f"wants {flow.desired_workers} slot{'' if flow.desired_workers == 1 else 's'}")
+        said.append(workers_needed(flow.desired_workers))
     return said
+
+
+def workers_needed(desired: int) -> str:
+    """The autoscaling signal (docs/flow-control.md "Autoscaling") in words: how many of the queue's
+    jobs should run at once, over all nodes, to keep up with its backlog."""
+    if desired <= 0:
+        return "needs no worker now"
+    return f"needs {desired} job{'' if desired == 1 else 's'} running at once to keep up"
 
 
 def task_summary(task: TaskFlow) -> str:
@@ -87,12 +97,19 @@ async def live_state(app: App) -> dict[str, Any]:
     depths = {d.queue: d for d in await app.queue_depths()}
     flows = {f.queue: f for f in await app.queues()}
     sharded = bool(app.settings.shards_json)  # name each queue's shard only when there are several
+    nodes = await app.observers.nodes()
+    served = served_queues(nodes)
     queues = [{"name": name, "depth": depths.get(name), "flow": flows.get(name),
                "flow_summary": flow_summary(flows.get(name)), "limits": limit_texts(flows.get(name)),
-               "shard": app.shard_of(name) if sharded else None}
+               "shard": app.shard_of(name) if sharded else None, "served": name in served}
               for name in sorted(set(depths) | set(flows))]
-    nodes = await app.observers.nodes()
     return {"queues": queues, "nodes": nodes}
+
+
+def served_queues(nodes: list[Any]) -> set[str]:
+    """The queues some live node runs workers for (its WORKERS_JSON, as it registered them): a queue
+    outside this set has jobs that nothing will run until such a node starts."""
+    return {queue for node in nodes if node.state == "live" for queue in node.queues}
 
 
 async def render_live(app: App, arg: str, root: str) -> str:
@@ -129,7 +146,7 @@ async def show(request: Request) -> Response:
     app = console.app()
     now = datetime.now(UTC)
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    report = await app.stats(start=start, end=now)
+    report = await app.stats(start=start, end=now, unrolled=True)
     series = chart_series(report, start, 24)
     return render.page(request, "overview.html", **await live_state(app), chart=json.dumps(series),
                        totals=summary(series), rolled_up_to=report.get("rolled_up_to"))
@@ -137,14 +154,15 @@ async def show(request: Request) -> Response:
 
 async def pause(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().pause_queue(form.get("queue", ""))
-    return back(request, form, "/")
+    flow = await request.app.state.console.app().pause_queue(form.get("queue", ""))
+    return back(request, form, "/", f"Queue {flow.queue} paused: no job of it starts until it is resumed; "
+                                    "running jobs finish.")
 
 
 async def resume(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().resume_queue(form.get("queue", ""))
-    return back(request, form, "/")
+    flow = await request.app.state.console.app().resume_queue(form.get("queue", ""))
+    return back(request, form, "/", f"Queue {flow.queue} resumed: its workers on every node wake now.")
 
 
 async def limits(request: Request) -> Response:
@@ -156,10 +174,17 @@ async def limits(request: Request) -> Response:
     task = form.get("task", "").strip() or None
     app = request.app.state.console.app()
     if task is not None:  # one task's own limits (0027), read as `queues set --task` reads them
-        await app.configure_task(form.get("queue", ""), task, **task_changes_from_text(**fields))
+        flow = await app.configure_task(form.get("queue", ""), task, **task_changes_from_text(**fields))
+        limited = flow.task_limits.get(task)
+        now = limited.settings if limited is not None else TaskSettings()  # every limit cleared
+        said = (f"Limits of task {task} in queue {flow.queue} set: concurrency {now.concurrency or 'none'}, "
+                f"rate {format_rate(now.rate_limit, now.rate_period_sec) or 'none'}.")
     else:
-        await app.configure_queue(form.get("queue", ""), **changes_from_text(**fields))
-    return back(request, form, "/")
+        flow = await app.configure_queue(form.get("queue", ""), **changes_from_text(**fields))
+        texts = limit_texts(flow)
+        said = (f"Limits of queue {flow.queue} set: concurrency {texts['concurrency']}, per partition "
+                f"{texts['partition_concurrency']}, rate {texts['rate']}, partition rate {texts['partition_rate']}.")
+    return back(request, form, "/", said)
 
 
 routes = [Route("/", show, methods=["GET"]), Route("/queues/pause", pause, methods=["POST"]),

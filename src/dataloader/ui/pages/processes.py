@@ -1,4 +1,5 @@
-"""Processes (docs/processes.md): per namespace, a list by id with a status filter (keyset paging)
+"""Processes (docs/processes.md): every namespace with its processes counted by status, and per
+namespace a list by id with a status filter (keyset paging)
 and a jump to an id; a process's page with its status (live, topic `process:<ns>:<id>`), aux state,
 timers, the task running or waiting, its history paged newest first, and its trace; actions repair
 (the processor's repair task, with optional args), simple repair and restart from a step."""
@@ -52,8 +53,13 @@ async def listing(request: Request) -> Response:
             problem = f"{exc.code}: {exc}"
     next_query = urlencode({"ns": ns, "status": status, "cursor": page.next_cursor}) if page and page.next_cursor \
         else ""
+    counts = await app.processes.counts()
+    registered = app.processes.processors.names()
+    for name in registered:  # a namespace this node serves, with no process yet, is listed too
+        counts.setdefault(name, dict.fromkeys(STATUSES, 0))
     return render.page(request, "processes.html", status=200 if problem is None else 422, ns=ns,
-                       process_status=status, statuses=STATUSES, namespaces=app.processes.processors.names(),
+                       process_status=status, statuses=STATUSES, namespaces=registered,
+                       counts=dict(sorted(counts.items())),
                        processes=page.processes if page else [], next_query=next_query, problem=problem,
                        path_of=process_path)
 
@@ -113,14 +119,17 @@ async def repair(request: Request) -> Response:
     ns, process_id = request.path_params["ns"], request.path_params["process_id"]
     await request.app.state.console.app().processes.repair(ns, process_id, _args(form.get("args", "")),
                                                            timeout=REPAIR_WAIT_SEC)
-    return back(request, form, process_path(ns, process_id))
+    return back(request, form, process_path(ns, process_id),
+                f"Process {process_id} of {ns} repaired: its repair task succeeded and it runs again.")
 
 
 async def simple_repair(request: Request) -> Response:
     form = await action_form(request)
     ns, process_id = request.path_params["ns"], request.path_params["process_id"]
-    await request.app.state.console.app().processes.simple_repair(ns, process_id)
-    return back(request, form, process_path(ns, process_id))
+    process = await request.app.state.console.app().processes.simple_repair(ns, process_id)
+    timer = " and its suspended timer re-armed" if process.timer is not None else ""
+    return back(request, form, process_path(ns, process_id),
+                f"Process {process_id} of {ns}: error cleared{timer}; it is {process.status.value} again.")
 
 
 async def restart(request: Request) -> Response:
@@ -129,10 +138,13 @@ async def restart(request: Request) -> Response:
     point = form.get("from", "error")
     processes = request.app.state.console.app().processes
     if point.isdigit():
-        await processes.restart(ns, process_id, event_id=int(point))
+        result = await processes.restart(ns, process_id, event_id=int(point))
     else:
-        await processes.restart(ns, process_id, point)
-    return back(request, form, process_path(ns, process_id))
+        result = await processes.restart(ns, process_id, point)
+    return back(request, form, process_path(ns, process_id),
+                f"Process {process_id} of {ns} restarted from its {result.task_type} task: {result.removed_events} "
+                f"event{'' if result.removed_events == 1 else 's'} undone, {len(result.queued)} "
+                f"task{'' if len(result.queued) == 1 else 's'} queued to run again.")
 
 
 # `path`: an id may hold a slash (ids are any text); the actions end in a fixed word after it.

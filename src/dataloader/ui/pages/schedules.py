@@ -1,16 +1,18 @@
 """Schedules (docs/patterns.md "Schedules"): every schedule with its next ticks and last run, a
-schedule's page with its recent runs; actions pause, resume and trigger now."""
+schedule's page with its recent runs; actions pause, resume and trigger now, on the list and on a
+schedule's own page."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.ui import render
-from dataloader.ui.actions import action_form, back
+from dataloader.ui.actions import action_form, back, to
 
 NAV = ("Schedules", "/schedules")
 TOPICS: dict = {}
@@ -40,14 +42,19 @@ async def show(request: Request) -> Response:
 
 async def pause(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().schedules.pause(request.path_params["name"])
-    return back(request, form, "/schedules")
+    name = request.path_params["name"]
+    await request.app.state.console.app().schedules.pause(name)
+    return back(request, form, "/schedules", f"Schedule {name} paused: no tick enqueues anything until it is resumed.")
 
 
 async def resume(request: Request) -> Response:
     form = await action_form(request)
-    await request.app.state.console.app().schedules.resume(request.path_params["name"])
-    return back(request, form, "/schedules")
+    app = request.app.state.console.app()
+    name = request.path_params["name"]
+    schedule = await app.schedules.resume(name)
+    upcoming = app.schedules.upcoming(schedule, 1)
+    then = f" (next at {upcoming[0].astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" if upcoming else ""
+    return back(request, form, "/schedules", f"Schedule {name} resumed: it ticks again from its next tick{then}.")
 
 
 async def trigger(request: Request) -> Response:
@@ -64,8 +71,8 @@ async def trigger(request: Request) -> Response:
     if s.lease_ttl_sec is not None:
         options["lease_ttl_sec"] = s.lease_ttl_sec
     job = await app.enqueue(s.task, s.args if isinstance(s.args, dict) else {}, **options)  # type: ignore[arg-type]
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/jobs/{job.id}", status_code=303)
+    return to(request, f"/jobs/{job.id}", f"Schedule {s.name} triggered: this job runs {s.task} in queue {s.queue} "
+                                          "now, outside its ticks.")
 
 
 BASE = "/schedules/{name}"
