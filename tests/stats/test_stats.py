@@ -150,6 +150,17 @@ async def test_http_stats_errors_and_retention(client, dsn, db):
         schema["paths"])
 
 
+async def test_http_stats_unrolled_counts_what_the_rollup_has_not_reached(client, db):
+    """The console's overview count (finished since the last rollup) over HTTP too: without
+    `unrolled` the job is not counted yet, with it once; anything but true/false is a 422."""
+    await add_job(db, queue="u", status="succeeded", finished_ago=5, picked_ago=6)
+    rolled = (await client.get("/api/v1/stats", params={"queue": "u"})).json()
+    assert rolled["queues"] == [] or rolled["queues"][0]["finished"] == {}
+    unrolled = (await client.get("/api/v1/stats", params={"queue": "u", "unrolled": "true"})).json()
+    assert unrolled["queues"][0]["finished"] == {"succeeded": 1}
+    assert (await client.get("/api/v1/stats", params={"unrolled": "1"})).status_code == 422
+
+
 @pytest.mark.parametrize(("method", "path", "kwargs"), [
     ("get", "/api/v1/stats", {"params": {"from": "yesterday"}}),
     ("get", "/api/v1/stats", {"params": {"from": "2030-01-02T00:00:00Z", "to": "2030-01-01T00:00:00Z"}}),

@@ -161,16 +161,20 @@ async def stats(
     queue: QueueName = None,
     from_: Annotated[Time | None, Query(alias="from", description="RFC 3339; default: `to` - 24 h")] = None,
     to: Annotated[Time | None, Query(description="RFC 3339; default: now")] = None,
+    unrolled: Annotated[Literal["true", "false"], Query(
+        description="`true`: the finished counts also hold the jobs the rollup has not counted yet "
+                    "(read from dl_jobs in the same snapshot; their times are not in the timings)")] = "false",
 ) -> Any:
     """From the hourly rollup the leader keeps (DL_STATS_PERIOD_SEC): hours whose start lies in
-    [from, to), at most 366 days. Jobs finished in the last DL_STATS_LAG_SEC are not counted yet."""
+    [from, to), at most 366 days. Jobs finished in the last DL_STATS_LAG_SEC are not counted yet,
+    unless `unrolled=true` (what the console's overview shows)."""
     end = _check_time("to", to or datetime.now(UTC))
     start = _check_time("from", from_ or end - timedelta(hours=24))
     if start >= end:
         raise ApiError(ErrorCode.invalid_request, "from must be before to")
     if end - start > MAX_RANGE:
         raise ApiError(ErrorCode.invalid_request, "from and to may be at most 366 days apart")
-    return await runtime.require_app().stats(queue=queue, start=start, end=end)
+    return await runtime.require_app().stats(queue=queue, start=start, end=end, unrolled=unrolled == "true")
 
 
 @router.get("/stats/depths", response_model=QueueDepthsResponse, response_model_exclude_unset=True,
