@@ -28,15 +28,10 @@ CREATE TABLE IF NOT EXISTS test_runs (
 """
 
 
-# The application_name of the recorder's own sessions: a test that terminates a worker's sessions
-# leaves these alone (tests/engine/test_session_kills.py).
-RECORDER = "dl-test-recorder"
-
-
 async def _record_start(ctx: JobContext) -> int:
     import os
 
-    conn = await asyncpg.connect(ctx.args["dsn"], server_settings={"application_name": RECORDER})
+    conn = await asyncpg.connect(ctx.args["dsn"])
     try:
         return await conn.fetchval(
             "INSERT INTO test_runs (job_id, lock_key, attempt, pid) VALUES ($1, $2, $3, $4) RETURNING id",
@@ -46,7 +41,7 @@ async def _record_start(ctx: JobContext) -> int:
 
 
 async def _record_end(ctx: JobContext, run_id: int) -> None:
-    conn = await asyncpg.connect(ctx.args["dsn"], server_settings={"application_name": RECORDER})
+    conn = await asyncpg.connect(ctx.args["dsn"])
     try:
         await conn.execute("UPDATE test_runs SET ended_at = clock_timestamp() WHERE id = $1", run_id)
     finally:
