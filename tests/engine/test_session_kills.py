@@ -28,8 +28,8 @@ pytestmark = pytest.mark.process
 
 WORKER_APP = "dl-test-killed-worker"
 KEYS = 6
-JOBS = 240
-CHURN_SEC = 10.0
+JOBS = 200
+CHURN_SEC = 8.0
 # What a worker must never log: each is a connection used by someone who no longer owns it.
 # (asyncpg: "cannot call Connection.fetch(): connection has been released back to the pool", "cannot
 # switch to state 12; another operation (2) is in progress"; storage/owned_connection.py's own.)
