@@ -102,8 +102,10 @@ class GuardedConnection(asyncpg.Connection):
             return await operation
         except asyncpg.exceptions.InternalClientError as exc:
             if "another operation" in str(exc) and await self._ends_by_itself():
-                raise SessionEnded("the session ended while the connection was idle (the server's "
-                                   "FATAL error came before its socket closed)") from exc
+                # (not chained: asyncpg's words would read as two operations on one connection)
+                raise SessionEnded(f"the session ended while the connection was idle (the server's FATAL "
+                                   f"error came before its socket closed; asyncpg: {str(exc).split(';')[0]})"
+                                   ) from None
             if not self.is_closed():
                 self.terminate()
             raise
