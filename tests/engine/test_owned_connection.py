@@ -4,6 +4,7 @@ statement at a time, never used after it was given up, never again once its sess
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -39,6 +40,20 @@ async def test_two_statements_at_once_on_one_owned_connection_are_a_bug_not_a_wa
         assert await owned.fetchval("SELECT 3") == 3
     finally:
         await owned.release()
+
+
+async def test_terminate_gives_the_connection_up_even_mid_statement_and_the_owner_refuses_every_use(pool):
+    owned = await OwnedConnection.acquire(pool, "test connection")
+    running = asyncio.ensure_future(owned.fetchval("SELECT pg_sleep(2)::text"))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    owned.terminate()
+    with pytest.raises(Exception) as raised:
+        await running
+    assert time.monotonic() - started < 1, "the statement was not cut off"
+    assert is_connection_error(raised.value)
+    with pytest.raises(ConnectionOwnershipError, match="used after its release"):
+        await owned.fetchval("SELECT 1")
 
 
 async def test_a_session_terminated_while_idle_is_lost_and_never_used_again(pool, db):

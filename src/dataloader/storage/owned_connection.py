@@ -136,7 +136,9 @@ class OwnedConnection:
             await tx.commit()
 
     def terminate(self) -> None:
-        """End the session (its session locks with it) and give the connection up."""
+        """End the session (its session locks with it) and give the connection up. Allowed while
+        an operation runs (that operation then fails as on any lost connection)."""
+        self._running = None
         _end(self._give_up("terminated"))
 
     async def release(self) -> None:
