@@ -63,6 +63,29 @@ async def recorded_sleep(ctx: JobContext):
     await _record_end(ctx, run_id)
 
 
+@pipeline("test.recorded_to_the_end", max_attempts=50, backoff=lambda attempt: 0.1)
+async def recorded_to_the_end(ctx: JobContext) -> None:
+    """Records start and end in test_runs, the end also when the attempt is stopped (a lost lease,
+    a shutdown), so an overlap check sees every run's whole span. Reports progress (a pool
+    connection of the worker) every `chunks`th of `seconds`; with `transaction` set, ends in
+    ctx.transaction() (another pool connection, and the worker's `committed` finish)."""
+    run_id = await _record_start(ctx)
+    ended = False
+    try:
+        chunks = int(ctx.args.get("chunks", 2))
+        for n in range(chunks):
+            await asyncio.sleep(float(ctx.args.get("seconds", 0.1)) / chunks)
+            await ctx.progress({"chunk": n})
+        if ctx.args.get("transaction"):
+            async with ctx.transaction() as conn:
+                # the run ends at this commit (the job is final; its lock_key is released after it)
+                await conn.execute("UPDATE test_runs SET ended_at = clock_timestamp() WHERE id = $1", run_id)
+            ended = True  # committed (a commit that failed rolled the end back: the finally records it)
+    finally:
+        if not ended:
+            await asyncio.shield(_record_end(ctx, run_id))
+
+
 # The same run under another task name: a queue's second task beside a limited one (0027).
 pipeline("test.recorded_other")(recorded_sleep)
 

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 #   the middle of operation"), 57P01-57P03 (admin/crash shutdown, "cannot connect now"), 53300;
 # - client side: InterfaceError ("connection is closed", "released back to the pool") and
 #   InternalClientError ("cannot switch to state N; another operation is in progress": the
-#   protocol lost track of an operation that was cut off by the restart).
+#   protocol lost track of an operation that was cut off by the restart). A session that ended
+#   while its connection was idle is SessionEnded instead (GuardedConnection tells them apart), and
+#   the queue worker's control connection never sees either: storage/owned_connection.py.
 # Not connection errors although InterfaceError subclasses: a value the driver cannot encode
 # (DataError), a bad client option, a missing feature. Those are the caller's input or a bug.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -47,6 +49,17 @@ NOT_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.UnsupportedClientFeatureError,
     asyncpg.exceptions.UnsupportedServerFeatureError,
 )
+
+
+class SessionEnded(ConnectionError):
+    """A connection's session ended (the server terminated it): use a new connection. A
+    ConnectionError, so `is_connection_error` counts it as weather."""
+
+
+# How long GuardedConnection waits for a connection whose protocol is stuck in another operation
+# to close by itself (a session ended while idle), in checks of this many seconds.
+SESSION_END_CHECKS = 20
+SESSION_END_CHECK_SEC = 0.005
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -87,11 +100,32 @@ class GuardedConnection(asyncpg.Connection):
     async def _guard(self, operation: Awaitable[Any]) -> Any:
         try:
             return await operation
+        except asyncpg.exceptions.InternalClientError as exc:
+            if "another operation" in str(exc) and await self._ends_by_itself():
+                # (not chained: asyncpg's words would read as two operations on one connection)
+                raise SessionEnded(f"the session ended while the connection was idle (the server's FATAL "
+                                   f"error came before its socket closed; asyncpg: {str(exc).split(';')[0]})"
+                                   ) from None
+            if not self.is_closed():
+                self.terminate()
+            raise
         except BaseException as exc:
             cut_off = isinstance(exc, asyncio.CancelledError | TimeoutError)
             if (cut_off or is_connection_error(exc)) and not self.is_closed():
                 self.terminate()
             raise
+
+    async def _ends_by_itself(self) -> bool:
+        """Whether the socket closes within a moment. A session the server terminates while the
+        connection is idle sends its FATAL error, then closes: a statement sent in between is
+        refused with "another operation (2) is in progress" (asyncpg's protocol is still consuming
+        that unsolicited error). That is a lost session, not two operations on one connection;
+        only a connection that stays open after it would be the latter (and is terminated)."""
+        for _ in range(SESSION_END_CHECKS):
+            if self.is_closed():
+                return True
+            await asyncio.sleep(SESSION_END_CHECK_SEC)
+        return self.is_closed()
 
 
 def asyncpg_dsn(dsn: str) -> str:

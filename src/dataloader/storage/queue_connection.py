@@ -16,6 +16,7 @@ from typing import Any, Literal
 import asyncpg
 
 from dataloader.model.hold import HoldRule
+from dataloader.storage.owned_connection import OwnedConnection
 from dataloader.storage.plan_epoch import in_epoch, observe_table_pages
 from dataloader.storage.queries import sql
 
@@ -214,7 +215,9 @@ class QueueConnection:
     """The statements of a queue worker, on its control connection. Advisory locks are session
     locks: the connection that claims a job holds its lock_key until the finish unlocks it there."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection | OwnedConnection) -> None:
+        """`conn`: the worker's OwnedConnection (one owner, one statement at a time), or a plain
+        connection (tests, tools)."""
         self.conn = conn
 
     async def claim(self, queue: str, worker: str, limit: int = 1, limited: bool = False,

@@ -17,10 +17,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-import asyncpg
-
 from dataloader import metrics
 from dataloader.model.hold import HoldRule
+from dataloader.storage.owned_connection import OwnedConnection
 from dataloader.storage.queue_connection import FinishRequest, FinishResult, QueueConnection
 from dataloader.workers.attempt import Attempt
 from dataloader.workers.control import LockLedger
@@ -99,7 +98,7 @@ class Completer:
         """Forget a batch written by a step that did not commit: it is still pending."""
         self._flushed = None
 
-    async def flush(self, conn: asyncpg.Connection, ledger: LockLedger) -> None:
+    async def flush(self, conn: OwnedConnection, ledger: LockLedger) -> None:
         """Write the pending finishes (inside the step's transaction). A finish unlocks its key
         only if the ledger says its job holds it; the ledger forgets the released locks at once,
         so a claim later in this step may take these keys again. (If the step fails, the
@@ -121,7 +120,7 @@ class Completer:
             requests.append(_with_unlock(request, request.unlock and owns_lock))
         return batch, requests
 
-    async def written(self, conn: asyncpg.Connection, ledger: LockLedger, batch: list[_Pending],
+    async def written(self, conn: OwnedConnection, ledger: LockLedger, batch: list[_Pending],
                       requests: list[FinishRequest], results: dict[uuid.UUID, FinishResult]) -> None:
         """A statement wrote `batch`: the ledger forgets the locks it released (waking the jobs we
         held back behind them), and `resolve` answers the attempts once the step has committed."""

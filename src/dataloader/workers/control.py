@@ -19,6 +19,7 @@ from datetime import datetime
 import asyncpg
 
 from dataloader import metrics
+from dataloader.storage.owned_connection import OwnedConnection
 from dataloader.storage.queue_connection import QueueConnection
 from dataloader.workers.attempt import Attempt
 
@@ -76,7 +77,11 @@ class LockLedger:
 
 
 class ControlConnection:
-    """The one connection of a queue worker that holds its jobs' advisory locks."""
+    """The one connection of a queue worker that holds its jobs' advisory locks, and its only owner
+    (storage/owned_connection.py): the worker's steps use it one statement at a time through the
+    OwnedConnection that `get` returns for the step, and never after it was dropped or released.
+    A connection whose session ended is never handed out again: `get` notices it (asyncpg's
+    termination callback), counts its locks as lost and retakes them on the next connection."""
 
     def __init__(self, queue: str, pool: asyncpg.Pool, quarantine: list[asyncpg.Connection],
                  running: Mapping[uuid.UUID, Attempt]) -> None:
@@ -85,24 +90,36 @@ class ControlConnection:
         self._pool = pool
         self._quarantine = quarantine
         self._running = running
-        self._conn: asyncpg.Connection | None = None
+        self._owned: OwnedConnection | None = None
         self._locks_lost = False
 
-    async def get(self) -> asyncpg.Connection:
-        """The connection, acquired (and the ledger's locks retaken) if the last one was dropped."""
-        if self._conn is None:
-            self._conn = await self._pool.acquire()
+    async def get(self) -> OwnedConnection:
+        """The connection for one step: the held one if its session is alive, else a new one with
+        the ledger's locks retaken (a step that fails before it is done must `drop` it)."""
+        owned = self._owned
+        if owned is not None and (owned.lost or not owned.held):
+            # The session ended between steps (or a failed rollback ended it): its locks are gone.
+            self.drop()
+            owned = None
+        if owned is None:
+            owned = await OwnedConnection.acquire(self._pool, f"control connection of queue {self.queue!r}")
+            self._owned = owned
             if self._locks_lost:
-                await self._relock(self._conn)
-        return self._conn
+                await self._relock(owned)
+        return owned
 
-    async def _relock(self, conn: asyncpg.Connection) -> None:
+    async def _relock(self, conn: OwnedConnection) -> None:
         """The previous connection died and its advisory locks with it: take them again. An
-        attempt fenced off meanwhile, or whose key someone else took, is stopped."""
+        attempt fenced off meanwhile, or whose key someone else took, is stopped. Every statement
+        runs before the ledger changes: if one fails, the ledger still lists every lock to retake
+        on the next connection."""
         holders = self.ledger.holders()
         attempts = [(a.job.job_id, a.job.attempt, a.job.lock_key) for a in self._running.values()
                     if a.job.job_id in holders]
         results = await QueueConnection(conn).relock(attempts) if attempts else {}
+        for job_id, (alive, locked) in results.items():
+            if locked and not alive:  # taken although fenced off: give it back at once
+                await QueueConnection(conn).unlock(self._running[job_id].job.lock_key)
         self._locks_lost = False
         self.ledger.clear()
         for job_id, (alive, locked) in results.items():
@@ -110,41 +127,36 @@ class ControlConnection:
             if alive and locked:
                 self.ledger.take(attempt.job.lock_hash, job_id)
             else:
-                if locked:  # taken although fenced off: give it back at once
-                    await QueueConnection(conn).unlock(attempt.job.lock_key)
                 log.warning("after reconnect the attempt is no longer ours; stopping it",
                             extra={"job_id": str(job_id), "fenced": not alive})
                 attempt.request_stop("lease_lost")
         metrics.DB_RECONNECTS.labels("locks").inc()
         log.info("reconnected and retook lock_keys", extra={"queue": self.queue, "held": len(self.ledger)})
 
-    async def drop(self) -> None:
-        """A step failed: close the connection (its locks go with it, so nothing of a rolled-back
-        step survives); the ledger keeps them to be retaken on the next connection."""
-        conn, self._conn = self._conn, None
-        if conn is None:
+    def drop(self) -> None:
+        """A step failed (or the session ended): end the connection (its locks go with it, so
+        nothing of a rolled-back step survives); the ledger keeps them to be retaken on the next
+        connection. The dropped owner refuses every later use."""
+        owned, self._owned = self._owned, None
+        if owned is None:
             return
         if self.ledger:
             self._locks_lost = True
-        # After a connection loss asyncpg may already have detached it from the pool; then both
-        # calls refuse, and there is nothing left to close.
-        try:
-            conn.terminate()
-            await self._pool.release(conn)
-        except Exception:
-            log.debug("dropping the control connection failed", exc_info=True)
+        owned.terminate()
 
     async def release(self) -> None:
         """The worker ends: give the connection back, or quarantine it if it still holds a lock."""
-        conn, self._conn = self._conn, None
-        if conn is None:
+        owned, self._owned = self._owned, None
+        if owned is None:
             return
-        if self.ledger:
+        if self.ledger and not owned.lost:
             # A forced-stopped sync pipeline still runs in its thread: keep its lock_key locked
             # until the process exits, so never reuse or release this connection.
-            self._quarantine.append(conn)
+            conn = owned.quarantine()
+            if conn is not None:
+                self._quarantine.append(conn)
             return
         try:
-            await self._pool.release(conn)
+            await owned.release()
         except Exception:
             log.debug("release of the control connection failed", exc_info=True)

@@ -20,12 +20,11 @@ import uuid
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-import asyncpg
-
 from dataloader import metrics
 from dataloader.maintenance.waiting import Backoff, wait_event
 from dataloader.model.hold import HoldRule
 from dataloader.storage.db import is_connection_error
+from dataloader.storage.owned_connection import OwnedConnection
 from dataloader.storage.queue_connection import (
     ClaimBatch,
     ClaimedJob,
@@ -166,7 +165,7 @@ class QueueWorker:
                     conn = await self.control.get()
                     await self._step(conn)
                 except Exception as exc:
-                    await self.control.drop()
+                    self.control.drop()
                     if not is_connection_error(exc):
                         log.exception("queue worker step failed", extra={"queue": self.queue})
                     elif not backoff.failing:
@@ -185,7 +184,7 @@ class QueueWorker:
             await asyncio.gather(timer, *self._tasks, return_exceptions=True)
             await self.control.release()
 
-    async def _step(self, conn: asyncpg.Connection) -> None:
+    async def _step(self, conn: OwnedConnection) -> None:
         """Flush finished attempts, heartbeat if due, claim if there may be work. When more than one
         is due they share one transaction: one commit (one WAL flush) instead of one each. A failed
         step drops the connection (and with it every lock it held), so no partial effect of a
@@ -229,7 +228,7 @@ class QueueWorker:
         if self._to_park:
             await self._park_one_batch(conn)
 
-    async def _step_parts(self, conn: asyncpg.Connection, flush: bool, beat: bool, claim: bool) -> None:
+    async def _step_parts(self, conn: OwnedConnection, flush: bool, beat: bool, claim: bool) -> None:
         if flush:
             await self.completer.flush(conn, self.control.ledger)
         if beat:
@@ -247,7 +246,7 @@ class QueueWorker:
         batch, requests = self.completer.next_batch(self.control.ledger)
         return (batch, requests) if can_finish_with_claim(requests) else None
 
-    async def _finish_and_claim(self, conn: asyncpg.Connection, batch: list[Any], requests: list[FinishRequest]
+    async def _finish_and_claim(self, conn: OwnedConnection, batch: list[Any], requests: list[FinishRequest]
                                 ) -> None:
         """The step's finish and claim in one autocommit statement. The ledger forgets the locks the
         finishes released before it takes the claimed ones: the claim may hand a freed key to the
@@ -295,7 +294,7 @@ class QueueWorker:
 
     # -- claim -------------------------------------------------------------------------------------
 
-    async def _claim(self, conn: asyncpg.Connection) -> None:
+    async def _claim(self, conn: OwnedConnection) -> None:
         generation = self._work_generation
         want = self._claim_size()
         queue_conn = QueueConnection(conn)
@@ -359,7 +358,7 @@ class QueueWorker:
             else:
                 metrics.CLAIM_SKIPPED.labels(self.queue, "same_key_in_batch").inc()
 
-    async def _park_one_batch(self, conn: asyncpg.Connection) -> None:
+    async def _park_one_batch(self, conn: OwnedConnection) -> None:
         """Park one batch of the jobs waiting behind a key one of our attempts holds, in its own
         statement after the step's commit. Only the holder parks (see park_key_waiters.sql), and
         only while the attempt runs: its finish, on this same connection, unparks the key's head."""
@@ -375,7 +374,7 @@ class QueueWorker:
         if parked < PARK_BATCH:
             del self._to_park[job_id]
 
-    async def _settle_reentrant(self, conn: asyncpg.Connection, job: ClaimedJob) -> None:
+    async def _settle_reentrant(self, conn: OwnedConnection, job: ClaimedJob) -> None:
         """A claimed job whose lock this session already held: the re-entrant grant gave the key to
         a second job (an attempt of ours still stopping after it was fenced off, or two keys with
         one hashtext). Undo the extra lock count and put the job back without using an attempt."""
@@ -395,7 +394,7 @@ class QueueWorker:
                 # release of that key (when the thread ends) wakes this job at once.
                 self.control.ledger.park(job.lock_hash, job.job_id, result.available_at)
 
-    async def _settle_busy(self, conn: asyncpg.Connection, candidate: SkippedCandidate) -> None:
+    async def _settle_busy(self, conn: OwnedConnection, candidate: SkippedCandidate) -> None:
         """A candidate left queued because another session holds its lock_key. If a job of that key
         runs (or a claim of one was committing), its finish will wake us: nothing to do. If the
         key is free by now, claim again. If only a stray holds it (a fenced-off pipeline winding
@@ -472,7 +471,7 @@ class QueueWorker:
     def _lease_ttls(self) -> Iterator[int]:
         return (a.job.lease_ttl_sec for a in self.running.values())
 
-    async def _heartbeat(self, conn: asyncpg.Connection) -> None:
+    async def _heartbeat(self, conn: OwnedConnection) -> None:
         attempts = [(a.job.job_id, a.job.attempt) for a in self.running.values()]
         started = time.perf_counter()
         alive = await QueueConnection(conn).heartbeat_and_backlog(attempts)
