@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,26 @@ def test_help_through_a_pipe_is_not_cut_at_80_columns():
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) > 100
     assert "Jobs with the same lock_key never run at once (default: the" in proc.stdout  # one line, not slivers
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    import click
+
+    found = [path]
+    if isinstance(group, click.Group):
+        for name, command in group.commands.items():
+            found += _commands(command, (*path, name))
+    return found
+
+
+def test_a_flag_shows_no_value_type_in_help():
+    """`--debug` is a flag, not `--debug <bool>` (issue 34): no flag of any command shows a type."""
+    import typer
+
+    from dataloader import cli
+
+    for path in _commands(typer.main.get_command(cli.app)):
+        result = invoke([*path, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, (path, result.output)
+        flags = [line for line in result.output.splitlines() if "<bool>" in line]
+        assert not flags, (path, flags)

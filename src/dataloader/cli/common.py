@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import DatabaseUnavailable, DataloaderError, ValidationFailed, exit_code
@@ -54,6 +54,19 @@ class _Commands(TyperGroup):
             if _debug or not is_connection_error(exc):
                 raise
             _report(DatabaseUnavailable(f"the database cannot be reached: {exc or type(exc).__name__}"))
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """The type column of `--help`: none for a flag. Typer 0.29 shows every option's Python type,
+    so a flag (`--debug`, `--reaper/--no-reaper`, `--help`) read `--debug <bool>`, as if it took a
+    value."""
+    if self.is_flag:
+        return None
+    return _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 def _report(exc: DataloaderError) -> None:
