@@ -145,7 +145,8 @@ class App:
             raise ConfigError("DL_DB_DIRECT_DSN", "is set without DL_DB_DSN: it is the direct path beside a "
                               "pooled DL_DB_DSN (docs/scaling.md)")
         if dsn:
-            log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
+            if self._engine_app is None:  # the HTTP API's App is on the engine App's database, said once
+                log.info("using external PostgreSQL", extra={"dsn": redact_dsn(dsn)})
         elif self._use_embedded:
             self._embedded = EmbeddedPostgres(settings.data_dir, os_user=settings.embedded_user)
             starting = asyncio.ensure_future(asyncio.to_thread(self._embedded.start))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -95,9 +96,25 @@ class _StartupFailure:
         await self.app(scope, receive, send_one_line)
 
 
-def run_server(settings: Settings, *, host: str, port: int) -> int:
-    """Serve until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown)."""
+class _Server(uvicorn.Server):
+    """uvicorn's server, which says where it listens once it does also on a socket it was handed
+    (uvicorn leaves that line to whoever bound the socket)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)",
+                                                    shown, port)
+
+
+def run_server(settings: Settings, *, sock: socket.socket) -> int:
+    """Serve on `sock` (bound by the caller, before anything starts: a taken port is found before
+    the database is) until SIGTERM/SIGINT; returns the process exit code (0 after a clean
+    shutdown)."""
     app = _StartupFailure(create_app(settings))
+    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         app,
         host=host,
@@ -117,13 +134,13 @@ def run_server(settings: Settings, *, host: str, port: int) -> int:
         h11_max_incomplete_event_size=16 * 1024,
         timeout_keep_alive=5,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     # uvicorn re-raises the signal it caught once it has shut down, so that the default action
     # kills the process; with these no-op handlers in place the re-raise is harmless and a
     # graceful SIGTERM ends with exit code 0.
     previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run()
+        server.run(sockets=[sock])
     except SystemExit as exc:  # uvicorn exits this way when start-up or binding fails
         if app.error is not None:
             return exit_code(app.error)

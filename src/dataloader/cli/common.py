@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 # `--debug`: a dataloader error is raised with its traceback instead of printed as one line.
 _debug = False
+# `--verbose`: a command logs at INFO (the embedded server, migrations) beside its answer.
+_verbose = False
 
 
 class _Commands(TyperGroup):
@@ -86,22 +88,31 @@ def _version(value: bool) -> None:
 
 def _options(
     debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Log at INFO beside a command's answer (the "
+                                          "embedded server, migrations); DL_LOG_LEVEL sets any level")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit")] = False,
 ) -> None:
-    global _debug
-    _debug = debug
+    global _debug, _verbose
+    _debug, _verbose = debug, verbose
 
 
-def _settings() -> Settings:
+def _settings(*, service: bool = False) -> Settings:
     """Settings, logging, the user's pipelines and every duty's settings, all checked before
-    anything is started: any problem is a ConfigError (one line, exit code 2; see _Commands)."""
+    anything is started: any problem is a ConfigError (one line, exit code 2; see _Commands).
+
+    A command's output is its answer: it logs warnings and errors only, unless --verbose or
+    DL_LOG_LEVEL asks for more. The services (`service`: serve, worker) log at DL_LOG_LEVEL (INFO),
+    as services do."""
     from dataloader.logger import setup_logging
     from dataloader.node import check_duty_settings
     from dataloader.workers.pipelines.registry import load_pipeline_modules
 
     settings = load_settings()
-    setup_logging(settings.log_level, settings.log_format)
+    level = settings.log_level
+    if not service and not _verbose and "log_level" not in settings.model_fields_set:
+        level = "WARNING"
+    setup_logging(level, settings.log_format)
     check_duty_settings(settings)
     _working_dir_on_sys_path()
     load_pipeline_modules(settings.pipeline_module_names)

@@ -5,8 +5,10 @@ registered in cli/__init__.py."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +16,7 @@ import typer
 from dataloader import tracing
 from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _settings, new_event_loop
 from dataloader.config import Settings
-from dataloader.exceptions import DataloaderError, exit_code
+from dataloader.exceptions import ConfigError, DataloaderError, exit_code
 from dataloader.heap import freeze_startup_objects
 from dataloader.logger import writes_json
 
@@ -39,24 +41,48 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (env DL_PORT, default 8000)")] = None,
 ) -> None:
     """Run the HTTP API, the workers of WORKERS_JSON and the reaper in one process."""
-    settings = _settings()
+    settings = _settings(service=True)
     from dataloader.api.server import run_server
 
+    # The address first: a port that is taken is one line and exit code 2 before the embedded
+    # server starts or the schema migrates, not an error after both.
+    listening = _listen(host or settings.host, settings.port if port is None else port,
+                        "DL_HOST" if host is None else "--host", "DL_PORT" if port is None else "--port")
     # OTEL_TRACES_EXPORTER set: spans of requests and jobs
     traced = tracing.configure_from_env(one_line=writes_json(settings.log_format))
     try:
-        code = run_server(settings, host=host or settings.host, port=settings.port if port is None else port)
+        code = run_server(settings, sock=listening)
     finally:
         if traced:
             tracing.shutdown()
     _exit(code)
 
 
+def _listen(host: str, port: int, host_name: str, port_name: str) -> socket.socket:
+    """A socket bound to host:port (as uvicorn binds one: SO_REUSEADDR, IPv6 for a host with a
+    colon), handed to uvicorn so nothing can take the port between the check and the serving.
+    A port in use or an address this machine does not have is a ConfigError naming the option."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(host_name, f"{host!r} is not an address of this machine ({exc.strerror})") from None
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(port_name, f"{host}:{port} is in use by another process") from None
+        raise ConfigError(port_name, f"cannot listen on {host}:{port} ({exc.strerror})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def worker(
     reaper: Annotated[bool, typer.Option("--reaper/--no-reaper", help="Also run the reaper")] = True,
 ) -> None:
     """Run the workers of WORKERS_JSON (and the reaper) without HTTP, until SIGTERM/SIGINT."""
-    settings = _settings()
+    settings = _settings(service=True)
     # OTEL_TRACES_EXPORTER set: spans of the jobs it runs
     traced = tracing.configure_from_env(one_line=writes_json(settings.log_format))
     try:
