@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 from typing_extensions import Unpack
@@ -129,16 +130,18 @@ class App:
     @classmethod
     def embedded(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
                  pipelines: PipelineRegistry | None = None) -> App:
-        """An App on the embedded PostgreSQL (started on open, in `data_dir` or DL_DATA_DIR) when
-        DL_DB_DSN is unset; with a DSN it uses that server like any App."""
+        """An App on the embedded PostgreSQL (started on open, in `data_dir` or DL_DATA_DIR, or
+        joined when a service already runs it there) when DL_DB_DSN is unset, migrated on open (it
+        is ours); with a DSN it uses that server like any App."""
         settings = settings if settings is not None else load_settings()
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         return cls(settings, pipelines=pipelines, embedded=True)
 
     async def open(self, *, migrate_schema: bool = False) -> App:
-        """Connect. With `migrate_schema`, bring the schema to head first (the service commands
-        do); otherwise a database that was never migrated is a clear error."""
+        """Connect. With `migrate_schema` (or on the embedded server of App.embedded()), bring the
+        schema to head first (the service commands do); otherwise a database that was never
+        migrated is a clear error that says how to migrate it."""
         settings = self.settings
         dsn = settings.db_dsn
         if settings.db_direct_dsn and not dsn:
@@ -176,14 +179,16 @@ class App:
             load_pipeline_modules(settings.pipeline_module_names)
             node.register_node_pipelines(self.registry)
             try:
-                if migrate_schema:
+                # An embedded server this App started (or joined) is ours: brought to head on open,
+                # as `serve` does, so App.embedded() works on a fresh directory.
+                if migrate_schema or self._embedded is not None:
                     await self._require_sessions()
                     await migrate.upgrade(self.session_dsn)
                 pool = await self._create_pool(dsn)
             except Exception as exc:
                 raise _connect_error(exc, dsn, self._dsn_names[0]) from exc
             try:
-                await self._check_schema(pool)
+                await self._check_schema(pool, dsn)
             except BaseException as exc:
                 await pool.close()
                 if _is_pooler_refusal(exc):  # the pool connects lazily: its first connection is here
@@ -301,15 +306,28 @@ class App:
                 raise _connect_error(exc, self.session_dsn, self._dsn_names[1]) from exc
         return self._engine_pool
 
-    async def _check_schema(self, pool: asyncpg.Pool) -> None:
+    async def _check_schema(self, pool: asyncpg.Pool, dsn: str) -> None:
         revision = await JobRepository(pool).schema_revision()
         if revision is None:
-            raise SchemaNotReady("the database has no dataloader schema: run `dataloader db upgrade` "
-                                 "(or App.open(migrate_schema=True))")
+            raise SchemaNotReady(f"the database has no dataloader schema: {self._upgrade_hint(dsn)}")
         head = migrate.head_revision()
         if revision != head:
             log.warning("database schema is not at this code's revision", extra={
                 "schema_revision": revision, "code_revision": head})
+
+    def _upgrade_hint(self, dsn: str) -> str:
+        """The exact way to migrate the database at `dsn`. A DSN whose host is an embedded server's
+        directory (copied from the service's log) names that directory: the embedded server is
+        reached through DL_DATA_DIR, and App.embedded() migrates it on open."""
+        url = urlsplit(dsn)
+        host = parse_qs(url.query).get("host", [""])[0]
+        data_dir = next((d for d in (Path(host), Path(host).parent) if host and (d / "PG_VERSION").exists()), None)
+        if data_dir is not None and url.path.strip("/") in ("", "postgres"):  # the embedded App's database
+            return (f"this is the embedded PostgreSQL of DL_DATA_DIR={data_dir}: run `DL_DATA_DIR={data_dir} "
+                    f"dataloader db upgrade` with {self._dsn_names[0]} unset, or open it with "
+                    f"App.embedded(data_dir=\"{data_dir}\"), which migrates it")
+        return (f"run `dataloader db upgrade` with {self._dsn_names[0]} set to this database "
+                "(or App.open(migrate_schema=True))")
 
     async def close(self, *, locks_held: bool = False) -> None:
         """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some

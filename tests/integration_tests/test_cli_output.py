@@ -38,8 +38,8 @@ def test_verbose_or_dl_log_level_shows_the_info_logs(cli_env, args, env):
 
 
 @pytest.mark.process  # starts the embedded PostgreSQL
-def test_a_command_on_the_embedded_server_prints_only_its_answer(tmp_path):
-    result = invoke(["jobs", "list"], env={"DL_DATA_DIR": str(tmp_path / "pgdata"), "DL_LOG_FORMAT": "console"})
+def test_a_command_on_the_embedded_server_prints_only_its_answer(server_dir):
+    result = invoke(["jobs", "list"], env={"DL_DATA_DIR": str(server_dir / "pgdata"), "DL_LOG_FORMAT": "console"})
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["jobs"] == []
     assert result.stderr == "", result.stderr
