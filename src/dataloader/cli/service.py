@@ -74,8 +74,7 @@ def _listen(host: str, port: int, host_name: str, port_name: str) -> socket.sock
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError(port_name, f"{host}:{port} is in use by another process") from None
         raise ConfigError(port_name, f"cannot listen on {host}:{port} ({exc.strerror})") from None
-    sock.set_inheritable(True)
-    return sock
+    return sock  # not inheritable: a pipeline's child process must not keep the port after serve exits
 
 
 def worker(
