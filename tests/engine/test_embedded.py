@@ -18,6 +18,7 @@ def test_embedded_server_is_started_used_and_stopped(server_dir, subprocess_env)
     data_dir = server_dir / "pgdata"
     env = {k: v for k, v in subprocess_env.items() if k != "DL_DB_DSN"}
     env["DL_DATA_DIR"] = str(data_dir)
+    env["DL_LOG_LEVEL"] = "INFO"  # the embedded server's lines are INFO: a command is quiet without it
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "dataloader", *args], env=env, capture_output=True,

@@ -115,7 +115,8 @@ async def test_a_cli_command_stopped_by_sigterm_closes_and_stops_its_server(tmp_
     started (exit 143), not only its watchdog after it died."""
     data_dir = server_dir / "pgdata"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
-    env.update({"DL_DATA_DIR": str(data_dir), "DL_LOG_FORMAT": "json", "PYTHONPATH": str(ROOT)})
+    env.update({"DL_DATA_DIR": str(data_dir), "DL_LOG_FORMAT": "json", "DL_LOG_LEVEL": "INFO",
+                "PYTHONPATH": str(ROOT)})
 
     def cli(*args: str) -> dict:
         proc = subprocess.run([sys.executable, "-m", "dataloader", *args], env=env, capture_output=True, text=True,

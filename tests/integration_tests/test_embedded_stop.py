@@ -23,7 +23,7 @@ LEFT_RUNNING = "embedded PostgreSQL left running for its other users"
 
 def cli_messages(data_dir: str, *args: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
-    env.update({"DL_DATA_DIR": data_dir, "DL_LOG_FORMAT": "json"})
+    env.update({"DL_DATA_DIR": data_dir, "DL_LOG_FORMAT": "json", "DL_LOG_LEVEL": "INFO"})
     proc = subprocess.run([sys.executable, "-m", "dataloader", *args], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -77,7 +77,7 @@ def leave(proc: subprocess.Popen[str]) -> bool:
 
 def cli_env(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
-    env.update({"DL_LOG_FORMAT": "json", "PYTHONPATH": str(ROOT), **settings})
+    env.update({"DL_LOG_FORMAT": "json", "DL_LOG_LEVEL": "INFO", "PYTHONPATH": str(ROOT), **settings})
     return env
 
 
