@@ -23,6 +23,7 @@ from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
 from dataloader.api.v1.schemas import ErrorResponse
 from dataloader.api.v1.utils import flat_routes, safe_text
 from dataloader.exceptions import DataloaderError, ValidationFailed
+from dataloader.logger.context_vars import client_gone
 from dataloader.storage.db import CONNECTION_ERRORS
 
 log = logging.getLogger("dataloader.api")
@@ -133,7 +134,12 @@ def allowed_methods(request: Request) -> list[str]:
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
+    if client_gone():
+        # The request was cancelled because its client left, and the cancel closed the connection
+        # under its statement: the client's doing, counted as 499 (api/middleware.py), not an outage.
+        log.info("client disconnected; its statement was interrupted", extra={"error": safe_text(repr(exc))})
+    else:
+        log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
     return error_response(ErrorCode.database_unavailable,
                           "the database cannot be reached right now; retry later",
                           headers={"Retry-After": "5"})

@@ -1,0 +1,159 @@
+"""No request can hurt the node, round two (issue 35): what an attacker from outside found after
+issue 26's limits. The console's requests get the API's body time limit and are cancelled with
+their queries when the browser leaves; a request whose client left is counted as 499 at info
+level, never as the server's 500 or 503.
+
+Slow queries wait on a lock, as in test_request_limits.py: another session holds dl_jobs in
+ACCESS EXCLUSIVE mode, so a search runs exactly as long as the test wants, on any machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+import asyncpg
+import pytest
+from fastapi import FastAPI
+
+from dataloader import metrics
+from dataloader.api import create_app
+from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
+from dataloader.api.v1.exceptions import install_exception_handlers
+from tests.conftest import wait_until
+from tests.hardening.test_request_limits import _call, _scope, api_node, jobs_locked, running_searches
+
+
+def _get_scope(path: str, query: str = "") -> dict:
+    scope = _scope(path, b"")
+    scope.update(method="GET", query_string=query.encode(), headers=[(b"host", b"t")])
+    return scope
+
+
+def _status(sent: list[dict]) -> int | None:
+    return next((m["status"] for m in sent if m["type"] == "http.response.start"), None)
+
+
+def _counted(method: str, route: str, status: int) -> float:
+    return metrics.HTTP_REQUESTS.labels(method, route, str(status))._value.get()
+
+
+class _Hangup:
+    """An ASGI receive: the request's body, then nothing until `leave()`, then http.disconnect."""
+
+    def __init__(self, body: bytes = b"") -> None:
+        self.body = body
+        self.delivered = False
+        self.gone = asyncio.Event()
+
+    def leave(self) -> None:
+        self.gone.set()
+
+    async def __call__(self) -> dict:
+        if not self.delivered:
+            self.delivered = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+async def test_a_console_body_that_never_arrives_is_a_408(db: asyncpg.Pool, dsn: str) -> None:
+    # Before: the console was outside the body time limit, and this call never ended (the issue's
+    # attacker held the connection past 300 s; here wait_for gave up after 5 s).
+    async with api_node(dsn, api_body_timeout_sec=0.3) as (_, api):
+        parts = [{"type": "http.request", "body": b"token=", "more_body": True}]
+
+        async def receive() -> dict:
+            if parts:
+                return parts.pop()
+            await asyncio.Event().wait()  # the rest of the declared Content-Length never comes
+            raise AssertionError("unreachable")
+
+        scope = _scope("/ui/login", b"x" * 1000)
+        scope["headers"] = [(b"host", b"t"), (b"content-type", b"application/x-www-form-urlencoded"),
+                            (b"content-length", b"1000")]
+        sent = await asyncio.wait_for(_call(create_app(api.settings, context=api), scope, receive), 5)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        assert start["status"] == 408
+        assert (b"connection", b"close") in start["headers"]
+
+
+async def test_a_console_search_is_cancelled_with_its_query_when_the_browser_leaves(
+        db: asyncpg.Pool, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Before: the console's search went on in PostgreSQL after the browser left (the wait for
+    # "the search's query cancelled" timed out with the query still active), holding an
+    # expensive slot, and the request ended as a 500 for the metrics.
+    route = "/ui/jobs"
+    before = (_counted("GET", route, 499), _counted("GET", route, 500))
+    async with api_node(dsn, api_statement_timeout_sec=60) as (_, api), jobs_locked(dsn):
+        hangup = _Hangup()
+        request = asyncio.create_task(_call(create_app(api.settings, context=api),
+                                            _get_scope(route, "error=*boom*"), hangup))
+        await wait_until(lambda: _searching(db, 1), timeout=10, message="the console's search running")
+        caplog.set_level(logging.INFO)
+        hangup.leave()
+        sent = await asyncio.wait_for(request, 5)
+        assert _status(sent) is None
+        await wait_until(lambda: _searching(db, 0), timeout=5, message="the search's query cancelled")
+        assert api._expensive is not None and api._expensive.running == 0  # its slot given back
+    assert (_counted("GET", route, 499), _counted("GET", route, 500)) == (before[0] + 1, before[1])
+    access = [r for r in caplog.records if r.name == "dataloader.access"]
+    assert [(r.levelno, r.status) for r in access] == [(logging.INFO, 499)]  # type: ignore[attr-defined]
+
+
+async def _searching(pool: asyncpg.Pool, n: int) -> bool:
+    return await running_searches(pool) == n
+
+
+async def test_an_api_request_whose_client_left_counts_499_at_info(
+        db: asyncpg.Pool, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Before: 500 in dl_http_requests_total (the request was cancelled before any status was
+    # sent) and the access line at ERROR level.
+    route = "/api/v1/search"
+    before = (_counted("POST", route, 499), _counted("POST", route, 500))
+    async with api_node(dsn, api_statement_timeout_sec=60) as (_, api), jobs_locked(dsn):
+        body = json.dumps({"count": True}).encode()
+        hangup = _Hangup(body)
+        request = asyncio.create_task(_call(create_app(api.settings, context=api), _scope(route, body), hangup))
+        await wait_until(lambda: _searching(db, 1), timeout=10, message="the search running")
+        caplog.set_level(logging.INFO)
+        hangup.leave()
+        await asyncio.wait_for(request, 5)
+    assert (_counted("POST", route, 499), _counted("POST", route, 500)) == (before[0] + 1, before[1])
+    access = [r for r in caplog.records if r.name == "dataloader.access"]
+    assert [(r.levelno, r.status) for r in access] == [(logging.INFO, 499)]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("raised", [asyncpg.exceptions.ConnectionDoesNotExistError("connection is closed"),
+                                    asyncpg.exceptions.InterfaceError("connection is closed")])
+async def test_a_connection_closed_by_the_cancel_of_a_gone_client_is_499_not_503(
+        raised: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    # What asyncpg may raise instead of CancelledError when a request is cancelled mid-statement
+    # (the pool's release of the interrupted connection). Before: a 503 `database_unavailable`
+    # counted and logged as a WARNING "database unavailable ... connection is closed".
+    app = FastAPI()
+    install_exception_handlers(app)
+    reached = asyncio.Event()
+
+    @app.post("/api/v1/slow")
+    async def slow() -> None:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise raised from None
+
+    guarded = RequestContextMiddleware(ApiGuardMiddleware(app, api_token=lambda: None, max_body_bytes=1000))
+    before = (_counted("POST", "/api/v1/slow", 499), _counted("POST", "/api/v1/slow", 503))
+    caplog.set_level(logging.INFO)
+    hangup = _Hangup(b"{}")
+    request = asyncio.create_task(_call(guarded, _scope("/api/v1/slow", b"{}"), hangup))
+    await asyncio.wait_for(reached.wait(), 5)
+    hangup.leave()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(request, 5)
+    assert (_counted("POST", "/api/v1/slow", 499), _counted("POST", "/api/v1/slow", 503)) == (before[0] + 1,
+                                                                                            before[1])
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
