@@ -15,6 +15,7 @@ import json
 import logging
 
 import asyncpg
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -22,6 +23,8 @@ from dataloader import metrics
 from dataloader.api import create_app
 from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
 from dataloader.api.v1.exceptions import install_exception_handlers
+from dataloader.app import App
+from dataloader.exceptions import InvalidJobRequest
 from tests.conftest import wait_until
 from tests.hardening.test_request_limits import _call, _scope, api_node, jobs_locked, running_searches
 
@@ -157,3 +160,77 @@ async def test_a_connection_closed_by_the_cancel_of_a_gone_client_is_499_not_503
     assert (_counted("POST", "/api/v1/slow", 499), _counted("POST", "/api/v1/slow", 503)) == (before[0] + 1,
                                                                                             before[1])
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+
+
+def _nested(levels: int) -> dict:
+    value: dict = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+DEEP = _nested(300)
+
+
+@pytest.mark.parametrize(("method", "path", "payload"), [
+    ("POST", "/api/v1/search", {"args_contains": DEEP}),
+    ("POST", "/api/v1/search", {"args_contains": DEEP, "count": True}),
+    ("POST", "/api/v1/operations", {"kind": "requeue", "dry_run": True, "filter": {"args_contains": DEEP}}),
+    ("POST", "/api/v1/operations", {"kind": "cancel", "filter": {"args_contains": DEEP}}),
+    ("GET", "/ui/jobs", {"args_contains": json.dumps(DEEP)}),
+    ("GET", "/ui/jobs/count", {"args_contains": json.dumps(DEEP)}),
+])
+async def test_a_filter_nested_past_the_args_rule_is_422_before_any_query(
+        db: asyncpg.Pool, http: httpx.AsyncClient, method: str, path: str, payload: dict) -> None:
+    # Before: 500 internal_error, "Maximum serialization depth exceeded" in JobFilter.describe()
+    # after the search had run (the console's count fragment ran the filter and answered 200).
+    operations = await db.fetchval("SELECT count(*) FROM dl_operations")
+    if method == "GET":
+        answer = await http.get(path, params=payload)
+    else:
+        answer = await http.post(path, json=payload)
+    assert answer.status_code == 422, answer.text[:500]
+    assert "nests deeper than 64 levels" in answer.text
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations
+
+
+async def test_a_filter_one_level_inside_the_rule_still_runs(db: asyncpg.Pool, http: httpx.AsyncClient) -> None:
+    answer = await http.post("/api/v1/search", json={"args_contains": _nested(64)})
+    assert answer.status_code == 200, answer.text[:500]
+    assert answer.json()["filter"]["args_contains"] == _nested(64)
+
+
+async def test_every_face_refuses_a_filter_nested_too_deep(db: asyncpg.Pool, hardening_ctx: App) -> None:
+    with pytest.raises(InvalidJobRequest, match="nests deeper than 64 levels"):
+        await hardening_ctx.search({"args_contains": DEEP})
+    with pytest.raises(InvalidJobRequest, match="nests deeper than 64 levels"):
+        await hardening_ctx.operations.start("requeue", {"args_contains": DEEP}, dry_run=True)
+    with pytest.raises(InvalidJobRequest, match="nests deeper than 64 levels"):
+        await hardening_ctx.count_jobs({"args_contains": DEEP})
+
+
+@pytest.mark.parametrize(("payload", "field", "why"), [
+    # Before: 1 and "false" were read as true and false (dry_run refuses them).
+    ({"held": 1}, "held", "boolean"),
+    ({"held": "false"}, "held", "boolean"),
+    ({"held": "true"}, "held", "boolean"),
+    # Before: 1.8e-294 was Unix seconds, 1970-01-01: "created before 1970" (or after) in a real operation.
+    ({"created_to": 1.8e-294}, "created_to", "not a number"),
+    ({"created_from": 0}, "created_from", "not a number"),
+    ({"finished_to": "1700000000"}, "finished_to", "not a number"),
+])
+async def test_held_is_strict_and_a_time_is_never_a_number(db: asyncpg.Pool, http: httpx.AsyncClient,
+                                                           hardening_ctx: App, payload: dict, field: str,
+                                                           why: str) -> None:
+    await db.execute("INSERT INTO dl_jobs (job_id, queue, task, lock_key, status) "
+                     "VALUES (gen_random_uuid(), 'q', 't', 'k', 'failed')")
+    operations = await db.fetchval("SELECT count(*) FROM dl_operations")
+    searched = await http.post("/api/v1/search", json=payload)
+    started = await http.post("/api/v1/operations", json={"kind": "delete", "filter": payload})
+    for answer in (searched, started):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"] == "validation_error" and field in answer.text and why in answer.text
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 1
+    with pytest.raises(InvalidJobRequest):
+        await hardening_ctx.search(payload)
