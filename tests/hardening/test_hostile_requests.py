@@ -234,3 +234,66 @@ async def test_held_is_strict_and_a_time_is_never_a_number(db: asyncpg.Pool, htt
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 1
     with pytest.raises(InvalidJobRequest):
         await hardening_ctx.search(payload)
+
+
+STREAMS = 30
+
+
+async def _sessions(pool: asyncpg.Pool) -> tuple[int, int]:
+    """(every session of the test database but this one, those whose last statement was LISTEN on
+    the feed channel: a listening session's query stays that statement)."""
+    row = await pool.fetchrow(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE query ILIKE 'LISTEN%dl_process_feed%') AS feed "
+        "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    return row["total"], row["feed"]
+
+
+async def test_held_feed_streams_share_one_listening_session(db: asyncpg.Pool, dsn: str, ns: str) -> None:
+    # Before: each stream opened a session of its own: 30 held streams were 30 more sessions (the
+    # issue's 50 -> 80; with 100, "too many clients already"), 30 of them listening.
+    from tests.processes.processors import register
+
+    register(ns)
+    async with api_node(dsn, api_pool_size=3, api_max_expensive_queries=2) as (engine, api), engine.running():
+        app = create_app(api.settings, context=api)
+        await api.processes.init(ns, "p1", {})
+        leaving: list[_Hangup] = []
+        streams: list[tuple[asyncio.Task, list[dict]]] = []
+
+        async def open_stream() -> None:
+            hangup = _Hangup()
+            sent: list[dict] = []
+
+            async def send(message: dict) -> None:
+                sent.append(message)
+
+            scope = _get_scope(f"/api/v1/processes/{ns}/events/stream", "max_sec=60")
+            streams.append((asyncio.create_task(app(scope, hangup, send)), sent))
+            leaving.append(hangup)
+
+        def items(sent: list[dict]) -> bytes:
+            return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+        try:
+            await open_stream()
+            await wait_until(lambda: b"event: init" in items(streams[0][1]), timeout=10, message="the first stream")
+            total_one, listening_one = await _sessions(db)
+            for _ in range(STREAMS - 1):
+                await open_stream()
+            await wait_until(lambda: all(b"event: init" in items(sent) for _, sent in streams), timeout=20,
+                             message="every stream following")
+            total, listening = await _sessions(db)
+            # One listening session for the node, whatever the streams; the rest is the API's pool
+            # (3 connections at most) reading pages for them.
+            assert listening_one == listening == 1
+            assert total <= total_one + 3, (total_one, total)
+            assert api.processes.waiter.feed_followers == STREAMS
+            # Every stream still hears new rows at once.
+            await api.processes.call(ns, "p1", {})
+            await wait_until(lambda: all(b"event: event" in items(sent) for _, sent in streams), timeout=10,
+                             message="every stream told of the call's event")
+        finally:
+            for hangup in leaving:
+                hangup.leave()
+            await asyncio.wait_for(asyncio.gather(*(task for task, _ in streams), return_exceptions=True), 10)
+        assert api.processes.waiter.feed_followers == 0

@@ -504,7 +504,7 @@ class ProcessManager:
                poll_sec: float = 10.0) -> AsyncIterator[FeedItem]:
         """The namespace's feed from `after` on, as it grows (LISTEN; until `stop` is set)."""
         parse_cursor(after)
-        return follow(self.repo, self.waiter.dsn, ns, after, stop=stop, poll_sec=poll_sec)
+        return follow(self.repo, self.waiter, ns, after, stop=stop, poll_sec=poll_sec)
 
     def require_namespace(self, ns: str) -> None:
         """UnknownNamespace unless a processor of `ns` is registered in this process."""
