@@ -39,6 +39,7 @@ from dataloader.exceptions import (
 from dataloader.model.operation import DryRun, Operation
 from dataloader.model.process import (
     CALLER_PRIORITY,
+    MAX_EVENT_ID,
     NS_PATTERN,
     Event,
     HistoryRange,
@@ -461,7 +462,7 @@ class ProcessManager:
             if not isinstance(event, Mapping) or "payload" not in event:
                 raise InvalidProcessRequest(f"history[{n - 1}] must be a mapping with a payload")
             event_id = event.get("event_id", n)
-            if not isinstance(event_id, int) or isinstance(event_id, bool) or event_id < 1 or event_id >= 2**62 or (
+            if not isinstance(event_id, int) or isinstance(event_id, bool) or not 1 <= event_id <= MAX_EVENT_ID or (
                     ids and event_id <= ids[-1]):
                 raise InvalidProcessRequest("event ids must be integers >= 1, strictly increasing")
             ids.append(event_id)
