@@ -24,9 +24,11 @@ from dataloader.api import create_app
 from dataloader.api.middleware import ApiGuardMiddleware, RequestContextMiddleware
 from dataloader.api.v1.exceptions import install_exception_handlers
 from dataloader.app import App
-from dataloader.exceptions import InvalidJobRequest
+from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest
+from dataloader.model.process import MAX_EVENT_ID, HistoryRange
 from tests.conftest import wait_until
 from tests.hardening.test_request_limits import _call, _scope, api_node, jobs_locked, running_searches
+from tests.integration_tests.v1_api.conftest import client_for
 
 
 def _get_scope(path: str, query: str = "") -> dict:
@@ -297,3 +299,114 @@ async def test_held_feed_streams_share_one_listening_session(db: asyncpg.Pool, d
                 hangup.leave()
             await asyncio.wait_for(asyncio.gather(*(task for task, _ in streams), return_exceptions=True), 10)
         assert api.processes.waiter.feed_followers == 0
+
+
+async def test_an_offset_past_int32_is_read_and_one_past_the_bound_is_422(db: asyncpg.Pool, dsn: str, ns: str) -> None:
+    # Before: a backward page from offset=305432586942480 reached PostgreSQL as an int4 parameter,
+    # "out of int32 range": a 422 invalid_request from the database, not from validation.
+    from tests.processes.processors import register
+
+    register(ns)
+    async with api_node(dsn) as (engine, api), engine.running(), \
+            client_for(create_app(api.settings, context=api)) as http:
+        await api.processes.init(ns, "p1", {})
+        path = f"/api/v1/processes/{ns}/p1"
+        for offset in (305432586942480, MAX_EVENT_ID):
+            for direction in ("forward", "backward"):
+                answer = await http.get(path, params={"offset": offset, "direction": direction, "limit": 5})
+                assert answer.status_code == 200, answer.text
+                assert len(answer.json()["history"]) == (1 if direction == "backward" else 0)
+        past = await http.get(path, params={"offset": MAX_EVENT_ID + 1, "direction": "backward"})
+        assert past.status_code == 422 and past.json()["error"] == "validation_error", past.text
+        with pytest.raises(InvalidProcessRequest):
+            await api.processes.call(ns, "p1", {}, range={"offset": MAX_EVENT_ID + 1})
+        with pytest.raises(ValueError, match="offset"):
+            HistoryRange(offset=2**63)
+
+
+async def test_openapi_integer_bounds_are_the_exact_integers_the_server_enforces(db: asyncpg.Pool,
+                                                                                 http: httpx.AsyncClient) -> None:
+    # Before: every component's integer bound was a float (2147483647.0), and 2^62 - 1 read
+    # 4.611686018427388e+18: as a decimal, above the bound the server enforces.
+    schema = (await http.get("/openapi.json")).json()
+    raw = (await http.get("/openapi.json")).text
+    assert "e+18" not in raw
+    floats: list[str] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "integer":
+                floats.extend(f"{where}.{k}" for k in ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum")
+                              if isinstance(node.get(k), float))
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    walk(schema, "")
+    assert floats == []
+    components = schema["components"]["schemas"]
+    assert components["RangeBody"]["properties"]["offset"]["maximum"] == MAX_EVENT_ID
+    assert components["PutEvent"]["properties"]["event_id"]["anyOf"][0]["maximum"] == MAX_EVENT_ID
+    assert components["TriggerRequest"]["properties"]["priority"]["maximum"] == 2**31 - 1
+    offset = next(p for p in schema["paths"]["/api/v1/processes/{ns}/{id}"]["get"]["parameters"]
+                  if p["name"] == "offset")
+    assert offset["schema"]["maximum"] == MAX_EVENT_ID
+
+
+@pytest.mark.parametrize(("path", "allowed"), [
+    ("/api/v1/jobs/trigger", {"POST"}),
+    ("/api/v1/jobs/batch", {"POST"}),
+    ("/api/v1/jobs", {"GET"}),
+    ("/api/v1/jobs/7c3e0c8a-3c7e-4a39-9d3b-2d1a1f0e0e0e", {"PATCH", "DELETE"}),
+    ("/api/v1/search", {"POST"}),
+])
+async def test_options_answers_the_methods_of_the_path(db: asyncpg.Pool, http: httpx.AsyncClient, path: str,
+                                                       allowed: set[str]) -> None:
+    # Before: OPTIONS was a 405, and /api/v1/jobs/trigger listed DELETE and PATCH (the methods of
+    # /api/v1/jobs/{job_id}, whose job_id "trigger" can never be).
+    answer = await http.options(path)
+    assert answer.status_code == 204, answer.text
+    assert {m.strip() for m in answer.headers["allow"].split(",")} == allowed | {"OPTIONS"}
+    wrong = await http.put(path)
+    assert wrong.status_code == 405
+    assert {m.strip() for m in wrong.headers["allow"].split(",")} == allowed | {"OPTIONS"}
+
+
+async def test_a_process_call_on_a_paused_queue_is_refused_at_once(db: asyncpg.Pool, dsn: str, ns: str) -> None:
+    # Before: the call waited its whole timeout (30 s by default) for a task no worker could
+    # start, then a 504 process_timeout, its task left queued.
+    from dataloader.exceptions import QueuePaused
+    from dataloader.processes.registry import queue_of
+    from tests.processes.processors import register
+
+    register(ns)
+    async with api_node(dsn) as (engine, api), engine.running(), \
+            client_for(create_app(api.settings, context=api)) as http:
+        await api.processes.init(ns, "p1", {})
+        loop = asyncio.get_running_loop()
+        for paused in (f"/api/v1/queues/{queue_of(ns)}/pause",
+                       f"/api/v1/queues/{queue_of(ns)}/pause?task=dl.process"):
+            assert (await http.post(paused)).status_code == 200
+            tasks = await db.fetchval("SELECT count(*) FROM dl_process_tasks WHERE ns = $1", ns)
+            started = loop.time()
+            call = await http.post(f"/api/v1/processes/{ns}/p1/call", json={"args": {}, "timeout_sec": 20})
+            init = await http.post(f"/api/v1/processes/{ns}", json={"id": "p2", "args": {}, "timeout_sec": 20})
+            assert loop.time() - started < 5
+            for answer in (call, init):
+                assert answer.status_code == 409, answer.text
+                assert answer.json()["error"] == "queue_paused" and "paused" in answer.json()["detail"]
+            with pytest.raises(QueuePaused) as refused:
+                await api.processes.call(ns, "p1", {}, timeout=20)
+            assert refused.value.queue == queue_of(ns)
+            # Nothing was written: no task, no job, no process p2.
+            assert await db.fetchval("SELECT count(*) FROM dl_process_tasks WHERE ns = $1", ns) == tasks
+            assert await db.fetchval("SELECT count(*) FROM dl_processes WHERE ns = $1 AND id = 'p2'", ns) == 0
+            # The other refusals keep their codes; resumed, the call runs.
+            missing = await http.post(f"/api/v1/processes/{ns}/nobody/call", json={"args": {}})
+            assert missing.status_code == 404 and missing.json()["error"] == "process_not_found"
+            resume = paused.replace("/pause", "/resume")
+            assert (await http.post(resume)).status_code == 200
+            ran = await http.post(f"/api/v1/processes/{ns}/p1/call", json={"args": {}, "timeout_sec": 20})
+            assert ran.status_code == 200, ran.text

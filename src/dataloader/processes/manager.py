@@ -34,6 +34,7 @@ from dataloader.exceptions import (
     ProcessTaskFailed,
     ProcessTimeout,
     ProcessWrongStatus,
+    QueuePaused,
     UnknownNamespace,
 )
 from dataloader.model.operation import DryRun, Operation
@@ -245,10 +246,16 @@ class ProcessManager:
     def _check_enqueued(task: NewTask, row: Any, needed: str | None) -> None:
         if row["queued"]:
             return
+        paused = QueuePaused(f"queue {task.queue!r} of namespace {task.ns!r} is paused: no {task.type} task can start "
+                             "until it is resumed; nothing was queued", task.queue)
         if needed is None:
+            if row["status"] is None and row["paused"]:
+                raise paused
             raise ProcessExists(f"process {task.process_id!r} already exists in namespace {task.ns!r}")
         if row["status"] is None:
             raise ProcessNotFound(f"no process {task.process_id!r} in namespace {task.ns!r}")
+        if row["status"] == needed and row["paused"]:
+            raise paused
         raise ProcessWrongStatus(f"process {task.process_id!r} is {row['status']}; a {task.type} needs it {needed}",
                                  row["status"])
 

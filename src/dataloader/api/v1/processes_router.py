@@ -51,7 +51,8 @@ Id = Annotated[str, BeforeValidator(one_segment), Path(
 MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"
 OFFSET_TEXT = "Event id to start after (forward) or before (backward); 0: from the first / from the newest"
 TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCode.process_task_failed,
-               ErrorCode.process_timeout, ErrorCode.idempotency_conflict, ErrorCode.args_too_large)
+               ErrorCode.process_timeout, ErrorCode.queue_paused, ErrorCode.idempotency_conflict,
+               ErrorCode.args_too_large)
 
 
 def _storable_args(value: Any) -> Any:
