@@ -410,3 +410,16 @@ async def test_a_process_call_on_a_paused_queue_is_refused_at_once(db: asyncpg.P
             assert (await http.post(resume)).status_code == 200
             ran = await http.post(f"/api/v1/processes/{ns}/p1/call", json={"args": {}, "timeout_sec": 20})
             assert ran.status_code == 200, ran.text
+
+
+async def test_a_follower_left_over_never_reopens_a_closed_apps_listener(db: asyncpg.Pool, dsn: str) -> None:
+    # A stream still open as its App closes (a shutdown's grace period) asks the listener to start
+    # again when it finds it down; a closed App's listener stays closed (no session opened for nobody).
+    from dataloader.processes.waiter import TaskWaiter
+
+    waiter = TaskWaiter(dsn)
+    await waiter.start()
+    assert waiter.listening
+    await waiter.close()
+    await waiter.start()
+    assert not waiter.listening

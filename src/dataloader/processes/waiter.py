@@ -58,6 +58,7 @@ class TaskWaiter:
         self._connecting: asyncio.Lock | None = None
         self._waiting: dict[uuid.UUID, set[asyncio.Event]] = {}
         self._feeds: dict[str, set[asyncio.Event]] = {}
+        self._closed = False  # closed with its App: a follower or caller left over never reconnects it
 
     @property
     def listening(self) -> bool:
@@ -65,7 +66,7 @@ class TaskWaiter:
 
     async def start(self) -> None:
         """Connect and LISTEN (again, after a loss). A failure leaves callers on the fallback poll."""
-        if self.listening:
+        if self.listening or self._closed:
             return
         if self._connecting is None:
             self._connecting = asyncio.Lock()
@@ -81,11 +82,15 @@ class TaskWaiter:
                 log.warning("process waiter cannot listen; callers fall back to polling",
                             extra={"error": str(exc)})
                 return
+            if self._closed:  # closed while connecting
+                conn.terminate()
+                return
             self._conn = conn
             # Notifications sent while no one listened are gone: wake every caller to re-read.
             self._wake_all()
 
     async def close(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:
