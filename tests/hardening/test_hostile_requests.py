@@ -286,9 +286,10 @@ async def test_held_feed_streams_share_one_listening_session(db: asyncpg.Pool, d
                              message="every stream following")
             total, listening = await _sessions(db)
             # One listening session for the node, whatever the streams; the rest is the API's pool
-            # (3 connections at most) reading pages for them.
+            # (3 connections at most) reading pages for them, and room for the engine's own work
+            # meanwhile (its pool may open a connection or two): far below one session per stream.
             assert listening_one == listening == 1
-            assert total <= total_one + 3, (total_one, total)
+            assert total <= total_one + 3 + 4, (total_one, total)
             assert api.processes.waiter.feed_followers == STREAMS
             # Every stream still hears new rows at once.
             await api.processes.call(ns, "p1", {})
