@@ -255,6 +255,18 @@ class ProcessTimeout(DataloaderError):
         self.task_id = task_id
 
 
+class QueuePaused(DataloaderError):
+    """A caller's task (`init`, `call`, `repair`) would wait in a paused queue: nothing is queued,
+    and the caller hears so at once instead of waiting out its timeout (resume the queue, or the
+    namespace's task `dl.process`, then call again). `.queue` names it."""
+
+    code = "queue_paused"
+
+    def __init__(self, message: str, queue: str | None = None) -> None:
+        super().__init__(message)
+        self.queue = queue
+
+
 class ProcessBusy(DataloaderError):
     """A restart needs the process idle: one of its tasks runs now, or a caller's task waits in the
     queue (retry when it ended)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
 from dataloader.api.middleware import ApiGuardMiddleware, OneSegmentPaths, RequestContextMiddleware
@@ -55,6 +56,62 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(metric_router.router)
 
 
+_BOUNDS = ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum")
+
+
+def _models_by_name() -> dict[str, type[BaseModel]]:
+    """dataloader's pydantic models by class name (the names FastAPI gives their components); a
+    name two models share is left out (its component is not named after either alone)."""
+    found: dict[str, type[BaseModel] | None] = {}
+    stack: list[type[BaseModel]] = [BaseModel]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if sub.__module__.startswith("dataloader.") and "[" not in sub.__name__:
+                found[sub.__name__] = None if sub.__name__ in found and found[sub.__name__] is not sub else sub
+    return {name: model for name, model in found.items() if model is not None}
+
+
+def _copy_exact_bounds(ours: Any, exact: Any) -> None:
+    """Where `ours` (FastAPI's component) holds a bound as a float and `exact` (pydantic's schema of
+    the same model) holds it as an int, take the int."""
+    if isinstance(ours, dict) and isinstance(exact, dict):
+        for key in _BOUNDS:
+            if isinstance(ours.get(key), float) and isinstance(exact.get(key), int) and not isinstance(
+                    exact.get(key), bool):
+                ours[key] = exact[key]
+        for key, value in ours.items():
+            if key in exact and key not in _BOUNDS:
+                _copy_exact_bounds(value, exact[key])
+    elif isinstance(ours, list) and isinstance(exact, list) and len(ours) == len(exact):
+        for a, b in zip(ours, exact, strict=True):
+            _copy_exact_bounds(a, b)
+
+
+def exact_integer_bounds(schema: dict[str, Any]) -> None:
+    """FastAPI's OpenAPI model holds `maximum`/`minimum` as floats, so a component's integer bound
+    is written `4.611686018427388e+18` for 2^62 - 1: a float, read as a decimal above the bound the
+    server enforces (issue 35). Put back the exact integers of the models' own schemas; an integer
+    bound left a float after that (a model not found) becomes the int it spells when it is whole."""
+    models = _models_by_name()
+    for name, component in schema.get("components", {}).get("schemas", {}).items():
+        model = models.get(name.removesuffix("-Input").removesuffix("-Output"))
+        if model is not None:
+            mode = "serialization" if name.endswith("-Output") else "validation"
+            _copy_exact_bounds(component, model.model_json_schema(mode=mode))
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "integer":
+                for key in _BOUNDS:
+                    if isinstance(node.get(key), float) and node[key].is_integer():
+                        node[key] = int(node[key])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None:
     """The OpenAPI schema declares bearer auth (and its 401) on /api/ routes only when DL_API_TOKEN
     is set: without a token none is needed, and a schema that asks for one misleads clients and
@@ -65,6 +122,7 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
+        exact_integer_bounds(schema)
         if settings.api_token:
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
                 "type": "http", "scheme": "bearer", "description": "The value of DL_API_TOKEN"}

@@ -4,9 +4,10 @@
 one access log line and the HTTP metrics per request, and the last-resort handler that turns an
 unexpected exception into a logged 500 JSON body.
 
-`ApiGuardMiddleware` (for /api/ only): the bearer token when DL_API_TOKEN is set, and the raw body
-size limit, both before the body is read or parsed; the body's time limit; and the cancel of a
-request whose client went away.
+`ApiGuardMiddleware` (every request: the API, the console at /ui, the probes): the raw body size
+limit, before the body is read or parsed; the body's time limit; and the cancel of a request whose
+client went away, counted as 499. The bearer token when DL_API_TOKEN is set: /api/ only (the
+console has its own sign-in).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataloader.api.runtime import token_matches, unauthorized
 from dataloader.api.v1.exceptions import error_response
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
-from dataloader.logger.context_vars import request_id_var
+from dataloader.logger.context_vars import ClientState, client_var, request_id_var
 from dataloader.logger.utils import mask
 from dataloader.storage.db import is_connection_error
 
@@ -37,6 +38,9 @@ access_log = logging.getLogger("dataloader.access")
 log = logging.getLogger("dataloader.api")
 
 REQUEST_ID_HEADER = "X-Request-ID"
+# nginx's code for "the client closed the connection before the answer": neither a success nor the
+# server's failure, so it never counts among the 5xx an operator alerts on.
+CLIENT_CLOSED_REQUEST = 499
 # A caller's id is kept only if it is short and plain: it goes into every log line and the journal.
 _GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 
@@ -78,14 +82,18 @@ class RequestContextMiddleware:
             return
         request_id = request_id_from(Headers(scope=scope))
         token = request_id_var.set(request_id)
+        client = ClientState()
+        client_token = client_var.set(client)
         started = time.perf_counter()
         status = 500
         response_started = False
+        answered = False  # the answer began while the client was still there
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status, response_started
+            nonlocal status, response_started, answered
             if message["type"] == "http.response.start":
                 response_started = True
+                answered = not client.gone
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((REQUEST_ID_HEADER.lower().encode(), request_id.encode()))
@@ -95,7 +103,11 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception as exc:
-            if is_connection_error(exc):
+            if client.gone:
+                # What the cancel of a request left behind (a statement interrupted, its connection
+                # closed): nobody is waiting for an answer, and nothing is wrong with the server.
+                log.info("client disconnected; request ended with %s", type(exc).__name__)
+            elif is_connection_error(exc):
                 log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
                 response = error_response(ErrorCode.database_unavailable,
                                           "the database cannot be reached right now; retry later")
@@ -103,15 +115,18 @@ class RequestContextMiddleware:
                 log.exception("unhandled error while serving a request")
                 response = error_response(ErrorCode.internal_error,
                                           f"internal error; quote request id {request_id} when reporting it")
-            if not response_started:
+            if not response_started and not client.gone:
                 await response(scope, receive, send_with_id)
         finally:
+            if client.gone and not answered:
+                status = CLIENT_CLOSED_REQUEST
             elapsed = time.perf_counter() - started
             route_path = route_template(scope)
             method = scope.get("method", "")
             metrics.HTTP_REQUESTS.labels(method, route_path, str(status)).inc()
             metrics.HTTP_SECONDS.labels(method, route_path).observe(elapsed)
             self._log_access(scope, status, elapsed, route_path)
+            client_var.reset(client_token)
             request_id_var.reset(token)
 
     @staticmethod
@@ -135,10 +150,11 @@ class RequestContextMiddleware:
 
 
 class ApiGuardMiddleware:
-    """For /api/: the bearer token and the body's size, checked before the body is read; the body
-    itself, read here within `body_timeout_sec` (a body that never arrives, or trickles in, is a
-    408 instead of a connection held forever); and the request cancelled when its client goes away
-    before the answer (so its query is cancelled too, instead of running on for nobody)."""
+    """For every request (the API, the console, the probes): the body's size, checked before the
+    body is read; the body itself, read here within `body_timeout_sec` (a body that never arrives,
+    or trickles in, is a 408 instead of a connection held forever); and the request cancelled when
+    its client goes away before the answer (so its query is cancelled too, instead of running on
+    for nobody). Under `prefix` (/api/) the bearer token first; the console signs in its own way."""
 
     def __init__(self, app: ASGIApp, *, api_token: Callable[[], str | None], max_body_bytes: int,
                  body_timeout_sec: float = 30.0, prefix: str = "/api/") -> None:
@@ -149,11 +165,11 @@ class ApiGuardMiddleware:
         self.prefix = prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefix):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        expected = self.api_token()
+        expected = self.api_token() if scope.get("path", "").startswith(self.prefix) else None
         if expected and not token_matches(expected, headers.get("authorization")):
             exc = unauthorized()
             await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
@@ -171,7 +187,8 @@ class ApiGuardMiddleware:
                 while more:
                     message = await receive()
                     if message["type"] != "http.request":
-                        return  # the client went away
+                        _client_left()
+                        return
                     body += message.get("body", b"")
                     more = message.get("more_body", False)
                     if len(body) > self.max_body_bytes:
@@ -214,6 +231,7 @@ class ApiGuardMiddleware:
                 # The client left before the answer: nobody is waiting for the rest of this work.
                 log.info("client disconnected; request cancelled",
                          extra={"path": safe_text(scope.get("path", ""), 500)})
+                _client_left()
                 serving.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await serving
@@ -236,6 +254,12 @@ class ApiGuardMiddleware:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+def _client_left() -> None:
+    state = client_var.get()
+    if state is not None:
+        state.gone = True
 
 
 class OneSegmentPaths:

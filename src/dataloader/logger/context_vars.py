@@ -14,6 +14,27 @@ request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 job_var: ContextVar[dict[str, Any] | None] = ContextVar("job", default=None)
 
 
+class ClientState:
+    """Whether the client of the HTTP request being served went away before its answer (set by the
+    API's middleware, which watches the connection). What is raised afterwards (a cancelled
+    statement, a connection closed under it) is then the client's doing, not the server's: it is
+    counted as 499 and logged at info, never as a 500/503 warning."""
+
+    __slots__ = ("gone",)
+
+    def __init__(self) -> None:
+        self.gone = False
+
+
+client_var: ContextVar[ClientState | None] = ContextVar("client", default=None)
+
+
+def client_gone() -> bool:
+    """True while serving a request whose client already left."""
+    state = client_var.get()
+    return state is not None and state.gone
+
+
 @contextmanager
 def bind_job(**fields: Any) -> Iterator[None]:
     """Attach job fields (job_id, queue, task, attempt, request_id) to every log line in this block."""

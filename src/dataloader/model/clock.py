@@ -28,6 +28,23 @@ def iso(value: dt.datetime) -> str:
     return value.replace(tzinfo=None).isoformat() + "Z"
 
 
+def refuse_number_as_time(value: object) -> object:
+    """A pydantic before-validator for a time given to dataloader: a number (or a text that is one)
+    is refused. pydantic would read it as Unix seconds, so `1.8e-294` silently became 1970-01-01
+    and a bulk operation meant for a range acted on every job; a time is written as a time
+    (RFC 3339 with a zone, or a `datetime`)."""
+    number = isinstance(value, (int, float))  # bool is an int too: refused as well
+    if isinstance(value, str):
+        try:
+            float(value)
+            number = True
+        except ValueError:
+            number = False
+    if number:
+        raise ValueError("must be a time (RFC 3339 with a timezone, e.g. 2030-01-01T12:00:00Z), not a number")
+    return value
+
+
 class Clock(Protocol):
     """Monotonic time for deadlines, wall time for humans and rows, and the two ways to pass time."""
 

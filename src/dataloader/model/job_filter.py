@@ -19,7 +19,9 @@ from typing import Any
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from dataloader.base import StrictModel
+from dataloader.model.clock import refuse_number_as_time
 from dataloader.model.job import JobStatus
+from dataloader.model.json_depth import MAX_JSON_DEPTH, nests_deeper_than
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
@@ -174,7 +176,8 @@ class JobFilter(StrictModel):
     args_path: str | None = Field(default=None, min_length=1, max_length=1000,
                                   description="jsonpath that must match in the args (@?)")
     lock_key_prefix: str | None = Field(default=None, min_length=1, max_length=512)
-    held: bool | None = Field(default=None, description="Only held jobs (true), only not held (false)")
+    # Strict, as dry_run is: 1 or "false" is a mistake to point out, not a guess to make.
+    held: bool | None = Field(default=None, strict=True, description="Only held jobs (true), only not held (false)")
 
     @field_validator("queues", "tasks")
     @classmethod
@@ -217,6 +220,8 @@ class JobFilter(StrictModel):
     def _args(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is None:
             return None
+        if nests_deeper_than(value, MAX_JSON_DEPTH):  # the rule of job args, before anything reads it
+            raise ValueError(f"nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             encoded = json.dumps(value, allow_nan=False)
         except (ValueError, TypeError, RecursionError):
@@ -224,6 +229,11 @@ class JobFilter(StrictModel):
         if "\\u0000" in encoded or len(encoded) > 64 * 1024:
             raise ValueError("must be at most 64 KiB of JSON without NUL characters")
         return value
+
+    @field_validator("created_from", "created_to", "finished_from", "finished_to", mode="before")
+    @classmethod
+    def _no_number(cls, value: object) -> object:
+        return refuse_number_as_time(value)
 
     @field_validator("created_from", "created_to", "finished_from", "finished_to")
     @classmethod

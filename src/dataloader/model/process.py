@@ -72,6 +72,11 @@ class NewEvent:
     metadata: Any = None
 
 
+# The largest event id a request may name (an offset, an imported event, a restart point): a
+# bigint with room to spare, one bound in every face (the HTTP API's OpenAPI maxima say it exactly).
+MAX_EVENT_ID = 2**62 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryRange:
     """Which events to read. `forward`: events after `offset` (0: from the first), oldest first.
@@ -82,8 +87,8 @@ class HistoryRange:
     direction: Literal["forward", "backward"] = "forward"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.offset, int) or isinstance(self.offset, bool) or self.offset < 0:
-            raise ValueError("range offset must be an event id >= 0")
+        if not isinstance(self.offset, int) or isinstance(self.offset, bool) or not 0 <= self.offset <= MAX_EVENT_ID:
+            raise ValueError(f"range offset must be an event id from 0 to {MAX_EVENT_ID}")
         if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)
                                        or not 1 <= self.limit <= 100_000):
             raise ValueError("range limit must be between 1 and 100000")

@@ -29,16 +29,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
 from dataloader.exceptions import InvalidCursor
 from dataloader.model.clock import iso
-from dataloader.storage.db import connect
+from dataloader.processes.waiter import DISCONNECTED_POLL_SEC, FEED_CHANNEL, TaskWaiter
 from dataloader.storage.process_repository import ProcessRepository
 
 log = logging.getLogger("dataloader.processes")
 
-CHANNEL = "dl_process_feed"
+CHANNEL = FEED_CHANNEL  # NOTIFY dl_process_feed, '<ns>' as a row commits; heard by the App's TaskWaiter
 _CURSOR = re.compile(r"^(\d{1,20})\.(\d{1,19})$")
 START = "0.0"
 # A follower whose rows are held back by an older open transaction re-reads this often.
@@ -94,21 +92,16 @@ async def read_page(repo: ProcessRepository, ns: str, cursor: str | None, limit:
     return FeedPage(items, items[-1].cursor if items else f"{xid}.{seq}")
 
 
-async def follow(repo: ProcessRepository, dsn: str, ns: str, cursor: str | None, *, batch: int = 100,
+async def follow(repo: ProcessRepository, listener: TaskWaiter, ns: str, cursor: str | None, *, batch: int = 100,
                  poll_sec: float = 10.0, stop: asyncio.Event | None = None) -> AsyncIterator[FeedItem]:
-    """Yield the namespace's feed from `cursor` on, forever (until `stop`): LISTEN for new rows,
-    re-read at once on a notification, soon while rows are held back by an older transaction, and
-    every `poll_sec` anyway (lost notifications)."""
+    """Yield the namespace's feed from `cursor` on, forever (until `stop`): wake on the App's one
+    listening session (`listener`, shared by every follower and caller: a follower holds no
+    connection of its own), re-read at once on a notification, soon while rows are held back by an
+    older transaction, and every `poll_sec` anyway (lost notifications; every second while the
+    listener is down)."""
     parse_cursor(cursor)
-    wake = asyncio.Event()
-    conn: asyncpg.Connection | None = None
-    try:
-        try:
-            conn = await connect(dsn)
-            await conn.add_listener(CHANNEL, lambda _c, _p, _ch, payload: wake.set() if payload == ns else None)
-        except (OSError, asyncpg.PostgresError) as exc:
-            log.warning("feed follower cannot listen; polling", extra={"error": str(exc)})
-            conn = None
+    await listener.start()
+    with listener.feed_subscription(ns) as wake:
         current = cursor or START
         while stop is None or not stop.is_set():
             wake.clear()
@@ -119,7 +112,10 @@ async def follow(repo: ProcessRepository, dsn: str, ns: str, cursor: str | None,
             if len(page.items) == batch:
                 continue
             xid, seq = parse_cursor(current)
-            wait = HELD_BACK_POLL_SEC if await repo.feed_held_back(ns, xid, seq) else poll_sec
+            if await repo.feed_held_back(ns, xid, seq):
+                wait = HELD_BACK_POLL_SEC
+            else:
+                wait = poll_sec if listener.listening else min(poll_sec, DISCONNECTED_POLL_SEC)
             waiters = [asyncio.ensure_future(wake.wait())]
             if stop is not None:
                 waiters.append(asyncio.ensure_future(stop.wait()))
@@ -130,6 +126,5 @@ async def follow(repo: ProcessRepository, dsn: str, ns: str, cursor: str | None,
                 # hung up): a waiter left pending is "Task was destroyed but it is pending" later.
                 for waiter in waiters:
                     waiter.cancel()
-    finally:
-        if conn is not None:
-            conn.terminate()
+            if not listener.listening:
+                await listener.start()

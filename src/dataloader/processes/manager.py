@@ -34,11 +34,13 @@ from dataloader.exceptions import (
     ProcessTaskFailed,
     ProcessTimeout,
     ProcessWrongStatus,
+    QueuePaused,
     UnknownNamespace,
 )
 from dataloader.model.operation import DryRun, Operation
 from dataloader.model.process import (
     CALLER_PRIORITY,
+    MAX_EVENT_ID,
     NS_PATTERN,
     Event,
     HistoryRange,
@@ -244,10 +246,16 @@ class ProcessManager:
     def _check_enqueued(task: NewTask, row: Any, needed: str | None) -> None:
         if row["queued"]:
             return
+        paused = QueuePaused(f"queue {task.queue!r} of namespace {task.ns!r} is paused: no {task.type} task can start "
+                             "until it is resumed; nothing was queued", task.queue)
         if needed is None:
+            if row["status"] is None and row["paused"]:
+                raise paused
             raise ProcessExists(f"process {task.process_id!r} already exists in namespace {task.ns!r}")
         if row["status"] is None:
             raise ProcessNotFound(f"no process {task.process_id!r} in namespace {task.ns!r}")
+        if row["status"] == needed and row["paused"]:
+            raise paused
         raise ProcessWrongStatus(f"process {task.process_id!r} is {row['status']}; a {task.type} needs it {needed}",
                                  row["status"])
 
@@ -471,7 +479,7 @@ class ProcessManager:
             if not isinstance(event, Mapping) or "payload" not in event:
                 raise InvalidProcessRequest(f"history[{n - 1}] must be a mapping with a payload")
             event_id = event.get("event_id", n)
-            if not isinstance(event_id, int) or isinstance(event_id, bool) or event_id < 1 or event_id >= 2**62 or (
+            if not isinstance(event_id, int) or isinstance(event_id, bool) or not 1 <= event_id <= MAX_EVENT_ID or (
                     ids and event_id <= ids[-1]):
                 raise InvalidProcessRequest("event ids must be integers >= 1, strictly increasing")
             ids.append(event_id)
@@ -514,7 +522,7 @@ class ProcessManager:
                poll_sec: float = 10.0) -> AsyncIterator[FeedItem]:
         """The namespace's feed from `after` on, as it grows (LISTEN; until `stop` is set)."""
         parse_cursor(after)
-        return follow(self.repo, self.waiter.dsn, ns, after, stop=stop, poll_sec=poll_sec)
+        return follow(self.repo, self.waiter, ns, after, stop=stop, poll_sec=poll_sec)
 
     def require_namespace(self, ns: str) -> None:
         """UnknownNamespace unless a processor of `ns` is registered in this process."""

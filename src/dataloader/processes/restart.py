@@ -33,7 +33,7 @@ import asyncpg
 from dataloader import metrics
 from dataloader.exceptions import InvalidProcessRequest, ProcessBusy, ProcessNotFound, RestartNotPossible
 from dataloader.model.clock import iso
-from dataloader.model.process import CALLER_PRIORITY, TaskType, Timer
+from dataloader.model.process import CALLER_PRIORITY, MAX_EVENT_ID, TaskType, Timer
 from dataloader.processes.registry import Processor, processors
 from dataloader.processes.step import timer_job
 from dataloader.storage.db import parse_timestamptz_text
@@ -72,7 +72,7 @@ class RestartPoint:
                 return cls("task", task_id=task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id)))
             except ValueError:
                 raise InvalidProcessRequest("from_task must be a task id (a UUID)") from None
-        if isinstance(event_id, bool) or not isinstance(event_id, int) or not 1 <= event_id < 2**62:
+        if isinstance(event_id, bool) or not isinstance(event_id, int) or not 1 <= event_id <= MAX_EVENT_ID:
             raise InvalidProcessRequest("from_event must be an event id (an integer >= 1)")
         return cls("event", event_id=event_id)
 

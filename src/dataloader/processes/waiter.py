@@ -1,4 +1,7 @@
-"""Callers of `init`, `call` and `repair` wait here for their task to end.
+"""Callers of `init`, `call` and `repair` wait here for their task to end, and followers of a
+namespace's event feed for its next rows: the processes' ONE listening session per App, however
+many callers and feed streams there are (issue 35: a session per stream let 100 held
+`…/events/stream` requests exhaust PostgreSQL's connections).
 
 A step's transaction sends `NOTIFY dl_process_task, '<task id>'` as it commits (apply_step.sql,
 end_task.sql, delete_process.sql). One LISTEN connection per App hears it and wakes the callers
@@ -10,6 +13,10 @@ while the listener is down): no busy polling.
 A caller that registers before its task exists (`expect`, with the id it is about to insert) while
 the listener is up skips that first read: the task cannot have ended before the registration, and
 every end committed after it is heard (a lost listener wakes every caller to read).
+
+The feed (processes/feed.py) sends `NOTIFY dl_process_feed, '<ns>'` as a row commits; each
+follower holds an event of its namespace here (`feed_subscription`), set on a notification of that
+namespace and on a lost listener (rows sent meanwhile were not heard).
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +36,7 @@ from dataloader.storage.db import connect
 log = logging.getLogger("dataloader.processes")
 
 CHANNEL = "dl_process_task"
+FEED_CHANNEL = "dl_process_feed"  # payload: the namespace whose feed has a new row
 DISCONNECTED_POLL_SEC = 1.0
 
 
@@ -48,6 +57,8 @@ class TaskWaiter:
         self._conn: asyncpg.Connection | None = None
         self._connecting: asyncio.Lock | None = None
         self._waiting: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._feeds: dict[str, set[asyncio.Event]] = {}
+        self._closed = False  # closed with its App: a follower or caller left over never reconnects it
 
     @property
     def listening(self) -> bool:
@@ -55,7 +66,7 @@ class TaskWaiter:
 
     async def start(self) -> None:
         """Connect and LISTEN (again, after a loss). A failure leaves callers on the fallback poll."""
-        if self.listening:
+        if self.listening or self._closed:
             return
         if self._connecting is None:
             self._connecting = asyncio.Lock()
@@ -65,16 +76,21 @@ class TaskWaiter:
             try:
                 conn = await connect(self.dsn)
                 await conn.add_listener(CHANNEL, self._handle)
+                await conn.add_listener(FEED_CHANNEL, self._handle_feed)
                 conn.add_termination_listener(self._lost)
             except Exception as exc:  # the database is away: callers poll until it is back
                 log.warning("process waiter cannot listen; callers fall back to polling",
                             extra={"error": str(exc)})
+                return
+            if self._closed:  # closed while connecting
+                conn.terminate()
                 return
             self._conn = conn
             # Notifications sent while no one listened are gone: wake every caller to re-read.
             self._wake_all()
 
     async def close(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -94,10 +110,33 @@ class TaskWaiter:
         for event in self._waiting.get(task_id, ()):
             event.set()
 
+    def _handle_feed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for event in self._feeds.get(payload, ()):
+            event.set()
+
     def _wake_all(self) -> None:
-        for events in self._waiting.values():
+        for events in (*self._waiting.values(), *self._feeds.values()):
             for event in events:
                 event.set()
+
+    @contextmanager
+    def feed_subscription(self, ns: str) -> Iterator[asyncio.Event]:
+        """An event set when namespace `ns`'s feed may have new rows (a notification, or a lost
+        listener); the follower clears it before each read. Call `start()` first to listen."""
+        event = asyncio.Event()
+        self._feeds.setdefault(ns, set()).add(event)
+        try:
+            yield event
+        finally:
+            events = self._feeds.get(ns)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._feeds[ns]
+
+    @property
+    def feed_followers(self) -> int:
+        return sum(len(events) for events in self._feeds.values())
 
     async def expect(self, task_id: uuid.UUID) -> Expectation:
         """Register for a task about to be inserted with this id; `forget` it when done. Passed to

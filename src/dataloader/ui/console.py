@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader.config import Settings
 from dataloader.exceptions import DatabaseUnavailable, DataloaderError
+from dataloader.logger.context_vars import client_gone
 from dataloader.storage.db import is_connection_error
 from dataloader.ui import auth, render
 from dataloader.ui.live import LiveHub, sse_event
@@ -171,6 +172,9 @@ class ConsoleGuard:
         except Exception as exc:
             if started or not is_connection_error(exc):
                 raise
+            if client_gone():  # the browser left and the cancel closed the statement's connection
+                log.info("client disconnected; its statement was interrupted", extra={"error": repr(exc)[:300]})
+                return
             log.warning("database unavailable", extra={"error": repr(exc)[:300]})
             page = error_page(request, "database_unavailable",
                               "the database cannot be reached right now; this page retries when you reload it", 503)

@@ -15,14 +15,15 @@ from typing import Any
 import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 
 from dataloader.api.v1.models import HTTP_STATUS, ErrorCode
 from dataloader.api.v1.schemas import ErrorResponse
 from dataloader.api.v1.utils import flat_routes, safe_text
 from dataloader.exceptions import DataloaderError, ValidationFailed
+from dataloader.logger.context_vars import client_gone
 from dataloader.storage.db import CONNECTION_ERRORS
 
 log = logging.getLogger("dataloader.api")
@@ -114,7 +115,11 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 405:
         # The router answers 405 from the first route whose path matched, so its Allow names that
         # route's methods only; the path's other routes (GET and DELETE of one resource) count too.
-        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+        allow = ", ".join(allowed_methods(request))
+        if request.method == "OPTIONS":
+            # OPTIONS asks which methods the path takes: that is the answer, not an error.
+            return Response(status_code=204, headers={"Allow": allow})
+        headers = {**(headers or {}), "Allow": allow}
     return error_response(code, str(exc.detail), exc.status_code, headers=headers)
 
 
@@ -124,16 +129,42 @@ def _too_many_digits(exc: BaseException) -> bool:
 
 
 def allowed_methods(request: Request) -> list[str]:
-    methods: set[str] = set()
+    """The methods the request's path takes (OPTIONS among them): those of every route whose
+    template matches it and whose path parameters it fits. `/api/v1/jobs/trigger` matches the
+    template `/api/v1/jobs/{job_id}` too, but `trigger` is no job id, so DELETE and PATCH (always a
+    422 there) are not listed."""
+    matched: list[tuple[BaseRoute, dict[str, Any]]] = []
     for route in flat_routes(request.app.router.routes):
-        match, _ = route.matches({**request.scope, "method": "__none__"})
+        match, child = route.matches({**request.scope, "method": "__none__"})
         if match is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+            matched.append((route, child.get("path_params", {})))
+    fitting = [route for route, params in matched if _params_fit(route, params)] or [r for r, _ in matched]
+    methods = {method for route in fitting for method in getattr(route, "methods", None) or ()}
+    return sorted(methods | {"OPTIONS"}) if methods else []
+
+
+def _params_fit(route: BaseRoute, params: dict[str, Any]) -> bool:
+    """Whether the path parameters pass the route's own validation (a UUID where it wants one)."""
+    for field in getattr(getattr(route, "dependant", None), "path_params", ()):
+        value = params.get(getattr(field, "alias", None))
+        if value is None:
+            continue
+        try:
+            _, errors = field.validate(value, {}, loc=("path", field.alias))
+        except Exception:  # a FastAPI internal changed: count the route, as before
+            continue
+        if errors:
+            return False
+    return True
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
+    if client_gone():
+        # The request was cancelled because its client left, and the cancel closed the connection
+        # under its statement: the client's doing, counted as 499 (api/middleware.py), not an outage.
+        log.info("client disconnected; its statement was interrupted", extra={"error": safe_text(repr(exc))})
+    else:
+        log.warning("database unavailable", extra={"error": safe_text(repr(exc))})
     return error_response(ErrorCode.database_unavailable,
                           "the database cannot be reached right now; retry later",
                           headers={"Retry-After": "5"})

@@ -41,6 +41,7 @@ class ErrorCode(StrEnum):
     process_wrong_status = "process_wrong_status"
     process_task_failed = "process_task_failed"
     process_timeout = "process_timeout"
+    queue_paused = "queue_paused"
     process_busy = "process_busy"
     restart_not_possible = "restart_not_possible"
     operation_not_found = "operation_not_found"
@@ -84,6 +85,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.process_wrong_status: 409,
     ErrorCode.process_task_failed: 422,
     ErrorCode.process_timeout: 504,
+    ErrorCode.queue_paused: 409,
     ErrorCode.process_busy: 409,
     ErrorCode.restart_not_possible: 409,
     ErrorCode.operation_not_found: 404,

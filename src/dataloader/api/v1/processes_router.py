@@ -29,7 +29,7 @@ from dataloader.api.v1.utils import json_storage_problem, location, one_segment,
 from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
 from dataloader.model.operation import DryRun
-from dataloader.model.process import NS_PATTERN, HistoryRange, Process, SetTimer
+from dataloader.model.process import MAX_EVENT_ID, NS_PATTERN, HistoryRange, Process, SetTimer
 from dataloader.processes.consistency import MAX_CHECK_LIMIT
 from dataloader.processes.manager import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TIMEOUT_SEC, ProcessManager
 
@@ -51,7 +51,8 @@ Id = Annotated[str, BeforeValidator(one_segment), Path(
 MAX_SEC_TEXT = "End the stream after this many seconds (reconnect with Last-Event-ID)"
 OFFSET_TEXT = "Event id to start after (forward) or before (backward); 0: from the first / from the newest"
 TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCode.process_task_failed,
-               ErrorCode.process_timeout, ErrorCode.idempotency_conflict, ErrorCode.args_too_large)
+               ErrorCode.process_timeout, ErrorCode.queue_paused, ErrorCode.idempotency_conflict,
+               ErrorCode.args_too_large)
 
 
 def _storable_args(value: Any) -> Any:
@@ -64,7 +65,7 @@ def _storable_args(value: Any) -> Any:
 class RangeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    offset: int = Field(default=0, ge=0, le=2**62, description=OFFSET_TEXT)
+    offset: int = Field(default=0, ge=0, le=MAX_EVENT_ID, description=OFFSET_TEXT)
     limit: int | None = Field(default=None, ge=1, le=100_000)
     direction: Literal["forward", "backward"] = "forward"
 
@@ -214,7 +215,7 @@ class RestartBody(BaseModel):
     from_: Literal["start", "error"] | None = Field(
         default=None, alias="from", description="start: its first init; error: the task that broke it")
     from_task: uuid.UUID | None = Field(default=None, description="A task of the process (see its trace)")
-    from_event: int | None = Field(default=None, ge=1, le=2**62, description="The task that wrote this event")
+    from_event: int | None = Field(default=None, ge=1, le=MAX_EVENT_ID, description="The task that wrote this event")
 
 
 class RestartResponse(BaseModel):
@@ -235,7 +236,7 @@ class RestartManyBody(BaseModel):
     filter: dict[str, Any] = Field(default_factory=dict,
                                    description="statuses, ids, detail (a * ? pattern over the error); ns is the path's")
     from_: Literal["start", "error"] | None = Field(default=None, alias="from")
-    from_event: int | None = Field(default=None, ge=1, le=2**62)
+    from_event: int | None = Field(default=None, ge=1, le=MAX_EVENT_ID)
     # strict: 0 or "false" must not mean anything here (a 0 once started a real operation)
     dry_run: bool = Field(default=False, strict=True, description="Only count the processes it would examine")
     started_by: str = Field(default="api", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
@@ -323,7 +324,7 @@ async def list_processes(
 class PutEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    event_id: int | None = Field(default=None, ge=1, le=2**62)
+    event_id: int | None = Field(default=None, ge=1, le=MAX_EVENT_ID)
     timestamp: Rfc3339Time | None = None
     payload: Any
     metadata: Any = None
@@ -443,7 +444,7 @@ async def get_process(
     ns: Ns,
     id: Id,
     api: Api,
-    offset: Annotated[int, Query(ge=0, le=2**62, description=OFFSET_TEXT)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_EVENT_ID, description=OFFSET_TEXT)] = 0,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     direction: Literal["forward", "backward"] = "forward",
 ) -> ProcessView:

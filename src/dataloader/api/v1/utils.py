@@ -17,7 +17,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, field_validator
 from starlette.routing import BaseRoute
 
-MAX_ARGS_DEPTH = 64
+from dataloader.model.json_depth import MAX_JSON_DEPTH
+
+MAX_ARGS_DEPTH = MAX_JSON_DEPTH  # one rule in every face: model/json_depth.py
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )

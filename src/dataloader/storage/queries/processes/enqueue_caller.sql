@@ -8,18 +8,24 @@
 -- $12 lease_ttl_sec, $13 producer, $14 request id, ($15 above), $16 the caller's W3C traceparent (NULL:
 -- not traced, 0020). Due at clock_timestamp(): callers are claimed in
 -- the order their tasks were inserted. Returns the status found (NULL: no such process), whether
--- the process was created and whether the task was queued (not: wrong status, id taken, or a known
--- idempotency key, which the caller then reads).
+-- the process was created, whether the task was queued (not: wrong status, id taken, the queue
+-- paused, or a known idempotency key, which the caller then reads) and whether queue $8 (or its
+-- task dl.process) is paused: then nothing is written, and the caller hears so at once instead of
+-- waiting its whole timeout for a task no worker may start (issue 35).
 WITH existing AS (
     SELECT status FROM dl_processes WHERE ns = $2 AND id = $3
+), paused AS (
+    SELECT EXISTS (SELECT 1 FROM dl_queue_flow WHERE queue = $8 AND paused)
+        OR EXISTS (SELECT 1 FROM dl_task_flow WHERE queue = $8 AND task = 'dl.process' AND paused) AS yes
 ), created AS (
     INSERT INTO dl_processes (ns, id, status)
-    SELECT $2, $3, 'init' WHERE $15::text IS NULL
+    SELECT $2, $3, 'init' WHERE $15::text IS NULL AND NOT (SELECT yes FROM paused)
     ON CONFLICT (ns, id) DO NOTHING
     RETURNING ns
 ), allowed AS (
     SELECT 1 AS ok
-    WHERE CASE WHEN $15::text IS NULL THEN EXISTS (SELECT 1 FROM created)
+    WHERE NOT (SELECT yes FROM paused)
+      AND CASE WHEN $15::text IS NULL THEN EXISTS (SELECT 1 FROM created)
                ELSE (SELECT status FROM existing) = $15::text END
 ), task AS (
     INSERT INTO dl_process_tasks (task_id, ns, process_id, task_type, args, history_range, idempotency_key,
@@ -41,4 +47,4 @@ WITH existing AS (
     FROM job
 )
 SELECT (SELECT status FROM existing) AS status, (SELECT count(*) FROM created) > 0 AS created,
-       (SELECT count(*) FROM task) > 0 AS queued
+       (SELECT count(*) FROM task) > 0 AS queued, (SELECT yes FROM paused) AS paused
