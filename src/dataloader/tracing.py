@@ -109,6 +109,15 @@ def log_ids() -> dict[str, str]:
     return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
+def job_trace_ids(traceparent: str | None) -> dict[str, str]:
+    """The trace_id of a job's stored traceparent, for a line about the job logged outside any of
+    its attempts (a claimed job put back): its trace, not a span of it. Empty when tracing is off."""
+    if not traceparent or not enabled():
+        return {}
+    parts = traceparent.split("-")
+    return {"trace_id": parts[1]} if len(parts) == 4 and len(parts[1]) == 32 else {}
+
+
 @contextmanager
 def attempt_span(*, queue: str, job_id: str, task: str, attempt: int, traceparent: str | None,
                  wait_sec: float, previous: str | None = None) -> Iterator[Any]:

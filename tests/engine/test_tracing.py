@@ -7,11 +7,14 @@ provider configured nothing is recorded or stored and the job runs as before."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import asyncpg
 import httpx
@@ -27,6 +30,7 @@ from dataloader.logger.logger import JsonFormatter
 from dataloader.testing import drain
 from tests.conftest import wait_until
 from tests.support.engine import WorkerProcess
+from tests.support.pipelines import GATES
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -169,6 +173,81 @@ async def test_a_jobs_log_lines_carry_its_trace_and_span_ids(app: App, spans):
     (run,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
     assert {line["trace_id"] for line in job_lines} == {CALLER_TRACE}
     assert {line["span_id"] for line in job_lines} == {f"{run.context.span_id:016x}"}
+
+
+@contextmanager
+def worker_lines() -> Iterator[list[dict[str, object]]]:
+    """The `dataloader.worker` log lines written in the block, each formatted where it is logged."""
+    lines: list[dict[str, object]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(json.loads(JsonFormatter().format(record)))
+
+    worker_log = logging.getLogger("dataloader.worker")
+    handler, level = Keep(), worker_log.level
+    worker_log.addHandler(handler)
+    worker_log.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        worker_log.removeHandler(handler)
+        worker_log.setLevel(level)
+
+
+async def test_a_run_whose_finish_shares_a_step_with_a_heartbeat_logs_nothing_outside_its_trace(app: App, db, spans):
+    """The fresh-clone CI failure of the worker-process test (KeyError 'trace_id' under load): the
+    step that wrote an attempt's finish also heartbeat, found the just-finished job no longer
+    running and asked the attempt to stop for a lost lease, a "stop requested" line logged from
+    the worker's loop, outside the attempt's trace. Here the heartbeat is made due while the
+    pipeline runs (the worker's loop is asleep: a long DL_HEARTBEAT_SEC), so the step that writes
+    the finish is the one that beats, at any load."""
+    gate = GATES["heartbeat-and-finish"] = (asyncio.Event(), asyncio.Event())
+    try:
+        with worker_lines() as lines:
+            async with app.running(queues=[Queue("q", 1)], reaper=False) as manager:
+                with tracing.tracer().start_as_current_span("producer") as producer:
+                    job = await app.enqueue("test.gated", {"gate": "heartbeat-and-finish"}, queue="q")
+                await asyncio.wait_for(gate[0].wait(), 30)
+                manager.workers["q"].heartbeats.next_at = -math.inf  # due, without waking the loop
+                gate[1].set()
+                await wait_until(lambda: db.fetchval("SELECT status = 'succeeded' FROM dl_jobs WHERE job_id = $1",
+                                                     job.id), timeout=30, message="the gated job did not finish")
+    finally:
+        del GATES["heartbeat-and-finish"]
+    job_lines = [line for line in lines if line.get("job_id") == str(job.id)]
+    trace_id = f"{producer.get_span_context().trace_id:032x}"
+    assert [line["message"] for line in job_lines] == ["job started", "job succeeded"]
+    assert [line.get("trace_id") for line in job_lines] == [trace_id] * 2
+
+
+async def test_a_stop_requested_from_outside_the_attempt_is_logged_in_its_trace(app: App, db, spans):
+    """A stop request comes from the worker's loop (a cancel seen by the heartbeat or a NOTIFY, a
+    lost lease, a shutdown): its line names the job and carries the job's trace and span."""
+    gate = GATES["stop-from-outside"] = (asyncio.Event(), asyncio.Event())
+    try:
+        with worker_lines() as lines:
+            async with app.running(queues=[Queue("q", 1)], reaper=False):
+                with tracing.tracer().start_as_current_span("producer"):
+                    job = await app.enqueue("test.gated", {"gate": "stop-from-outside"}, queue="q")
+                await asyncio.wait_for(gate[0].wait(), 30)
+                await app.cancel(job.id)
+                await wait_until(lambda: db.fetchval("SELECT status = 'canceled' FROM dl_jobs WHERE job_id = $1",
+                                                     job.id), timeout=30, message="the gated job was not canceled")
+    finally:
+        del GATES["stop-from-outside"]
+    (run,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    job_lines = [line for line in lines if line.get("job_id") == str(job.id)]
+    assert "stop requested" in [line["message"] for line in job_lines], job_lines
+    assert {(line.get("trace_id"), line.get("span_id")) for line in job_lines} == {
+        (f"{run.context.trace_id:032x}", f"{run.context.span_id:016x}")}, job_lines
+
+
+def test_a_line_about_a_job_outside_its_attempts_carries_the_jobs_stored_trace(spans):
+    """A claimed job put back without running (its lock_key held by this worker) is logged from the
+    worker's loop: its line takes the trace id from the job's stored traceparent."""
+    assert tracing.job_trace_ids(TRACEPARENT) == {"trace_id": CALLER_TRACE}
+    assert tracing.job_trace_ids(None) == {} and tracing.job_trace_ids("garbage") == {}
 
 
 async def test_with_no_provider_nothing_is_traced_or_stored_and_jobs_run(app: App, db: asyncpg.Pool):

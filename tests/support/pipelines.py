@@ -498,3 +498,17 @@ async def retry_once(ctx: JobContext) -> str:
     if ctx.attempt == 1:
         raise Retry(after=float(ctx.args["seconds"]))
     return "retried"
+
+
+# In-process only (tests/engine/test_tracing.py): the test sees the pipeline enter (`entered`) and
+# decides when it returns (`release`), to place the end of a run at a moment of its choosing.
+GATES: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+
+
+@pipeline("test.gated")
+async def gated(ctx: JobContext) -> None:
+    """Waits until the test opens the gate named `args["gate"]` (at most 30 s), then returns."""
+    entered, release = GATES[ctx.args["gate"]]
+    entered.set()
+    async with asyncio.timeout(30):
+        await release.wait()

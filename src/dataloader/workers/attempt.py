@@ -73,6 +73,7 @@ class Attempt:
         self.timed_out: float | None = None
         self._abandoned = False
         self._span: Any = None  # the attempt's span (None: tracing off)
+        self._trace_ids: dict[str, str] = {}  # its trace_id and span_id, for lines logged outside it
         self._past_limit_task: asyncio.Task[None] | None = None  # see `_limit_reached`
         # When (monotonic) the worker stops it unless a heartbeat renewed its lease (lease_guard.py).
         self.fence_at = math.inf
@@ -90,7 +91,7 @@ class Attempt:
         self.stop_reason = reason
         if self.ctx is not None:
             self.ctx.stop_reason = reason
-        self.log.info("stop requested", extra={"job_id": str(self.job.job_id), "reason": reason})
+        self.log.info("stop requested", extra=self.log_extra(reason=reason))
         # A plain coroutine has no chunks to stop between: interrupt it at its next await.
         # Generators stop at their next yield; shutdown lets plain coroutines run until the deadline.
         if (reason in ("cancel", "lease_lost", "timeout") and self._pipeline is not None
@@ -113,6 +114,13 @@ class Attempt:
             fields["request_id"] = job.request_id
         return fields
 
+    def log_extra(self, **fields: Any) -> dict[str, Any]:
+        """The fields of a line about this attempt logged from outside it (the worker's loop: a
+        stop request, a self-fence, a crash): the job's fields and its trace's ids, as the lines
+        logged inside it carry them from the context. Without them such a line names the job but
+        not its trace (issue 35)."""
+        return {**self._log_fields(), **self._trace_ids, **fields}
+
     async def run(self) -> None:
         job = self.job
         fields = self._log_fields()
@@ -124,6 +132,7 @@ class Attempt:
                                   traceparent=job.traceparent, wait_sec=job.wait_sec,
                                   previous=job.previous_span) as self._span, \
                 bind_job(**fields):
+            self._trace_ids = tracing.log_ids()
             await self._run()
 
     def start(self, submit_later: LaterFinisher, ended: Callable[[Attempt], None]) -> Coroutine[Any, Any, None] | None:

@@ -128,7 +128,7 @@ class ControlConnection:
                 self.ledger.take(attempt.job.lock_hash, job_id)
             else:
                 log.warning("after reconnect the attempt is no longer ours; stopping it",
-                            extra={"job_id": str(job_id), "fenced": not alive})
+                            extra=attempt.log_extra(fenced=not alive))
                 attempt.request_stop("lease_lost")
         metrics.DB_RECONNECTS.labels("locks").inc()
         log.info("reconnected and retook lock_keys", extra={"queue": self.queue, "held": len(self.ledger)})

@@ -102,8 +102,7 @@ class LeaseGuard:
             metrics.ATTEMPTS_SELF_FENCED.labels(self.queue).inc()
             log.error("the attempt's lease could not be renewed in time (database unreachable): stopping it "
                       "before the lease runs out, so no other holder of its lock_key overlaps it",
-                      extra={"job_id": str(job.job_id), "queue": self.queue, "attempt": job.attempt,
-                             "lease_ttl_sec": job.lease_ttl_sec})
+                      extra=attempt.log_extra(lease_ttl_sec=job.lease_ttl_sec))
             # Once: a stop it ignores (its ctx.transaction() is committing) is not asked again.
             attempt.fence_at = math.inf
             attempt.request_stop("lease_lost")

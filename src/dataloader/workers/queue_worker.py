@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-from dataloader import metrics
+from dataloader import metrics, tracing
 from dataloader.maintenance.waiting import Backoff, wait_event
 from dataloader.model.hold import HoldRule
 from dataloader.storage.db import is_connection_error
@@ -386,7 +386,8 @@ class QueueWorker:
             reason="lock_busy", delay_sec=delay))
         metrics.CLAIM_SKIPPED.labels(self.queue, "lock_held_by_us").inc()
         log.info("lock_key held by this worker, job put back", extra={
-            "job_id": str(job.job_id), "lock_key": job.lock_key, "live_holder": live_holder, "retry_in_sec": delay})
+            "job_id": str(job.job_id), "lock_key": job.lock_key, "live_holder": live_holder, "retry_in_sec": delay,
+            **tracing.job_trace_ids(job.traceparent)})
         if delay and result.status == "queued":
             self.timer.schedule_in(delay)
             if holder is None and result.available_at is not None:
@@ -434,7 +435,7 @@ class QueueWorker:
             # No attempt task per job (Attempt.start): its pipeline task and callbacks.
             rest = attempt.start(self.completer.submit_later, self._attempt_ended)
         except Exception:
-            log.exception("attempt crashed", extra={"job_id": str(job.job_id), "queue": self.queue})
+            log.exception("attempt crashed", extra=attempt.log_extra())
             self._attempt_ended(attempt)
             return
         if rest is not None:
@@ -447,7 +448,7 @@ class QueueWorker:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("attempt crashed", extra={"job_id": str(attempt.job.job_id), "queue": self.queue})
+            log.exception("attempt crashed", extra=attempt.log_extra())
         finally:
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
             self._attempt_ended(attempt)
@@ -478,16 +479,22 @@ class QueueWorker:
         metrics.HEARTBEAT_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
         self.heartbeats.beaten(self._lease_ttls())
         renewed = self._renewed
+        # An attempt whose finish is pending has ended: nothing of it is left to stop, and its
+        # finish (fenced, written first when this step wrote it) has the last word. When this step
+        # wrote it, the job is no longer running and the heartbeat does not find it: that is no
+        # lost lease (a stop request then logged "lease_lost" outside the job's trace, issue 35).
+        finishing = self.completer.pending_job_ids() if self.completer else frozenset()
         for job_id, _ in attempts:
             attempt = self.running.get(job_id)
             if attempt is None:
                 continue
             if job_id not in alive:
-                attempt.request_stop("lease_lost")
+                if job_id not in finishing:
+                    attempt.request_stop("lease_lost")
                 continue
             renewed.append(attempt)
             cancel_requested, key_backlog = alive[job_id]
-            if cancel_requested:
+            if cancel_requested and job_id not in finishing:
                 attempt.request_stop("cancel")
             elif key_backlog:
                 self._to_park[job_id] = attempt.job
