@@ -64,6 +64,7 @@ from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage import migrate, session_probe
+from dataloader.storage.console_session_repository import ConsoleSessionRepository
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres, EmbeddedServerError
 from dataloader.storage.flow_repository import FlowRepository
@@ -720,6 +721,12 @@ class App:
             self._health = HealthReader(HealthRepository(self.pool), connections_budget=self.connections_budget,
                                         xmin_warn_sec=self.settings.db_xmin_warn_sec)
         return self._health
+
+    @property
+    def console_sessions(self) -> ConsoleSessionRepository:
+        """The console's sign-in sessions (ui/auth.py, migration 0028), held by the database so a
+        sign-out holds on every node and through restarts."""
+        return ConsoleSessionRepository(self.pool)
 
     def connections_budget(self) -> int:
         """Connections this node may open: the maximum sizes of its pools (the engine's, and the

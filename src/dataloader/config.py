@@ -219,6 +219,14 @@ class Settings(BaseSettings):
     ui_enabled: bool = True
     ui_read_only: bool = False
     ui_live_poll_sec: float = Field(default=1.0, ge=0.1, le=60)
+    # A console sign-in lasts this long (seconds or 90m, 12h, 7d), then the login page asks again;
+    # "Sign out" ends it at once on every node (ui/auth.py, migration 0028).
+    ui_session_ttl: float = Field(default=12 * 3600, ge=60, le=30 * 86400)
+    # Wrong tokens from one client address (the console's login, the API's bearer): past this many
+    # within the window, that address gets 429 with Retry-After until the oldest failure leaves the
+    # window (auth_throttle.py; per node). 0: no throttle.
+    auth_max_failures: int = Field(default=10, ge=0, le=100_000)
+    auth_failure_window_sec: float = Field(default=60, gt=0, le=86400)
     log_level: str = "INFO"
     log_format: str = "auto"
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
@@ -423,7 +431,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
-                     "retention_process_feed", "stats_keep", mode="before")
+                     "retention_process_feed", "stats_keep", "ui_session_ttl", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value

@@ -9,8 +9,8 @@ import contextlib
 
 import httpx
 
-from dataloader.ui import auth
 from tests.console.browser import browser, serve, sign_in
+from tests.console.conftest import signed_in
 from tests.console.test_live_cost import CLIENTS, _drain, rate
 
 
@@ -47,11 +47,11 @@ async def test_a_new_journal_row_appears_on_the_open_page(python, subprocess_env
 
 async def test_fifty_browsers_on_a_job_page_cost_one_poll(python, subprocess_env, db, tmp_path, record_property):
     async with serve(python, subprocess_env, tmp_path) as service:
-        cookies = {auth.SESSION_COOKIE: auth.session_value(service.token or "")}
         headers = {"Authorization": f"Bearer {service.token}"}
         limits = httpx.Limits(max_connections=CLIENTS + 5)
-        async with httpx.AsyncClient(base_url=service.base_url, cookies=cookies, headers=headers, timeout=30,
+        async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=30,
                                      limits=limits) as http:
+            await signed_in(http, service.token or "")  # one session, shared by the fifty streams
             job = (await http.post("/api/v1/jobs/trigger", json={
                 "queue": "journal-cost", "task": "dl.noop", "args": {}})).json()["job_id"]
             live = f"/ui/live?topic=job:{job}&topic=journal:{job}"

@@ -9,8 +9,8 @@ import contextlib
 
 import httpx
 
-from dataloader.ui import auth
 from tests.console.browser import serve
+from tests.console.conftest import signed_in
 
 WINDOW_SEC = 4.0
 CLIENTS = 50
@@ -33,9 +33,9 @@ async def rate(db) -> float:
 
 async def test_fifty_live_browsers_do_not_cost_fifty_polls(python, subprocess_env, db, tmp_path, record_property):
     async with serve(python, subprocess_env, tmp_path) as service:
-        cookies = {auth.SESSION_COOKIE: auth.session_value(service.token or "")}
         limits = httpx.Limits(max_connections=CLIENTS + 5)
-        async with httpx.AsyncClient(base_url=service.base_url, cookies=cookies, timeout=30, limits=limits) as http:
+        async with httpx.AsyncClient(base_url=service.base_url, timeout=30, limits=limits) as http:
+            await signed_in(http, service.token or "")  # one session, shared by the fifty streams
             idle = await rate(db)
 
             async def subscribe(stack: contextlib.AsyncExitStack) -> None:

@@ -26,6 +26,7 @@ from dataloader.api.v1.queues_router import router as queues_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
+from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
 from dataloader.heap import freeze_startup_objects
 from dataloader.ui import console_app
@@ -194,14 +195,16 @@ def create_app(settings: Settings, *, context: App | None = None,
     _declare_auth_only_when_configured(app, settings)
     install_exception_handlers(app)
     register_routers(app)
+    # Wrong tokens per client address, one count for the API's bearer and the console's login.
+    throttle = AuthThrottle(settings.auth_max_failures, settings.auth_failure_window_sec)
     if settings.ui_enabled:
         # The operator's console (docs/console.md): its own auth (a login page that takes
         # DL_API_TOKEN), reading and acting through the same App as the routes above.
-        app.mount("/ui", console_app(settings, lambda: runtime.app), name="ui")
+        app.mount("/ui", console_app(settings, lambda: runtime.app, throttle), name="ui")
     app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
     # Added last = outermost: the request id must be set before anything else logs.
     app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
                        max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,
-                       body_timeout_sec=settings.api_body_timeout_sec)
+                       body_timeout_sec=settings.api_body_timeout_sec, throttle=throttle)
     app.add_middleware(RequestContextMiddleware)
     return app

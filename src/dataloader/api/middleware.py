@@ -30,6 +30,7 @@ from dataloader.api.runtime import token_matches, unauthorized
 from dataloader.api.v1.exceptions import error_response
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
+from dataloader.auth_throttle import AuthThrottle
 from dataloader.logger.context_vars import ClientState, client_var, request_id_var
 from dataloader.logger.utils import mask
 from dataloader.storage.db import is_connection_error
@@ -157,9 +158,10 @@ class ApiGuardMiddleware:
     for nobody). Under `prefix` (/api/) the bearer token first; the console signs in its own way."""
 
     def __init__(self, app: ASGIApp, *, api_token: Callable[[], str | None], max_body_bytes: int,
-                 body_timeout_sec: float = 30.0, prefix: str = "/api/") -> None:
+                 body_timeout_sec: float = 30.0, prefix: str = "/api/", throttle: AuthThrottle | None = None) -> None:
         self.app = app
         self.api_token = api_token
+        self.throttle = throttle  # wrong bearer tokens per client address (auth_throttle.py)
         self.max_body_bytes = max_body_bytes
         self.body_timeout_sec = body_timeout_sec
         self.prefix = prefix
@@ -170,9 +172,7 @@ class ApiGuardMiddleware:
             return
         headers = Headers(scope=scope)
         expected = self.api_token() if scope.get("path", "").startswith(self.prefix) else None
-        if expected and not token_matches(expected, headers.get("authorization")):
-            exc = unauthorized()
-            await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
+        if expected and not await self._token_checked(scope, expected, headers.get("authorization"), receive, send):
             return
         length = headers.get("content-length")
         # The server enforces Content-Length, so a declared size within bounds is a real bound; a
@@ -201,6 +201,30 @@ class ApiGuardMiddleware:
                 headers={"Connection": "close"})(scope, receive, send)
             return
         await self._serve(scope, bytes(body), receive, send)
+
+    async def _token_checked(self, scope: Scope, expected: str, authorization: str | None, receive: Receive,
+                             send: Send) -> bool:
+        """True when the bearer token is right; otherwise the answer is sent: 401, or 429 with
+        Retry-After once this client address sent too many wrong ones (the token is not looked at
+        then)."""
+        client = scope.get("client")
+        address = client[0] if client else None
+        throttle = self.throttle
+        wait = throttle.retry_after(address) if throttle is not None else None
+        if wait is not None:
+            await error_response(ErrorCode.too_many_failures,
+                                 f"too many wrong tokens from this address; try again in {wait} s "
+                                 "(DL_AUTH_MAX_FAILURES)", headers={"Retry-After": str(wait)})(scope, receive, send)
+            return False
+        if not token_matches(expected, authorization):
+            if throttle is not None:
+                throttle.failed(address)
+            exc = unauthorized()
+            await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
+            return False
+        if throttle is not None:
+            throttle.succeeded(address)
+        return True
 
     async def _serve(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         """Run the app on the buffered body while watching the connection: the server's next

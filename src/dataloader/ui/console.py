@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
 from dataloader.exceptions import DatabaseUnavailable, DataloaderError
 from dataloader.logger.context_vars import client_gone
@@ -64,6 +65,8 @@ class Console:
     topics: dict[str, Topic] = field(default_factory=dict)
     hub: LiveHub | None = None
     root: str = MOUNT
+    # Wrong tokens at the login page, per client address (shared with the API's bearer check).
+    throttle: AuthThrottle | None = None
 
     def app(self) -> App:
         app = self.get_app()
@@ -150,7 +153,18 @@ class ConsoleGuard:
         path = scope["path"][len(root):] if scope["path"].startswith(root) else scope["path"]
         request = Request(scope, receive)
         token = self.console.settings.api_token
-        if not path.startswith(OPEN_PATHS) and not auth.signed_in(request, token):
+        try:
+            allowed = not token or path.startswith(OPEN_PATHS) or await auth.authenticate(
+                request, token, self.console.app().console_sessions)
+        except Exception as exc:  # the session's look-up: the database is away (or the App not ready)
+            if not (isinstance(exc, DatabaseUnavailable) or is_connection_error(exc)):
+                raise
+            log.warning("database unavailable", extra={"error": repr(exc)[:300]})
+            page = error_page(request, "database_unavailable",
+                              "the database cannot be reached right now; this page retries when you reload it", 503)
+            await page(scope, receive, self._with_headers(send))
+            return
+        if not allowed:
             if scope.get("method") in ("GET", "HEAD") and path != "/live":
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 response: Response = Response(status_code=303, headers={
@@ -208,10 +222,12 @@ def _next_query(target: str) -> str:
     return urlencode({"next": target})
 
 
-def console_app(settings: Settings, get_app: Callable[[], App | None]) -> ASGIApp:
+def console_app(settings: Settings, get_app: Callable[[], App | None],
+                throttle: AuthThrottle | None = None) -> ASGIApp:
     """The console for the HTTP app to mount at /ui; `get_app` gives the App requests use (None
-    while the service starts or stops)."""
-    console = Console(settings=settings, get_app=get_app)
+    while the service starts or stops); `throttle` counts wrong tokens (the API's, to share it)."""
+    console = Console(settings=settings, get_app=get_app, throttle=throttle or AuthThrottle(
+        settings.auth_max_failures, settings.auth_failure_window_sec))
     routes: list[Any] = [Route("/live", live, methods=["GET"]),
                          Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     for module in PAGES:

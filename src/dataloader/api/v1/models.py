@@ -49,6 +49,7 @@ class ErrorCode(StrEnum):
     schema_not_ready = "schema_not_ready"
     query_timeout = "query_timeout"
     too_many_queries = "too_many_queries"
+    too_many_failures = "too_many_failures"
     request_timeout = "request_timeout"
     database_unavailable = "database_unavailable"
     embedded_server_failed = "embedded_server_failed"
@@ -93,6 +94,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.schema_not_ready: 503,
     ErrorCode.query_timeout: 503,
     ErrorCode.too_many_queries: 429,
+    ErrorCode.too_many_failures: 429,
     ErrorCode.request_timeout: 408,
     ErrorCode.database_unavailable: 503,
     ErrorCode.embedded_server_failed: 503,

@@ -1,4 +1,5 @@
-"""Sign in with DL_API_TOKEN (ui/auth.py says why the cookie is safe), and sign out."""
+"""Sign in with DL_API_TOKEN (a session held by the database: ui/auth.py), and sign out (the session ends
+on every node)."""
 
 from __future__ import annotations
 
@@ -24,21 +25,40 @@ async def show(request: Request) -> Response:
 
 async def sign_in(request: Request) -> Response:
     form = await auth.checked_form(request)
-    token = request.app.state.console.settings.api_token
+    console = request.app.state.console
+    token = console.settings.api_token
     target = _next(request, form.get("next"))
-    if token and not auth.token_matches(token, form.get("token", "")):
+    if not token:
+        return RedirectResponse(target, status_code=303)
+    throttle = console.throttle
+    address = auth.client_address(request)
+    wait = throttle.retry_after(address)
+    if wait is not None:
+        refused = render.page(request, "login.html", status=429, next=target,
+                              problem=f"Too many wrong tokens from this address; try again in {wait} s.")
+        refused.headers["Retry-After"] = str(wait)
+        return refused
+    if not auth.token_matches(token, form.get("token", "")):
+        throttle.failed(address)
         return render.page(request, "login.html", status=401, next=target, problem="That is not the token.")
+    throttle.succeeded(address)
+    ttl = console.settings.ui_session_ttl
+    secret = await auth.open_session(request, token, console.app().console_sessions, ttl)
     response = RedirectResponse(target, status_code=303)
-    if token:
-        response.set_cookie(auth.SESSION_COOKIE, auth.session_value(token), **auth.cookie_options(request))  # type: ignore[arg-type]
+    response.set_cookie(auth.SESSION_COOKIE, secret, **auth.cookie_options(request, max_age=ttl))  # type: ignore[arg-type]
     return response
 
 
 async def sign_out(request: Request) -> Response:
+    """Ends the session on the server (every node refuses its cookie from now on) and clears it."""
     await auth.checked_form(request)
+    console = request.app.state.console
+    if console.settings.api_token:
+        await auth.close_session(request, console.app().console_sessions)
     root = request.scope.get("root_path", "")
     response = RedirectResponse(root + "/login", status_code=303)
-    response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
+    response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH, httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
     return response
 
 
