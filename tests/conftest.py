@@ -55,6 +55,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return (yield)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problem = tiers.not_exclusive_enough(item)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if tiers.spawned_outside_its_tier(report):  # the report comes from an xdist worker or this process
         _misplaced.add(report.nodeid)
@@ -72,7 +78,7 @@ _misplaced: set[str] = set()
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if _misplaced:
-        terminalreporter.section("tests that started a process but are not tiered `process`")
+        terminalreporter.section("tests that started a process but are not tiered `process` (failed)")
         for nodeid in sorted(_misplaced):
             terminalreporter.line(f"{nodeid}  (mark it @pytest.mark.process)")
 

@@ -90,6 +90,7 @@ async def _call_forever(app: App, ns: str, pid: str, calls: list[tuple[int, str]
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_every_capability_rides_through_a_postgres_restart(clean, dsn, ns, restart):
     from tests.processes.processors import register
 

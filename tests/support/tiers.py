@@ -15,12 +15,15 @@ pyproject.toml.
 
 A tier marker written on a test (or a module's ``pytestmark``) can only raise its tier, never lower it.
 The audit: every test that starts a process (``subprocess.Popen``, which asyncio's subprocesses use
-too) while tiered ``unit`` or ``db`` is listed at the end of the run, to be marked ``process``.
+too) while tiered ``unit`` or ``db`` FAILS (an error at its teardown naming the fix), and is listed
+again at the end of the run: a tier that lies would put a process-starting test in the fast tier.
 
 The ``exclusive`` marker: a test that disturbs the whole PostgreSQL server (restarts it) or needs a quiet
 machine runs with no other test running on any xdist worker. ``exclusive(when="shared_server")`` is
 exclusive only when the workers share one server (DL_TEST_DSN); with the embedded server, each worker
-has its own, so restarting it disturbs no one else.
+has its own, so restarting it disturbs no one else. A test that takes the ``restart`` fixture without
+an ``exclusive`` marker fails at its setup (`not_exclusive_enough`), whatever server the run uses, so
+the mark is never found missing only on a shared server.
 """
 
 from __future__ import annotations
@@ -104,10 +107,15 @@ def audit_start(item: pytest.Item) -> None:
 
 
 def audit_finish(item: pytest.Item, report: pytest.TestReport) -> None:
+    """At a test's teardown: a test that started a process while tiered unit or db fails there."""
     if report.when == "teardown":
         _audit.current = None
-        if item.nodeid in _audit.spawned and item.stash.get(TIER_KEY, "unit") in ("unit", "db"):
+        tier = item.stash.get(TIER_KEY, "unit")
+        if item.nodeid in _audit.spawned and tier in ("unit", "db"):
             report.user_properties.append((SPAWNED, True))
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} started a process but is tiered `{tier}`: mark it "
+                               "@pytest.mark.process (tests/support/tiers.py)")
 
 
 def spawned_outside_its_tier(report: pytest.TestReport) -> bool:
@@ -115,6 +123,19 @@ def spawned_outside_its_tier(report: pytest.TestReport) -> bool:
 
 
 # --- exclusive tests across xdist workers ---------------------------------------------------------------
+
+# Fixtures that disturb the whole server: a test that takes one must be marked exclusive.
+EXCLUSIVE_FIXTURES = frozenset({"restart"})
+
+
+def not_exclusive_enough(item: pytest.Item) -> str | None:
+    """Why `item` may not run as it is marked (None: it may)."""
+    needs = sorted(set(getattr(item, "fixturenames", ())) & EXCLUSIVE_FIXTURES)
+    if needs and item.get_closest_marker("exclusive") is None:
+        return (f"{item.nodeid} takes the {', '.join(needs)} fixture (it restarts PostgreSQL) without an "
+                "exclusive marker: mark it @pytest.mark.exclusive(when=\"shared_server\") (tests/support/tiers.py)")
+    return None
+
 
 LOCK_DIR = "DL_TEST_LOCK_DIR"
 

@@ -19,7 +19,9 @@ from bench.fifty_nodes import QUEUE, measure_fleet
 
 from tests.support.database import with_database
 
-pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
+# exclusive: ten worker nodes at once, and what it measures (each node's idle cost) is only its own
+# with no other test's processes beside them
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600), pytest.mark.exclusive]
 
 CONCURRENCY = 2
 # docs/scaling.md "Connection budget": a worker node holds at most its pool (Σ concurrency + process
