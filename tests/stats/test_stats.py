@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from dataloader import App, Settings
 from dataloader.api import create_app
 from dataloader.cli import app as cli_app
+from dataloader.model.clock import ManualClock
 from dataloader.retention.rollup import StatsRollup, StatsSettings, rollup
 from dataloader.retention.stats import BOUNDS, error_group, histogram_quantile
 from tests.retention.rows import add_job
@@ -224,13 +225,42 @@ class CountingPool:
         return counted
 
 
+def mid_hour_clock() -> ManualClock:
+    """The service's clock (model/clock.py), pinned half an hour into the current hour: the ticks of
+    a test see one hour whenever the test runs, until the test moves it."""
+    now = datetime.now(UTC)
+    return ManualClock(wall_start=now.replace(minute=30, second=0, microsecond=0))
+
+
 async def test_an_idle_leaders_tick_reads_the_watermark_and_stops(dsn, db):
     """Nothing finished since the last tick, same hour: one read, one transaction that finds the
-    watermark caught up, one read of the clock's hour; no second transaction, prune or export."""
+    watermark caught up; no second transaction, prune or export. The hour is the service's clock's,
+    pinned mid-hour: this test once failed when its two ticks straddled an hour (issue 35)."""
     await add_job(db, queue="idle-stats", status="succeeded", finished_ago=2 * HOUR, picked_ago=2 * HOUR + 1)
     counting = CountingPool(db)
-    stats = StatsRollup(counting, StatsSettings(lag_sec=0))
+    stats = StatsRollup(counting, StatsSettings(lag_sec=0), clock=mid_hour_clock())
     assert await stats.tick() == 1
     counting.calls.clear()
     assert await stats.tick() == 0
-    assert counting.calls == ["fetchrow", "acquire", "fetchrow"]
+    assert counting.calls == ["fetchrow", "acquire"]
+
+
+async def test_the_next_hour_of_the_services_clock_prunes_and_exports_again(dsn, db):
+    """Idle, the tick in the same hour stops at the watermark; once the service's clock crosses into
+    the next hour, the tick prunes and recomputes the gauges, and the tick after stops again."""
+    await add_job(db, queue="hour-stats", status="succeeded", finished_ago=2 * HOUR, picked_ago=2 * HOUR + 1)
+    clock = mid_hour_clock()
+    counting = CountingPool(db)
+    stats = StatsRollup(counting, StatsSettings(lag_sec=0), clock=clock)
+    await stats.tick()
+    clock.advance(29 * 60)  # 59 minutes into the hour: the same hour
+    counting.calls.clear()
+    await stats.tick()
+    assert counting.calls == ["fetchrow", "acquire"]
+    clock.advance(2 * 60)  # one minute into the next hour
+    counting.calls.clear()
+    await stats.tick()
+    assert len(counting.calls) > 2, "the new hour prunes and exports"
+    counting.calls.clear()
+    await stats.tick()
+    assert counting.calls == ["fetchrow", "acquire"]
