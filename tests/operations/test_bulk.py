@@ -110,9 +110,11 @@ async def test_pause_resume_and_cancel_land_between_batches(app_on_db, db):
         await wait_until(lambda: _done(ops, op.id, 4), timeout=20)
         paused = await ops.pause(op.id, actor="bob")
         assert paused.state == "paused"
-        await asyncio.sleep(0.3)  # a paused operation is not worked: its count stays
+        # A paused operation is not worked: its count stays. Not a sleep: two of the runner's ticks
+        # (the one in flight, which saw the pause, and a whole one after it), then two more.
+        await ticks_pass(run)
         still = (await ops.get(op.id)).done
-        await asyncio.sleep(0.3)
+        await ticks_pass(run)
         assert (await ops.get(op.id)).done == still < 30
         with pytest.raises(OperationStateConflict):
             await ops.pause(op.id)
@@ -120,8 +122,9 @@ async def test_pause_resume_and_cancel_land_between_batches(app_on_db, db):
         await wait_until(lambda: _done(ops, op.id, still + 4), timeout=20)
         canceled = await ops.cancel(op.id, actor="carol")
         assert canceled.state == "canceled" and canceled.finished_at is not None
+        await ticks_pass(run)
         final = (await ops.get(op.id)).done
-        await asyncio.sleep(0.3)
+        await ticks_pass(run)
         after = await ops.get(op.id)
         assert after.done == final < 30 and after.changed == final
         assert len(await bulk_events(db, op.id)) == final
@@ -129,6 +132,13 @@ async def test_pause_resume_and_cancel_land_between_batches(app_on_db, db):
         await run.stop()
     trail = [(e.kind, e.actor) for e in await ops.events(op.id)]
     assert ("paused", "bob") in trail and ("resumed", "carol") in trail and trail[-1] == ("canceled", "carol")
+
+
+async def ticks_pass(run: OperationRunner, count: int = 2) -> None:
+    """Wait until the runner has ended `count` more ticks: "nothing happens" is checked on the
+    runner's own progress, not on a guess of how long it takes (a loaded machine made 0.3 s short)."""
+    target = run.ticks + count
+    await wait_until(lambda: run.ticks >= target, timeout=30, message=f"{count} more ticks of the runner")
 
 
 async def _done(ops, operation_id, at_least: int) -> bool:
