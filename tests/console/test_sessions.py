@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import pytest
 from starlette.routing import Mount, Route
 
 from dataloader.auth_throttle import AuthThrottle
@@ -210,3 +211,18 @@ def test_the_throttle_forgets_the_oldest_addresses_past_its_bound(monkeypatch):
     for address in ("a", "b", "c", "d"):
         throttle.failed(address)
     assert throttle.retry_after("a") is None and throttle.retry_after("d") == 60
+
+
+def test_the_session_ttl_and_the_throttle_are_settings(monkeypatch):
+    from dataloader.config import load_settings
+    from dataloader.exceptions import ConfigError
+
+    assert load_settings().ui_session_ttl == 12 * 3600
+    monkeypatch.setenv("DL_UI_SESSION_TTL", "90m")
+    monkeypatch.setenv("DL_AUTH_MAX_FAILURES", "0")
+    settings = load_settings()
+    assert settings.ui_session_ttl == 5400 and settings.auth_max_failures == 0
+    monkeypatch.setenv("DL_UI_SESSION_TTL", "10s")  # shorter than a minute: a console nobody can use
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    assert refused.value.variable == "DL_UI_SESSION_TTL"
