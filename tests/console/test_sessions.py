@@ -226,3 +226,30 @@ def test_the_session_ttl_and_the_throttle_are_settings(monkeypatch):
     with pytest.raises(ConfigError) as refused:
         load_settings()
     assert refused.value.variable == "DL_UI_SESSION_TTL"
+
+
+async def test_the_report_replayed_against_two_real_services(python, subprocess_env, db, tmp_path):
+    """Issue 35's report as it happened, with two `dataloader serve` on one database: a browser signs
+    in on one, a copy of its cookie is taken, the browser signs out on the other, and the copy is
+    replayed (as curl would: the cookie and a CSRF pair in headers) on both to pause a queue:
+    refused, and the queue is not paused."""
+    from tests.console.browser import serve
+
+    queue = f"curl-{uuid.uuid4().hex[:8]}"
+    await enqueue(db, "dl.noop", queue=queue)
+    async with serve(python, subprocess_env, tmp_path, name="node-1") as one, \
+            serve(python, subprocess_env, tmp_path, name="node-2") as two:
+        async with httpx.AsyncClient(base_url=one.base_url, timeout=10) as browser:
+            csrf = await signed_in(browser, one.token or "")
+            copied = browser.cookies[auth.SESSION_COOKIE]
+        replay_headers = {"Cookie": f"{auth.SESSION_COOKIE}={copied}; {auth.CSRF_COOKIE}={csrf}"}
+        async with httpx.AsyncClient(base_url=two.base_url, timeout=10) as other:
+            assert (await other.get("/ui/", headers=replay_headers)).status_code == 200, "one session, every node"
+            out = await other.post("/ui/logout", data={"csrf": csrf}, headers=replay_headers)
+            assert out.status_code == 303
+        for service in (one, two):
+            async with httpx.AsyncClient(base_url=service.base_url, timeout=10) as curl:
+                replayed = await curl.post("/ui/queues/pause", data={"queue": queue, "csrf": csrf},
+                                           headers=replay_headers)
+                assert replayed.status_code == 401, (service.base_url, replayed.status_code)
+    assert not await paused(db, queue)
