@@ -128,13 +128,20 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
                 "type": "http", "scheme": "bearer", "description": "The value of DL_API_TOKEN"}
             unauthorized = error_responses(ErrorCode.unauthorized)[401]
-            body = {"description": unauthorized["description"], "content": {"application/json": {
-                "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+            content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+            body = {"description": unauthorized["description"], "content": content}
+            throttled = ErrorCode.too_many_failures.value  # wrong tokens from one address (auth_throttle.py)
             for path, operations in schema.get("paths", {}).items():
                 if path.startswith("/api/"):
                     for operation in operations.values():
                         operation["security"] = [{"bearer": []}]
-                        operation.setdefault("responses", {})["401"] = body
+                        responses = operation.setdefault("responses", {})
+                        responses["401"] = body
+                        if "429" in responses:  # too_many_queries already: one answer, both codes
+                            responses["429"] = {**responses["429"],
+                                                "description": f"{responses['429']['description']}, {throttled}"}
+                        else:
+                            responses["429"] = {"description": f"error: {throttled}", "content": content}
         app.openapi_schema = schema
         return schema
 

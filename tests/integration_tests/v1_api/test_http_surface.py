@@ -94,6 +94,8 @@ async def test_openapi_declares_bearer_auth_on_the_api_with_a_token(token_client
                 assert operation["security"] == [{"bearer": []}], (method, path)
                 assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
                     "$ref": "#/components/schemas/ErrorResponse"}
+                # wrong tokens from one address are throttled (auth_throttle.py)
+                assert "too_many_failures" in operation["responses"]["429"]["description"], (method, path)
             else:  # probes, metrics and docs stay open
                 assert "security" not in operation, (method, path)
     assert api_ops == expected and api_ops >= 6
