@@ -253,3 +253,37 @@ async def test_the_report_replayed_against_two_real_services(python, subprocess_
                                            headers=replay_headers)
                 assert replayed.status_code == 401, (service.base_url, replayed.status_code)
     assert not await paused(db, queue)
+
+
+async def test_an_open_live_stream_ends_once_its_session_is_signed_out(db, dsn, monkeypatch):
+    """A live stream opened before the sign-out (another tab, a copied cookie) asks again whether its
+    session is alive (every SESSION_RECHECK_SEC, 15 s; 0.1 s here) and ends once it is not."""
+    import asyncio
+
+    from dataloader import App, Settings
+    from dataloader.api import create_app
+    from dataloader.ui import console as console_module
+    from tests.conftest import wait_until
+
+    monkeypatch.setattr(console_module, "SESSION_RECHECK_SEC", 0.1)
+    app = await App(Settings(db_dsn=dsn, workers=[], api_token=TOKEN, ui_live_poll_sec=0.1)).open()
+    try:
+        http_app = create_app(app.settings, context=app)
+        console = next(r.app for r in http_app.routes if getattr(r, "path", "") == "/ui").state.console
+        transport = httpx.ASGITransport(app=http_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            csrf = await signed_in(client)
+            # the ASGI transport hands over a response once its body has ended: this one, at the sign-out
+            stream = asyncio.create_task(client.get("/ui/live?topic=overview", timeout=30))
+            await wait_until(lambda: console.hub.subscribers == 1 or stream.done(), timeout=10,
+                             message="the stream to subscribe")
+            assert not stream.done(), stream.result()
+            # three polls of the hub (0.1 s each), rechecks of the session between them: still open
+            first = console.hub.rounds
+            await wait_until(lambda: console.hub.rounds >= first + 3, timeout=10, message="three polls")
+            assert not stream.done()
+            await client.post("/ui/logout", data={"csrf": csrf})
+            ended = await asyncio.wait_for(stream, 10)
+        assert ended.status_code == 200 and ended.text.startswith(": connected")
+    finally:
+        await app.close()

@@ -44,6 +44,9 @@ STATIC = Path(__file__).parent / "static"
 MOUNT = "/ui"
 MAX_TOPICS = 8
 KEEP_ALIVE_SEC = 15.0
+# An open live stream asks again whether its session is alive this often: a stream opened before a
+# sign-out (in another tab, or with a copied cookie) ends within this, not when its browser leaves.
+SESSION_RECHECK_SEC = 15.0
 # Paths a browser may open before signing in.
 OPEN_PATHS = ("/login", "/static/")
 
@@ -122,19 +125,40 @@ async def live(request: Request) -> Response:
     hub = console.hub
     assert hub is not None
 
+    token = console.settings.api_token
+    loop = asyncio.get_running_loop()
+
     async def stream() -> Any:
+        checked_at = loop.time()
         async with hub.subscribe(frozenset(topics)) as queue:
             yield ": connected\n\n"
             while True:
                 try:
-                    topic, html = await asyncio.wait_for(queue.get(), KEEP_ALIVE_SEC)
+                    topic, html = await asyncio.wait_for(queue.get(), min(KEEP_ALIVE_SEC, SESSION_RECHECK_SEC))
                 except TimeoutError:
+                    topic = html = None
+                if token and loop.time() - checked_at >= SESSION_RECHECK_SEC:
+                    checked_at = loop.time()
+                    if not await _session_still_alive(request, console, token):
+                        return
+                if topic is None:
                     yield ": keep-alive\n\n"
                     continue
                 yield sse_event(topic, html)
 
     return StreamingResponse(stream(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def _session_still_alive(request: Request, console: Console, token: str) -> bool:
+    """For an open live stream: is its session still alive? A database away is no sign-out: the
+    stream goes on (and asks again at the next recheck)."""
+    try:
+        return await auth.authenticate(request, token, console.app().console_sessions)
+    except Exception as exc:
+        if isinstance(exc, DatabaseUnavailable) or is_connection_error(exc):
+            return True
+        raise
 
 
 class ConsoleGuard:
