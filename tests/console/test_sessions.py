@@ -157,7 +157,7 @@ async def test_a_new_token_signs_every_browser_out(db, dsn):
         await refused_everywhere(client, db, queue)
 
 
-async def test_wrong_tokens_at_the_login_page_and_the_api_are_throttled_per_address(db, dsn):
+async def test_wrong_tokens_at_the_login_page_and_the_api_are_throttled_per_address(db, dsn, caplog):
     """Three wrong tokens within the window (DL_AUTH_MAX_FAILURES=3), counted together at the login
     page and at the API's bearer check: the next try gets 429 with Retry-After on both faces, even
     with the right token, and nothing signs in."""
@@ -173,6 +173,10 @@ async def test_wrong_tokens_at_the_login_page_and_the_api_are_throttled_per_addr
         api = await client.get("/api/v1/queues", headers={"Authorization": f"Bearer {TOKEN}"})
         assert api.status_code == 429 and 0 < int(api.headers["retry-after"]) <= 600
         assert api.json()["error"] == "too_many_failures"
+    said = [(r.getMessage(), getattr(r, "client", None)) for r in caplog.records if r.name == "dataloader.ui.auth"]
+    assert said.count(("console sign-in with a wrong token", "127.0.0.1")) == 2
+    assert ("console sign-in refused: too many wrong tokens from this address", "127.0.0.1") in said
+    assert not any(TOKEN in r.getMessage() or TOKEN in str(r.__dict__) for r in caplog.records)
     # another address is not slowed by this one's failures
     async with console_client(dsn, api_token=TOKEN, auth_max_failures=3) as other:
         transport = other._transport

@@ -3,6 +3,8 @@ on every node)."""
 
 from __future__ import annotations
 
+import logging
+
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -12,6 +14,9 @@ from dataloader.ui.actions import safe_local
 
 NAV = None
 TOPICS: dict = {}
+
+# Who signed in and out, and the refused tries, for the operator (never the token itself).
+log = logging.getLogger("dataloader.ui.auth")
 
 
 def _next(request: Request, given: str | None) -> str:
@@ -34,16 +39,20 @@ async def sign_in(request: Request) -> Response:
     address = auth.client_address(request)
     wait = throttle.retry_after(address)
     if wait is not None:
+        log.warning("console sign-in refused: too many wrong tokens from this address",
+                    extra={"client": address, "retry_after_sec": wait})
         refused = render.page(request, "login.html", status=429, next=target,
                               problem=f"Too many wrong tokens from this address; try again in {wait} s.")
         refused.headers["Retry-After"] = str(wait)
         return refused
     if not auth.token_matches(token, form.get("token", "")):
         throttle.failed(address)
+        log.warning("console sign-in with a wrong token", extra={"client": address})
         return render.page(request, "login.html", status=401, next=target, problem="That is not the token.")
     throttle.succeeded(address)
     ttl = console.settings.ui_session_ttl
     secret = await auth.open_session(request, token, console.app().console_sessions, ttl)
+    log.info("console signed in", extra={"client": address, "session_ttl_sec": ttl})
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(auth.SESSION_COOKIE, secret, **auth.cookie_options(request, max_age=ttl))  # type: ignore[arg-type]
     return response
@@ -55,6 +64,7 @@ async def sign_out(request: Request) -> Response:
     console = request.app.state.console
     if console.settings.api_token:
         await auth.close_session(request, console.app().console_sessions)
+        log.info("console signed out", extra={"client": auth.client_address(request)})
     root = request.scope.get("root_path", "")
     response = RedirectResponse(root + "/login", status_code=303)
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH, httponly=True, samesite="strict",
