@@ -72,6 +72,19 @@ async def test_sign_out_answers_with_a_cookie_that_clears_the_session_cookie(db,
     assert login_cookie not in cleared[0]
 
 
+async def test_signing_in_and_out_say_what_they_did(db, dsn):
+    """As every console action does: the page after the redirect says it once."""
+    from tests.console.test_confirm_and_notice import notice_after
+
+    async with console_client(dsn, api_token=TOKEN) as client:
+        csrf = csrf_of((await client.get("/ui/login")).text)
+        answer = await client.post("/ui/login", data={"token": TOKEN, "csrf": csrf, "next": "/ui/"})
+        assert "Signed in. The session ends at sign-out or after 12 h." == await notice_after(client, answer)
+        csrf = csrf_of((await client.get("/ui/")).text)
+        out = await client.post("/ui/logout", data={"csrf": csrf})
+        assert "Signed out: this session is ended on every node." == await notice_after(client, out)
+
+
 async def test_no_cookie_but_a_live_sessions_signs_in(db, dsn):
     """A forged or any other non-empty cookie: the fixed HMAC of earlier releases, random text of a
     session secret's shape, the stored hash of a live session instead of its secret, junk."""

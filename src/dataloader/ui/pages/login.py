@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from dataloader.ui import auth, render
+from dataloader.ui import auth, notice, render
 from dataloader.ui.actions import safe_local
 
 NAV = None
@@ -55,7 +55,14 @@ async def sign_in(request: Request) -> Response:
     log.info("console signed in", extra={"client": address, "session_ttl_sec": ttl})
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(auth.SESSION_COOKIE, secret, **auth.cookie_options(request, max_age=ttl))  # type: ignore[arg-type]
-    return response
+    return notice.put(request, response, f"Signed in. The session ends at sign-out or after {_duration(ttl)}.")
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    if hours and not rest:
+        return f"{hours} h"
+    return f"{hours} h {rest // 60} min" if hours else f"{max(1, rest // 60)} min"
 
 
 async def sign_out(request: Request) -> Response:
@@ -69,6 +76,8 @@ async def sign_out(request: Request) -> Response:
     response = RedirectResponse(root + "/login", status_code=303)
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH, httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
+    if console.settings.api_token:
+        notice.put(request, response, "Signed out: this session is ended on every node.")
     return response
 
 
