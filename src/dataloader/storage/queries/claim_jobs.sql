@@ -35,7 +35,10 @@
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
 -- re-planned the claim on every call instead (about half of the claim's time).
-WITH candidate AS (
+WITH fence AS MATERIALIZED (
+    -- the claim fence (0028; claim_filters.sql): taken once, before the walk
+    SELECT dl_claim_fence($1) AS paused_tasks
+), candidate AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
 -- @include claim_filters

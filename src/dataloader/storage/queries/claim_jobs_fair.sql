@@ -39,17 +39,21 @@
 --   when both served a tenant.
 --
 -- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
-WITH RECURSIVE flow AS MATERIALIZED (
+WITH RECURSIVE fence AS MATERIALIZED (
+    -- the claim fence (0028; claim_filters.sql): the queue's fence lock in share mode, then its
+    -- pause in a fresh snapshot (NULL: paused) and its paused tasks; taken once, before the walk
+    SELECT dl_claim_fence($1) AS paused_tasks
+), flow AS MATERIALIZED (
     -- the queue's row, for a fair queue that is not paused: its weights and the limit columns
     -- claim_limited_jobs.sql reads the same way
     SELECT f.fair_weights AS weights,
 -- @include claim_flow_limits
     FROM dl_queue_flow f
-    WHERE f.queue = $1 AND f.fair_share AND NOT f.paused
+    WHERE f.queue = $1 AND f.fair_share AND NOT f.paused AND EXISTS (SELECT 1 FROM fence WHERE fence.paused_tasks IS NOT NULL)
 ), paused_task AS (
     -- the queue's paused tasks (0025), read once: claim_jobs.sql's rule
     -- and its limited tasks at their limit (0027), passed over the same way
-    SELECT ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused)
+    SELECT (SELECT fence.paused_tasks FROM fence)
            || COALESCE((SELECT fl.full_tasks FROM flow fl), '{}'::text[]) AS tasks
     -- (compared with `task || ''`, as in claim_jobs.sql: a queue of one task had its walk costed
     -- as a read of every row, and a tenant's head was read by a bitmap scan and a sort)

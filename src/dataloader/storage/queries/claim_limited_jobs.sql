@@ -52,7 +52,11 @@
 -- candidates' limited tasks' rows (dl_task_flow) and counts their running jobs and starts
 -- (dl_task_starts), and tasks at their limit in this snapshot are passed over by the walk
 -- (`full_tasks`), as partition keys are, so the queue's other tasks go on.
-WITH flow AS MATERIALIZED (
+WITH fence AS MATERIALIZED (
+    -- the claim fence (0028; claim_filters.sql): the queue's fence lock in share mode, then its
+    -- pause in a fresh snapshot (NULL: paused) and its paused tasks; taken once, before the walk
+    SELECT dl_claim_fence($1) AS paused_tasks
+), flow AS MATERIALIZED (
     SELECT f.paused, f.fair_share,
 -- @include claim_flow_limits
     FROM dl_queue_flow f
@@ -71,7 +75,8 @@ WITH flow AS MATERIALIZED (
       AND q.partition_key <> ALL (COALESCE((SELECT f.full_partitions FROM flow f), '{}'::text[]))
       -- a fair queue (0024) is claimed by claim_jobs_fair.sql, which carries the same gate; a
       -- paused task (0025) starts nothing (claim_jobs.sql's term, `|| ''` and all)
-      AND q.task || '' <> ALL (ARRAY(SELECT t.task FROM dl_task_flow t WHERE t.queue = $1 AND t.paused))
+      AND EXISTS (SELECT 1 FROM fence WHERE fence.paused_tasks IS NOT NULL)
+      AND q.task || '' <> ALL ((SELECT fence.paused_tasks FROM fence)::text[])
       AND q.task || '' <> ALL (COALESCE((SELECT f.full_tasks FROM flow f), '{}'::text[]))
       -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
       -- with a hot key's 100,000 parked rows, the column's most common value is the running key,

@@ -42,6 +42,9 @@ WITH input AS (
 -- @include finish_release_keys
 , finish_rows AS (
 -- @include finish_answer
+), fence AS MATERIALIZED (
+    -- the claim fence (0028; claim_filters.sql): taken once, before the walk
+    SELECT dl_claim_fence($1) AS paused_tasks
 ), candidate AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
