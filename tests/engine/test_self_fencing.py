@@ -10,6 +10,7 @@ stop its attempt. Another worker, connected directly, takes the job over once th
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -119,3 +120,72 @@ async def test_an_attempt_longer_than_its_lease_keeps_running_while_heartbeats_r
     assert row["attempt"] == 1
     assert (row["finished_at"] - row["started_at"]).total_seconds() >= LEASE_SEC
     assert _self_fenced("default") == fenced_before
+
+
+HELD_ONCE: set[uuid.UUID] = set()
+
+
+@pipeline("test.self_fence_once")
+async def hold_once(ctx: JobContext):
+    """A job's first run holds until stopped; any later run (the attempt given back is attempt 1
+    again) ends at once."""
+    if ctx.job_id in HELD_ONCE:
+        return
+    HELD_ONCE.add(ctx.job_id)
+    run = RUNS.setdefault((ctx.job_id, 0), [time.monotonic(), None, None])
+    try:
+        await asyncio.Event().wait()
+    except BaseException as exc:
+        run[1:] = [time.monotonic(), type(exc).__name__]
+        raise
+
+
+async def test_the_guard_counts_a_late_heartbeat_from_its_send_and_the_fenced_attempt_puts_its_job_back(dsn, db):
+    """(1) A heartbeat's lease is counted by the database from its statement, which the worker sent
+    before: the guard must count from the send, not from the reply. The proxy holds one heartbeat's
+    reply longer than the margin (the heartbeat commits; its answer comes late), then cuts the link
+    right after delivering it: the attempt must stop while its lease is still valid. Counted from
+    the reply (`renewed(..., clock.monotonic())` in queue_worker.py), the fence falls after the
+    lease's end and this fails. (2) Once the link is back, the self-fenced attempt's own release puts
+    the job back (a 'requeue' with reason lease_lost, the attempt given back) before any reaper
+    could: no reaper runs here, so a release that wrote nothing leaves the job running and this
+    fails."""
+    port = int(await db.fetchval("SHOW port"))
+    lease = 3.0
+    margin = min(lease / 5, 2.0)
+    async with CountingProxy(dsn, port) as proxy:
+        cut_off_pool = await create_pool(proxy.dsn, max_size=4)
+        try:
+            # one slot: with its job running the worker claims nothing, so each heartbeat is a
+            # statement of its own (autocommit) that commits while its reply is held
+            async with running_engine(proxy.dsn, cut_off_pool, {"default": 1}, run_reaper=False,
+                                      heartbeat_sec=0.5):
+                job_id = await enqueue(db, "test.self_fence_once", lease_ttl_sec=int(lease))
+                await wait_until(lambda: (job_id, 0) in RUNS, message="the attempt never started")
+                first = (await job_row(db, job_id))["lease_expires_at"]
+                await wait_until(lambda: _lease_moved(db, job_id, first), timeout=5, message="no heartbeat")
+                proxy.hold_replies()
+                held_from = (await job_row(db, job_id))["lease_expires_at"]
+                await wait_until(lambda: _lease_moved(db, job_id, held_from), timeout=5,
+                                 message="no heartbeat committed while its reply was held")
+                await asyncio.sleep(margin * 2)  # the reply comes later than the margin
+                proxy.cut_then_deliver()
+                await wait_until(lambda: RUNS[(job_id, 0)][1] is not None, timeout=lease * 2,
+                                 message="the cut-off worker never stopped its attempt")
+                row = await db.fetchrow("SELECT status::text, lease_expires_at > now() AS leased, "
+                                        "extract(epoch FROM lease_expires_at - now()) AS left_sec "
+                                        "FROM dl_jobs WHERE job_id = $1", job_id)
+                assert (row["status"], row["leased"]) == ("running", True), \
+                    f"the attempt stopped {-row['left_sec']:.2f} s after its lease ran out"
+                proxy.heal()
+                await wait_until(lambda: _status(db, job_id, "succeeded"), timeout=lease * 2,
+                                 message="the self-fenced attempt's release did not put the job back")
+        finally:
+            await cut_off_pool.close()
+    events = await db.fetch("SELECT kind, payload FROM dl_job_events WHERE job_id = $1 AND kind <> 'heartbeat' "
+                            "ORDER BY event_id", job_id)
+    assert [e["kind"] for e in events] == ["queued", "picked", "requeue", "picked", "done"]
+    requeue = events[2]["payload"]
+    requeue = requeue if isinstance(requeue, dict) else json.loads(requeue)
+    assert requeue.get("reason") == "lease_lost", requeue
+    assert (await job_row(db, job_id))["attempt"] == 1, "the released attempt was not given back"

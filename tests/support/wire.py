@@ -13,6 +13,9 @@ stream: each message is a type byte and a length. A statement is a simple Query 
 `partition()` is a silent partition: nothing is forwarded either way any more and no connection is
 closed, so statements hang (no error, as when packets are dropped) and new connections hang in their
 start-up; `heal()` lets everything that waited through, late, as a healed network does.
+`hold_replies()` delays only the server's answers (statements still reach the server and commit;
+their replies wait), and `cut_then_deliver()` then silences the client's side and lets the held
+replies through: a reply that came late, after which the link went dead.
 """
 
 from __future__ import annotations
@@ -37,13 +40,25 @@ class CountingProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._flowing = asyncio.Event()
-        self._flowing.set()
+        self._requests = asyncio.Event()  # the client's side only
+        self._replies = asyncio.Event()  # the server's side only
+        for event in (self._flowing, self._requests, self._replies):
+            event.set()
 
     def partition(self) -> None:
         self._flowing.clear()
 
     def heal(self) -> None:
-        self._flowing.set()
+        for event in (self._flowing, self._requests, self._replies):
+            event.set()
+
+    def hold_replies(self) -> None:
+        self._replies.clear()
+
+    def cut_then_deliver(self) -> None:
+        """Stop forwarding the client's messages, then deliver the replies held so far."""
+        self._requests.clear()
+        self._replies.set()
 
     @property
     def dsn(self) -> str:
@@ -100,7 +115,7 @@ class CountingProxy:
             self._writers.add(server_w)
             server_w.write(head + rest)
             await server_w.drain()
-            back = asyncio.create_task(self._pipe(server_r, client_w, self._flowing))
+            back = asyncio.create_task(self._pipe(server_r, client_w, (self._flowing, self._replies)))
             self._tasks.add(back)
             try:
                 while True:
@@ -108,6 +123,7 @@ class CountingProxy:
                     (length,) = struct.unpack("!i", await client_r.readexactly(4))
                     body = await client_r.readexactly(length - 4)
                     await self._flowing.wait()
+                    await self._requests.wait()
                     if kind in STATEMENTS:
                         self.statements.append((time.monotonic(), kind.decode()))
                     server_w.write(kind + struct.pack("!i", length) + body)
@@ -125,10 +141,12 @@ class CountingProxy:
             self._tasks.discard(task)
 
     @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event) -> None:
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    flowing: tuple[asyncio.Event, ...]) -> None:
         with suppress(ConnectionError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
-                await flowing.wait()
+                for event in flowing:
+                    await event.wait()
                 writer.write(data)
                 await writer.drain()
         writer.close()
