@@ -133,11 +133,13 @@ async def test_every_other_rule_of_the_claim_holds(app, db):
 
 
 async def test_odd_stored_weights_never_break_the_claim(app, db):
+    # (`$2::text::jsonb`: the pool's jsonb codec would store a str parameter as one JSON string,
+    # a row with no weights at all, which is what this test read until the text cast was added)
     queue = f"fair-{uuid.uuid4().hex[:8]}"
     for tenant in ("s", "n", "z", "h", "x"):
         await add_jobs(db, queue, tenant, 3, age_sec=10)
     await app.configure_queue(queue, fair_share=True)
-    await db.execute("UPDATE dl_queue_flow SET fair_weights = $2::jsonb WHERE queue = $1", queue,
+    await db.execute("UPDATE dl_queue_flow SET fair_weights = $2::text::jsonb WHERE queue = $1", queue,
                      '{"s": "heavy", "n": -2, "z": 0, "h": 1e400, "x": null}')
     assert Counter(await claim(db, queue, 10)) == {t: 2 for t in ("s", "n", "z", "h", "x")}
     await db.execute("UPDATE dl_queue_flow SET fair_weights = '[1, 2]'::jsonb WHERE queue = $1", queue)
@@ -145,10 +147,28 @@ async def test_odd_stored_weights_never_break_the_claim(app, db):
     assert {q.queue: q.settings.fair_weights for q in await app.queues()}[queue] is None
 
 
+@pytest.mark.parametrize("weight", ["1e-320", "1e-300", "0.0000001", "5e-324"])
+async def test_a_stored_weight_below_the_range_never_breaks_the_claim(app, db, weight):
+    """A weight the claim's arithmetic cannot carry (1e-320 underflowed its division: every claim
+    of the queue failed with "value out of range: underflow") reads as 1, as one above the range
+    does: the claim clamps what it reads to WEIGHT_MIN..WEIGHT_MAX (model/flow.py)."""
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    for tenant in ("t", "u"):
+        await add_jobs(db, queue, tenant, 3, age_sec=10)
+    await app.configure_queue(queue, fair_share=True)
+    await db.execute("UPDATE dl_queue_flow SET fair_weights = $2::text::jsonb WHERE queue = $1", queue,
+                     f'{{"t": {weight}, "u": 1.0}}')
+    assert Counter(await claim(db, queue, 4)) == {"t": 2, "u": 2}
+    assert {q.queue: q.settings.fair_weights for q in await app.queues()}[queue] == {"u": 1.0}
+
+
 @pytest.mark.parametrize("fields, problem", [
     ({"fair_share": "yes"}, "fair_share: must be true or false"),
     ({"fair_weights": [1]}, "fair_weights: must be an object"),
-    ({"fair_weights": {"a": 0}}, "fair_weights: the weight of 'a' must be a number in (0, 1e+06]"),
+    ({"fair_weights": {"a": 0}}, "fair_weights: the weight of 'a' must be a number in [0.001, 1e+06]"),
+    ({"fair_weights": {"a": 1e-320}}, "fair_weights: the weight of 'a' must be a number in [0.001, 1e+06]"),
+    ({"fair_weights": {"a": 0.0009}}, "fair_weights: the weight of 'a' must be a number in [0.001, 1e+06]"),
+    ({"fair_weights": {"a": 1e6 + 1}}, "fair_weights: the weight of 'a' must be a number in [0.001, 1e+06]"),
     ({"fair_weights": {"a": float("nan")}}, "fair_weights: the weight of 'a'"),
     ({"fair_weights": {"a": True}}, "fair_weights: the weight of 'a'"),
     ({"fair_weights": {"a" * 201: 1}}, "fair_weights: a partition key must be"),

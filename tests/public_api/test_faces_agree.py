@@ -402,6 +402,11 @@ BAD_LIMITS: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
     ("nothing to change", {}, {}, []),
     # fair share (issue 21 part B): the same checks for its two settings
     ("fair weight 0", {"fair_weights": {"a": 0}}, {"fair_weights": {"a": 0}}, ["--fair-weights", '{"a": 0}']),
+    # accepted once, and every claim of the queue then failed (a rank divided by it overflowed)
+    ("fair weight 1e-320", {"fair_weights": {"a": 1e-320}}, {"fair_weights": {"a": 1e-320}},
+     ["--fair-weights", '{"a": 1e-320}']),
+    ("fair weight below the floor", {"fair_weights": {"a": 0.0009}}, {"fair_weights": {"a": 0.0009}},
+     ["--fair-weights", '{"a": 0.0009}']),
     ("fair weight too big", {"fair_weights": {"a": 1e7}}, {"fair_weights": {"a": 1e7}},
      ["--fair-weights", '{"a": 1e7}']),
     ("fair weights not an object", {"fair_weights": [1]}, {"fair_weights": [1]}, ["--fair-weights", "[1]"]),

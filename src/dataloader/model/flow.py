@@ -19,8 +19,12 @@ QUEUE_NAME_MAX = 200  # the job request's limit on `queue` (jobs/manager.py JobR
 TASK_NAME_MAX = 200  # and on `task`
 PARTITION_KEY_MAX = 200  # and on `partition_key`
 
-# Fair share (0024): a weight per partition key, in (0, WEIGHT_MAX]; the claim reads any stored
-# weight outside that range as 1 (claim_jobs_fair.sql), so no hand-written value breaks it.
+# Fair share (0024): a weight per partition key, in [WEIGHT_MIN, WEIGHT_MAX]; the claim reads any
+# stored weight outside that range as 1 (claim_jobs_fair.sql, the same two numbers), so no
+# hand-written value breaks it. The floor keeps the claim's arithmetic finite: a weight of 1e-320
+# was accepted once, and every claim of its queue then failed ("value out of range": a tenant's
+# rank divided by it overflows a float8).
+WEIGHT_MIN = 0.001
 WEIGHT_MAX = 1_000_000.0
 WEIGHTS_MAX = 10_000  # partition keys with a weight of their own, per queue
 # the settings that are not limits: how a queue's claims share it among its partition keys
@@ -147,8 +151,9 @@ def check_fair_weights(weights: object) -> dict[str, float] | None:
             raise _problem("fair_weights", f"a partition key must be a string of at most {PARTITION_KEY_MAX} "
                                            "characters without NUL")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-                or not 0 < weight <= WEIGHT_MAX:
-            raise _problem("fair_weights", f"the weight of {key!r} must be a number in (0, {WEIGHT_MAX:g}]")
+                or not WEIGHT_MIN <= weight <= WEIGHT_MAX:
+            raise _problem("fair_weights",
+                           f"the weight of {key!r} must be a number in [{WEIGHT_MIN:g}, {WEIGHT_MAX:g}]")
         checked[key] = float(weight)
     return checked
 
@@ -170,7 +175,8 @@ def stored_weights(value: object) -> dict[str, float] | None:
     if not isinstance(value, dict):
         return None
     return {str(k): float(v) for k, v in value.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= WEIGHT_MAX}
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            and WEIGHT_MIN <= v <= WEIGHT_MAX}
 
 
 def check_setting(name: str, value: object) -> Any:

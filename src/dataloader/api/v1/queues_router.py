@@ -25,6 +25,7 @@ from dataloader.model.flow import (
     RATE_LIMIT_MAX,
     TASK_LIMIT_NAMES,
     WEIGHT_MAX,
+    WEIGHT_MIN,
     QueueFlow,
 )
 
@@ -86,8 +87,8 @@ class QueueSettingsBody(BaseModel):
         None, description="Claims go round-robin (or by weight) across the jobs' partition keys instead of "
                           "strictly by age (null: off)")
     fair_weights: dict[str, float] | None = Field(
-        None, description=f"partition_key -> weight under fair share, each in (0, {WEIGHT_MAX:g}]; a key not "
-                          "named weighs 1 (null: every key does)")
+        None, description=f"partition_key -> weight under fair share, each in [{WEIGHT_MIN:g}, {WEIGHT_MAX:g}]; "
+                          "a key not named weighs 1 (null: every key does)")
 
 
 class TaskSettingsBody(BaseModel):

@@ -30,7 +30,8 @@
 -- - The gate: the `flow` row must say fair and not paused; otherwise no tenant is read and the
 --   claim is empty, and the worker asks next_due_in.sql which claim the queue wants now.
 -- - A weight comes from fair_weights (partition_key -> number); anything but a number in
---   (0, 1e6] reads as 1, so no hand-written value can make the claim fail.
+--   [0.001, 1e6] reads as 1, so no hand-written value can make the claim fail (1e-320 did: a
+--   tenant's rank divided by it overflowed).
 -- - The served stamp is this claim's time plus the tenant's first place in its order (in µs), so
 --   the tenants of one claim keep their turn in the next (a tie would hand it to the oldest
 --   heads again, and the last tenants of a round would wait behind the first ones forever). It
@@ -70,7 +71,8 @@ WITH RECURSIVE fence AS MATERIALIZED (
 ), weighed AS (
     SELECT t.partition_key,
            CASE WHEN jsonb_typeof(fl.weights -> t.partition_key) = 'number'
-                     AND (fl.weights ->> t.partition_key)::numeric > 0
+                     -- model/flow.py's WEIGHT_MIN and WEIGHT_MAX: the shares stay finite
+                     AND (fl.weights ->> t.partition_key)::numeric >= 0.001
                      AND (fl.weights ->> t.partition_key)::numeric <= 1000000
                 THEN (fl.weights ->> t.partition_key)::float8 ELSE 1.0 END AS weight
     FROM tenant t CROSS JOIN flow fl
