@@ -127,7 +127,10 @@ WITH RECURSIVE fence AS MATERIALIZED (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at, q.partition_key,
            p.ord
     FROM pick p JOIN dl_jobs q ON q.job_id = p.job_id
-    WHERE q.status = 'queued' AND NOT q.key_parked
+    -- the picked ids as an index condition too: without it a generic plan made on an empty table
+    -- hashed dl_jobs whole (an Index Scan of dl_jobs_pkey with only a Filter) to join the picks
+    WHERE q.job_id = ANY (ARRAY(SELECT pk.job_id FROM pick pk))
+      AND q.status = 'queued' AND NOT q.key_parked
     ORDER BY p.ord
     LIMIT {limit}
     FOR UPDATE OF q SKIP LOCKED
