@@ -56,6 +56,32 @@ async def test_a_hot_tenant_does_not_starve_the_small_ones_on_two_nodes(dsn, db,
         await app.close()
 
 
+async def test_weights_hold_across_two_nodes(dsn, db, workers):
+    """Weights are shared state too: two nodes claiming a queue whose tenant `a` weighs 3 and `b`
+    weighs 1 start about three of a's jobs for each of b's while both have a backlog, counted over
+    both nodes' starts in the order their claims journaled them. With the weights ignored by the
+    claim (every tenant weighing 1), a's share of those starts is a half and this fails."""
+    queue = f"fair-{uuid.uuid4().hex[:8]}"
+    app = await App(Settings(db_dsn=dsn, workers=[])).open()
+    try:
+        await app.configure_queue(queue, fair_share=True, fair_weights={"a": 3})
+        await add_jobs(db, queue, "b", 120, age_sec=3600)  # older: by age, b would go first
+        await add_jobs(db, queue, "a", 120, age_sec=60)
+        nodes = [workers(queues={queue: 4}), workers(queues={queue: 4})]
+        for node in nodes:
+            await node.wait_ready()
+        await wait_until(lambda: done(db, queue, 240), timeout=60, interval=0.1, message="the queue drains")
+        picked = await db.fetch(
+            "SELECT j.partition_key, e.payload->>'worker' AS worker FROM dl_job_events e JOIN dl_jobs j USING (job_id) "
+            "WHERE e.queue = $1 AND e.kind = 'picked' ORDER BY e.event_id", queue)
+        assert len(picked) == 240
+        assert len({r["worker"] for r in picked}) == 2, "both nodes must have claimed"
+        first = [r["partition_key"] for r in picked[:80]]  # both tenants still had a backlog
+        assert 52 <= first.count("a") <= 68, first  # 3 : 1 is 60 of 80; equal weights would be 40
+    finally:
+        await app.close()
+
+
 async def task_probes(pool: asyncpg.Pool) -> int:
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
