@@ -7,8 +7,9 @@ processes race for one queue.
   The bound is in claims, not in time: 2 x T allows each node one round claimed on a stale view of
   the other's (their claims race), on top of the T of a strict round-robin.
 - A paused task starts nothing on either node while the queue's other task runs, and its backlog
-  runs once it is resumed. "The nodes tried" is observed: the claims' probe of dl_task_flow's
-  primary key is counted (pg_stat_user_indexes) before the still-queued jobs are checked."""
+  runs once it is resumed. "The nodes tried" is observed: the claim statements themselves are
+  counted (calls of dl_claim_fence, as in test_pause_nodes.py) before the still-queued jobs are
+  checked."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import asyncpg
 from dataloader import App, Settings
 from tests.conftest import wait_until
 from tests.flow.test_fair_share import add_jobs
-from tests.flow.test_pause_nodes import still_held
+from tests.flow.test_pause_nodes import claims_made, still_held, wait_for_claims
 from tests.support.engine import enqueue
 
 
@@ -82,14 +83,7 @@ async def test_weights_hold_across_two_nodes(dsn, db, workers):
         await app.close()
 
 
-async def task_probes(pool: asyncpg.Pool) -> int:
-    async with pool.acquire() as conn:
-        await conn.execute("SELECT pg_stat_clear_snapshot()")
-        return await conn.fetchval(
-            "SELECT COALESCE(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = 'dl_task_flow_pkey'")
-
-
-async def test_a_paused_task_starts_nothing_on_two_nodes_while_the_other_task_runs(dsn, db, workers):
+async def test_a_paused_task_starts_nothing_on_two_nodes_while_the_other_task_runs(dsn, db, workers, counted_claims):
     queue = f"task-{uuid.uuid4().hex[:8]}"
     app = await App(Settings(db_dsn=dsn, workers=[])).open()
     try:
@@ -103,12 +97,7 @@ async def test_a_paused_task_starts_nothing_on_two_nodes_while_the_other_task_ru
         for _ in range(20):
             await enqueue(db, "test.sync_sleep", queue=queue, args={"seconds": 0.3})
         await wait_until(lambda: done(db, queue, 20), timeout=30, interval=0.1, message="the other task runs")
-        before = await task_probes(db)
-
-        async def probed() -> bool:
-            return await task_probes(db) > before + 8
-        # Statistics reach pg_stat_* when a backend goes idle, at least 1 s apart and within 10 s.
-        await wait_until(probed, timeout=40, interval=0.25, message="claims that probed the paused task")
+        await wait_for_claims(db, await claims_made(db) + 8)
         await still_held(db, held)
         ran = await db.fetchval("SELECT count(DISTINCT e.payload->>'worker') FROM dl_job_events e "
                                 "WHERE e.queue = $1 AND e.kind = 'picked'", queue)

@@ -12,10 +12,8 @@ listing and next_due_in.sql read dl_queue_flow's primary key as well.)"""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from dataloader import App, Settings
 from tests.conftest import wait_until
@@ -35,17 +33,6 @@ async def wait_for_claims(pool: asyncpg.Pool, more_than: int) -> None:
     async def enough() -> bool:
         return await claims_made(pool) > more_than
     await wait_until(enough, timeout=40, interval=0.25, message="claims of the paused queue")
-
-
-@pytest.fixture
-async def counted_claims(db: asyncpg.Pool) -> AsyncIterator[None]:
-    """track_functions = 'pl' for the sessions opened from now on (the nodes'), reset afterwards."""
-    database = await db.fetchval("SELECT current_database()")
-    await db.execute(f'ALTER DATABASE "{database}" SET track_functions = \'pl\'')
-    try:
-        yield
-    finally:
-        await db.execute(f'ALTER DATABASE "{database}" RESET track_functions')
 
 
 async def still_held(pool: asyncpg.Pool, ids: list[uuid.UUID]) -> None:
