@@ -753,7 +753,8 @@ class App:
 
     async def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
         """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue
-        still works. Holds for every claim that starts after this call returns. Idempotent. With
+        still works. When it returns, nothing of the queue starts any more: it waits for the claims
+        in flight, and every later claim sees it (docs/flow-control.md). Idempotent. With
         `task`, only that task of the queue pauses; its other tasks run on."""
         return await self.flow.pause(queue, task)
 

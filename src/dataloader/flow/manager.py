@@ -1,22 +1,24 @@
 """Pause, resume, limit and list queues — the rules behind `app.pause_queue`/`resume_queue`/
 `configure_queue`/`queues`, the HTTP API (`/api/v1/queues`) and the CLI (`dataloader queues`).
 
-A pause is a row in `dl_queue_flow` (migration 0019). It is enforced by the claim statement itself
-(claim_jobs.sql reads the row in its own snapshot), so it holds on every node from the moment the
-pause commits: the bound is the claim statements already executing at that instant, which may
-still start the jobs they are claiming. Nothing is cached on a node, so there is nothing to go
-stale across restarts or nodes. Running jobs are never touched; enqueue keeps working. A resume
-NOTIFYs the queue's workers on every node, as an enqueue does.
+A pause is a row in `dl_queue_flow` (migration 0019). It is enforced by the claim statement itself,
+and a pause waits for the claims in flight (the claim fence, 0028: every claim holds the queue's
+fence in share mode until it commits and reads the pause after taking it; the pause statement takes
+it exclusively), so when the pause returns nothing of the queue starts on any node any more.
+Nothing is cached on a node, so there is nothing to go stale across restarts or nodes. Running jobs
+are never touched; enqueue keeps working. A resume NOTIFYs the queue's workers on every node, as an
+enqueue does.
 
 Input: a queue name is checked as the job request checks `queue` (1 to 200 characters, not
 blank, no NUL), before anything is written (promise 8): a pause of a name no job could have would
 otherwise leave a row nobody can see a reason for. Limits are checked by model/flow.py's one table
 (`check_changes`, `QueueSettings.merged`) before anything is written.
 
-Limits (0022) live on the same row and are read by the same claim, so a change holds with the same
-bound as a pause. Who wins: a change made at run time (`configure`) is stored as 'runtime' and
-persists; limits declared in code or settings (`Queue(limits=...)`, DL_QUEUES_JSON) are applied by
-`apply_declared` when a node starts, only to a queue whose limits were not set at run time."""
+Limits (0022) live on the same row and are read by the same claim, so a change holds for every
+claim that starts after it committed (the gate, which locks the row, reads it as committed). Who
+wins: a change made at run time (`configure`) is stored as 'runtime' and persists; limits declared
+in code or settings (`Queue(limits=...)`, DL_QUEUES_JSON) are applied by `apply_declared` when a
+node starts, only to a queue whose limits were not set at run time."""
 
 from __future__ import annotations
 
