@@ -130,6 +130,29 @@ async def test_a_queue_rate_holds_in_every_window(app, db, dsn):
     assert (max(starts) - min(starts)).total_seconds() >= 1.5
 
 
+async def test_a_period_lengthened_by_the_start_delay_keeps_the_handlers_within_the_limit(app, db, dsn):
+    """docs/flow-control.md "Where a partner sees the rate": the rate holds on the claims, and the
+    handlers begin a little after theirs, so a strict window of handler starts may see up to twice
+    the limit. Configured as N per (P + J), any P-long window of handler starts holds at most N, as
+    long as every handler began within J of its claim. Checked here on what the handlers recorded
+    (their start, written from inside the run) with P = 0.5 s, J = 0.25 s."""
+    period, jitter, limit = 0.5, 0.25, 4
+    queue = f"rate-j-{uuid.uuid4().hex[:8]}"
+    await app.configure_queue(queue, rate_limit=limit, rate_period_sec=period + jitter)
+    ids = [await enqueue(db, "test.recorded_sleep", args={"dsn": dsn, "seconds": 0.01, "chunks": 1}, queue=queue,
+                         lock_key=f"k{i}") for i in range(12)]
+    async with app.running(queues=[Queue(queue, 8)], reaper=False):
+        await drain(db, ids, 30)
+    recorded = await db.fetch("SELECT r.started_at AS ran, s.started_at AS counted FROM test_runs r "
+                              "JOIN dl_flow_starts s USING (job_id) WHERE r.job_id = ANY($1)", ids)
+    assert len(recorded) == 12
+    delays = [(r["ran"] - r["counted"]).total_seconds() for r in recorded]
+    assert min(delays) >= 0
+    if max(delays) > jitter:
+        pytest.skip(f"a handler began {max(delays):.3f} s after its claim, past J = {jitter} s (machine too loaded)")
+    assert max_in_window([r["ran"] for r in recorded], period) <= limit
+
+
 async def test_a_partition_rate_holds_per_key(app, db, dsn):
     queue = f"prate-{uuid.uuid4().hex[:8]}"
     await app.configure_queue(queue, partition_rate_limit=2, partition_rate_period_sec=0.5)
