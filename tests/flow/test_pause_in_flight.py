@@ -4,7 +4,7 @@ called, claim B starts while the pause waits; then A commits. Nothing may start 
 returned: the running jobs read just after it returned are all there ever are, and B (whose commit
 the test holds until after the pause returned) takes nothing.
 
-Every claim statement takes the queue's claim fence in share mode (dl_claim_fence, migration 0028)
+Every claim statement takes the queue's claim fence in share mode (dl_claim_fence, migration 0029)
 and the pause takes it exclusively, so a pause waits for the claims already in flight and a claim
 that comes after it sees the pause. Without the fence, A's start commits after the pause returned
 (plain and fair queues), and a limited queue's B, whose snapshot predates the pause, waits for the

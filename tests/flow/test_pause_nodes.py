@@ -2,7 +2,7 @@
 processes, a pause written by another process (this test's App).
 
 "The nodes tried and started nothing" is observed, not assumed after a sleep: the workers poll every
-0.5 s (DL_POLL_FALLBACK_SEC) and every claim statement calls dl_claim_fence once (migration 0028),
+0.5 s (DL_POLL_FALLBACK_SEC) and every claim statement calls dl_claim_fence once (migration 0029),
 and nothing else does, so the test counts the claims themselves (pg_stat_user_functions, with
 track_functions = 'pl' set on this database for the nodes' sessions) and waits until the nodes made
 many more than before; only then it checks that the jobs are still queued with no attempt used. (An

@@ -2,7 +2,7 @@
 `configure_queue`/`queues`, the HTTP API (`/api/v1/queues`) and the CLI (`dataloader queues`).
 
 A pause is a row in `dl_queue_flow` (migration 0019). It is enforced by the claim statement itself,
-and a pause waits for the claims in flight (the claim fence, 0028: every claim holds the queue's
+and a pause waits for the claims in flight (the claim fence, 0029: every claim holds the queue's
 fence in share mode until it commits and reads the pause after taking it; the pause statement takes
 it exclusively), so when the pause returns nothing of the queue starts on any node any more.
 Nothing is cached on a node, so there is nothing to go stale across restarts or nodes. Running jobs

@@ -22,7 +22,7 @@
                              OR f.rate_limit IS NOT NULL OR f.partition_rate_limit IS NOT NULL OR f.fair_share
                              OR f.task_limited))
       -- A paused queue (dl_queue_flow, 0019; docs/flow-control.md) starts nothing: the claim fence
-      -- (0028, the including claim's `fence` CTE: dl_claim_fence($1), called once, an InitPlan
+      -- (0029, the including claim's `fence` CTE: dl_claim_fence($1), called once, an InitPlan
       -- gating the walk) takes the queue's fence lock in share mode, then reads its pause in a
       -- fresh snapshot (NULL: paused), so a pause holds for every claim that starts after it
       -- committed, on every node, and waits for the claims in flight when it is written.

@@ -36,7 +36,7 @@
 -- ($3) PostgreSQL's reusable generic plan guesses the LIMIT and picks a sequential scan, so it
 -- re-planned the claim on every call instead (about half of the claim's time).
 WITH fence AS MATERIALIZED (
-    -- the claim fence (0028; claim_filters.sql): taken once, before the walk
+    -- the claim fence (0029; claim_filters.sql): taken once, before the walk
     SELECT dl_claim_fence($1) AS paused_tasks
 ), candidate AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at

@@ -41,7 +41,7 @@
 --
 -- {limit} is replaced by an integer, as in claim_jobs.sql (one prepared statement per batch size).
 WITH RECURSIVE fence AS MATERIALIZED (
-    -- the claim fence (0028; claim_filters.sql): the queue's fence lock in share mode, then its
+    -- the claim fence (0029; claim_filters.sql): the queue's fence lock in share mode, then its
     -- pause in a fresh snapshot (NULL: paused) and its paused tasks; taken once, before the walk
     SELECT dl_claim_fence($1) AS paused_tasks
 ), flow AS MATERIALIZED (

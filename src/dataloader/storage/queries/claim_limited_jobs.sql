@@ -53,7 +53,7 @@
 -- (dl_task_starts), and tasks at their limit in this snapshot are passed over by the walk
 -- (`full_tasks`), as partition keys are, so the queue's other tasks go on.
 WITH fence AS MATERIALIZED (
-    -- the claim fence (0028; claim_filters.sql): the queue's fence lock in share mode, then its
+    -- the claim fence (0029; claim_filters.sql): the queue's fence lock in share mode, then its
     -- pause in a fresh snapshot (NULL: paused) and its paused tasks; taken once, before the walk
     SELECT dl_claim_fence($1) AS paused_tasks
 ), flow AS MATERIALIZED (

@@ -22,14 +22,14 @@ The lock is shared among claims (they never wait for each other on it) and held 
 its own statement's transaction (the claims run in autocommit). Claims take it before any row
 lock, and a pause before its row write, so no cycle with the flow gate's row locks.
 
-Revision ID: 0028_claim_fence
-Revises: 0027_task_limits
+Revision ID: 0029_claim_fence
+Revises: 0028_console_sessions
 """
 
 from alembic import op
 
-revision = "0028_claim_fence"
-down_revision = "0027_task_limits"
+revision = "0029_claim_fence"
+down_revision = "0028_console_sessions"
 branch_labels = None
 depends_on = None
 
