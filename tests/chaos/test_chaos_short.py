@@ -9,12 +9,12 @@ cannot fail proves nothing).
 The restart is real (`pg_ctl restart`) on the embedded server, and on an external one when
 DL_TEST_RESTART_CMD says how to restart it. On an external server without it, the harness can only
 terminate every session of the test database: the run then says so (a warning, the report's
-"NOT REAL" row, restart.how = "terminated"), and DL_TEST_REQUIRE_RESTART=1 makes that a failure."""
+"NOT REAL" row, restart.how = "terminated"); under CI (env CI set), or with DL_TEST_REQUIRE_RESTART=1,
+that is a failure (tests/support/database.py restart_server raises RestartNotReal)."""
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -224,8 +224,7 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
     elif restarts != ["restarted"]:
         message = ("PostgreSQL was NOT restarted: the external server's sessions were only terminated "
                    "(set DL_TEST_RESTART_CMD to restart it for real)")
-        print(message)
-        assert os.environ.get("DL_TEST_REQUIRE_RESTART") != "1", message
+        print(message)  # under CI, restart_server refused already (RestartNotReal): never reached there
         warnings.warn(message, stacklevel=1)
     # the chaos really happened: the kills made the reaper hand work back
     assert report["counts"]["requeues_by_reason"].get("lease_expired", 0) > 0, detail
