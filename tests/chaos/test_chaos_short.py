@@ -132,6 +132,16 @@ def test_process_checks_fail_on_a_lost_or_doubled_call_an_overlap_and_a_silent_t
         "timers_not_fired"}
     assert failing(steps=[*good_steps, step("c", t + s / 2, t + 3 * s)]) == {"overlapping_steps"}
     assert failing(steps=[*good_steps, step("c", t + 5 * s, t + 6 * s, ok=False)]) == {"step_probe_violations"}
+    # a timer chain that doubled: the history and aux_state both count the extra firing, so only
+    # the spacing shows it (no two timer events closer than the period, less 10 %)
+    extra_timer = [*good_events, ev("p", "timer", t + 2.4 * s, n=3)]
+    assert failing(events=extra_timer, rows=[{**good_row, "aux_state": {"calls": 2, "timers": 3}}]) == {
+        "doubled_timers"}
+    spaced = [ev("p", "init", t), *(ev("p", "timer", t + (1 + i * 0.92) * s, n=i + 1) for i in range(12))]
+    assert failing(acked={"p": []}, events=spaced, rows=[{**good_row, "aux_state": {"calls": 0, "timers": 12}}]
+                   ) == set()  # 0.92 s apart: within the tolerance
+    assert failing(acked={"p": []}, events=spaced, rows=[{**good_row, "aux_state": {"calls": 0, "timers": 12}}]
+                   ) == set()
 
 
 def test_observer_checks_fail_on_two_copies_a_refused_probe_and_an_observer_not_running() -> None:
@@ -162,14 +172,21 @@ def test_observer_checks_fail_on_two_copies_a_refused_probe_and_an_observer_not_
     assert _failing(check_observers(["o", "never"], runs, rows, since)["checks"]) == {"observers_not_running"}
 
 
-def test_schedule_checks_fail_on_a_doubled_a_missed_tick_and_a_stall() -> None:
+def test_schedule_checks_fail_on_a_tick_off_the_grid_a_missed_tick_and_a_stall() -> None:
     t = datetime(2030, 1, 1, tzinfo=UTC)
     s = timedelta(seconds=1)
     assert key_tick("schedule:chaos-tick-x:2030-01-01T00:00:05Z", "chaos-tick-x") == t + 5 * s
     window = {"created_at": t + s / 2, "stopped_at": t + 30 * s}
     ticks = [t + i * s for i in range(2, 30)]
     assert _failing(check_schedule(ticks, 1.0, window)["checks"]) == set()
-    assert _failing(check_schedule([*ticks, t + 7 * s], 1.0, window)["checks"]) == {"doubled_ticks"}
+    # a second firing of one tick cannot be a second job of the same key (unique): it is a job for a
+    # time off the grid (a scheduler that fired 0.5 s late and counted it as a new tick), or before
+    # the schedule existed; the key seen twice is caught too (not possible while the key is unique)
+    assert _failing(check_schedule([*ticks, t + 7.5 * s], 1.0, window)["checks"]) == {"off_grid_ticks"}
+    assert _failing(check_schedule([*ticks, t + 7 * s + timedelta(microseconds=1)], 1.0,
+                                   window)["checks"]) == {"off_grid_ticks"}
+    assert _failing(check_schedule([t, *ticks], 1.0, window)["checks"]) == {"off_grid_ticks"}  # before creation
+    assert _failing(check_schedule([*ticks, t + 7 * s], 1.0, window)["checks"]) == {"off_grid_ticks"}
     assert _failing(check_schedule([x for x in ticks if x != t + 7 * s], 1.0, window)["checks"]) == {"missed_ticks"}
     assert _failing(check_schedule(ticks[1:], 1.0, window)["checks"]) == {"missed_ticks"}  # the first one
     assert _failing(check_schedule(ticks[:10], 1.0, window)["checks"]) == {"schedule_stalled"}
