@@ -61,6 +61,7 @@ class ProcessClient:
     acked: list[int] = field(default_factory=list)
     unacked: list[str] = field(default_factory=list)
     requests: int = 0
+    long_step_sec: float | None = None  # the next call's step lasts this long (an aimed kill's target)
 
 
 class Capabilities:
@@ -148,7 +149,10 @@ class Capabilities:
         seq = 0
         while not self._stop_calls.is_set():
             seq += 1
-            body = {"args": {"seq": seq}, "idempotency_key": f"call-{p.process_id}-{seq}", "timeout_sec": 20}
+            args: dict[str, Any] = {"seq": seq}
+            if p.long_step_sec:
+                args["step_sec"], p.long_step_sec = p.long_step_sec, None
+            body = {"args": args, "idempotency_key": f"call-{p.process_id}-{seq}", "timeout_sec": 30}
             path = f"/api/v1/processes/{PROCESS_NS}/{p.process_id}/call"
             p.requests += 1
             try:

@@ -33,6 +33,7 @@ from tests.chaos.capabilities import (
     overlapping_observer_runs,
 )
 from tests.chaos.harness import ChaosConfig, ChaosRun, _restart_label, check_journal, format_table, overlapping_runs
+from tests.chaos.limits import check_limits, limits_reached
 from tests.conftest import wait_until
 from tests.support.database import restart_server
 from tests.support.engine import enqueue, running_engine
@@ -210,6 +211,33 @@ def test_operation_checks_fail_on_wrong_counts_a_job_changed_twice_and_no_kill()
         "missing_operation_kill"}
 
 
+def test_limit_checks_fail_on_too_many_running_of_the_queue_or_a_partition_and_too_many_starts() -> None:
+    def ev(i: int, job: str, kind: str, ts: float) -> dict[str, object]:
+        return {"event_id": i, "job_id": job, "kind": kind, "ts": ts}
+
+    part = {"a": "t-0", "b": "t-0", "c": "t-1", "d": "t-1"}
+    limits = {"concurrency": 2, "partition_concurrency": 1, "rate_limit": 2, "rate_period_sec": 1.0}
+    # two running at most, one per partition, starts 0.0, 0.5, 1.0, 1.5: 2 in every 1 s window; a
+    # kill -9ed attempt holds its slot until the reaper's requeue, then its job runs again
+    good = [ev(1, "a", "picked", 0.0), ev(2, "c", "picked", 0.5), ev(3, "a", "requeue", 0.9),
+            ev(4, "b", "picked", 1.0), ev(5, "c", "done", 1.2), ev(6, "d", "picked", 1.5),
+            ev(7, "b", "done", 1.8), ev(8, "d", "done", 1.9), ev(9, "a", "picked", 2.6), ev(10, "a", "done", 2.7)]
+    ok = check_limits(good, part, **limits)
+    assert _failing(ok["checks"]) == set()
+    assert ok["counts"]["most_running"] == 2 and ok["counts"]["most_running_of_a_partition"] == 1
+    assert ok["counts"]["most_starts_in_a_window"] == 2
+    assert all(limits_reached(ok["counts"]).values())
+    # the journal's order decides, not its times: c's end written after d's start holds the slot
+    late_end = [*good[:4], ev(5, "d", "picked", 1.5), ev(6, "c", "done", 1.2), *good[6:]]
+    assert _failing(check_limits(late_end, part, **limits)["checks"]) == {
+        "concurrency_exceeded", "partition_concurrency_exceeded"}
+    same_key = dict(part, b="t-1")  # b starts while c (t-1) still runs
+    assert _failing(check_limits(good, same_key, **limits)["checks"]) == {"partition_concurrency_exceeded"}
+    fast = [dict(e, ts=float(e["ts"]) / 2) if e["kind"] == "picked" else e for e in good]  # 3 starts in 0.5 s
+    assert _failing(check_limits(fast, part, **limits)["checks"]) == {"rate_exceeded"}
+    assert not limits_reached(check_limits(good, part, **{**limits, "concurrency": 3})["counts"])["concurrency"]
+
+
 def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:
     assert _restart_label({"how": "restarted", "t_sec": 5.0}) == "PostgreSQL restart"
     assert "NOT REAL" in _restart_label({"how": "terminated", "t_sec": 5.0})
@@ -218,8 +246,11 @@ def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> No
 @pytest.mark.timeout(300)
 @pytest.mark.exclusive(when="shared_server")  # restarts PostgreSQL: alone when the workers share one
 async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> None:
+    # flow limits below the nodes' 12 slots, so that they bind: 10 running at once, 3 per partition key
+    # (of 4), 12 starts a second; checked from the journal afterwards (limits.py)
     cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=9, kill_interval=(2.5, 3.5), hot_keys=12,
-                      hot_share=0.5, burst=(10, 40), drain_timeout_sec=90)
+                      hot_share=0.5, burst=(10, 40), drain_timeout_sec=90,
+                      concurrency_limit=10, partition_concurrency=3, rate_limit=12, rate_period_sec=1.0, partitions=4)
     restarts: list[str] = []
 
     async def restart() -> str:
@@ -243,5 +274,12 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
                    "(set DL_TEST_RESTART_CMD to restart it for real)")
         print(message)  # under CI, restart_server refused already (RestartNotReal): never reached there
         warnings.warn(message, stacklevel=1)
-    # the chaos really happened: the kills made the reaper hand work back
+    # the chaos really happened: the kills made the reaper hand work back ...
     assert report["counts"]["requeues_by_reason"].get("lease_expired", 0) > 0, detail
+    # ... hit observers (a run killed, observers moved) and a process step (run again) ...
+    caps = report["capabilities"]
+    assert caps["observers"]["killed_runs"] > 0 and caps["observers"]["moves"] > 0, detail
+    assert caps["processes"]["steps_rerun"] > 0, detail
+    assert all(report["aimed"].values()) and set(report["aimed"]) == {"observer", "step"}, detail
+    # ... and every flow limit was reached (else its journal check proved nothing)
+    assert all(report["limits"]["reached"].values()), detail
