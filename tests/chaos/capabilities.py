@@ -370,7 +370,8 @@ def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: 
         if calls_stopped_at is None or not any(e["ts"] > calls_stopped_at for e in timers):
             no_timer.append(pid)
     overlaps = overlapping_runs(steps)
-    refused = [f"{s['lock_key']} task {s['job_id']} attempt {s['attempt']}" for s in steps
+    refused = [f"{s['lock_key']} task {s['job_id']} attempt {s['attempt']} on {s.get('node')} at "
+               f"{s['started_at']}: held by {_holders(s, steps)}" for s in steps
                if not s["probe_ok"] or s["reprobe_failed"]]
     return {
         "checks": {
@@ -393,6 +394,16 @@ def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: 
                    "steps_by_outcome": dict(Counter(s["outcome"] or "killed" for s in steps)),
                    "steps_rerun": sum(1 for s in steps if s["attempt"] > 1)},
     }
+
+
+def _holders(refused: dict[str, Any], steps: list[dict[str, Any]]) -> list[str]:
+    """The other steps of the refused step's process that were alive when it started (killed ones
+    count to the end of the run): who held its probe lock, for the report."""
+    start = refused["started_at"]
+    return [f"task {s['job_id']} attempt {s['attempt']} on {s.get('node')} {s['started_at']}..{s['ended_at']} "
+            f"{s['outcome'] or 'killed'}" for s in steps
+            if s is not refused and s["lock_key"] == refused["lock_key"] and s["started_at"] <= start
+            and (s["ended_at"] is None or s["ended_at"] > start)]
 
 
 def overlapping_observer_runs(runs: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
