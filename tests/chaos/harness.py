@@ -43,7 +43,7 @@ import asyncpg
 import httpx
 
 from tests.chaos.capabilities import Capabilities
-from tests.chaos.limits import check_limits, limits_reached
+from tests.chaos.limits import COPY_FLOW_STARTS_SQL, FLOW_STARTS_DDL, check_limits, limits_reached
 from tests.chaos.nodes import NodeError, NodeSlot, free_port, node_env
 from tests.chaos.pipelines import CONNECTION_ERRORS, OBSERVER_RUNS_DDL, RUNS_DDL, TASK
 
@@ -193,8 +193,10 @@ class ChaosRun:
         try:
             await conn.execute(RUNS_DDL)
             await conn.execute(OBSERVER_RUNS_DDL)
+            await conn.execute(FLOW_STARTS_DDL)
         finally:
             await conn.close()
+        copier = asyncio.create_task(self._copy_flow_starts()) if self.cfg.rate_limit else None
         limits = httpx.Limits(max_connections=self.cfg.http_parallel * 2, max_keepalive_connections=0)
         async with httpx.AsyncClient(timeout=httpx.Timeout(15, connect=2), limits=limits) as client:
             self._client = client
@@ -224,8 +226,19 @@ class ChaosRun:
                     task.cancel()
                 for slot in self.slots:
                     slot.close()
+                if copier is not None:
+                    copier.cancel()
         self.timings["total_sec"] = time.monotonic() - t0
         return await self._report(drained)
+
+    async def _copy_flow_starts(self) -> None:
+        """Keep the gate's stamps of the queue's starts (dl_flow_starts keeps a minute of them)."""
+        while True:
+            await asyncio.sleep(3)
+            try:
+                await self.db.fetch(COPY_FLOW_STARTS_SQL, self.queue, deadline_sec=20)
+            except CONNECTION_ERRORS:
+                pass  # the next round copies them (they stay a minute)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -461,9 +474,17 @@ class ChaosRun:
             "FROM chaos_runs r JOIN dl_jobs j ON j.job_id = r.job_id WHERE j.queue = $1", self.queue)
         report = build_report(self, jobs, events, runs, drained)
         cfg = self.cfg
+        gate_starts: dict[str, list[Any]] | None = None
+        if cfg.rate_limit:
+            await self.db.fetch(COPY_FLOW_STARTS_SQL, self.queue)
+            gate_starts = defaultdict(list)
+            for r in await self.db.fetch("SELECT job_id::text, extract(epoch FROM started_at)::float8 AS at "
+                                         "FROM chaos_flow_starts"):
+                gate_starts[r["job_id"]].append(r["at"])
         flow = check_limits([dict(e) for e in events], {j["job_id"]: j["partition_key"] for j in jobs},
                             concurrency=cfg.concurrency_limit, partition_concurrency=cfg.partition_concurrency,
-                            rate_limit=cfg.rate_limit, rate_period_sec=cfg.rate_period_sec if cfg.rate_limit else None)
+                            rate_limit=cfg.rate_limit, rate_period_sec=cfg.rate_period_sec if cfg.rate_limit else None,
+                            gate_starts=gate_starts)
         report["limits"] = {**flow["counts"], "reached": limits_reached(flow["counts"])}
         report["examples"].update(flow["examples"])
         caps = await self.caps.report()

@@ -239,6 +239,20 @@ def test_limit_checks_fail_on_too_many_running_of_the_queue_or_a_partition_and_t
     fast = [dict(e, ts=float(e["ts"]) / 2) if e["kind"] == "picked" else e for e in good]  # 3 starts in 0.5 s
     assert _failing(check_limits(fast, part, **limits)["checks"]) == {"rate_exceeded"}
     assert not limits_reached(check_limits(good, part, **{**limits, "concurrency": 3})["counts"])["concurrency"]
+    # with the gate's own stamps of the starts: each pick matched to a stamp at most 1 s before it
+    stamps = {"a": [-0.01, 2.59], "b": [0.99], "c": [0.49], "d": [1.49]}
+    exact = check_limits(good, part, **limits, gate_starts=stamps)
+    assert _failing(exact["checks"]) == set() and exact["counts"]["gate_to_journal_ms"]["max"] == 10.0
+    assert _failing(check_limits(good, part, **limits, gate_starts={**stamps, "d": []})["checks"]) == {
+        "starts_not_counted_by_the_gate"}  # d started with no start recorded by the gate
+    # the gate's stamps decide the rate, not the journal's times: three starts the gate stamped within
+    # 0.5 s fail even though their picked rows are spread; picked rows close together (a backend
+    # descheduled between the gate and its journal row) pass when the stamps are a period apart
+    packed = {"a": [-0.01, 2.59], "b": [0.2], "c": [0.45], "d": [1.49]}
+    assert _failing(check_limits(good, part, **limits, gate_starts=packed)["checks"]) == {"rate_exceeded"}
+    late_rows = [dict(e, ts=0.9) if e["job_id"] == "c" and e["kind"] == "picked" else e for e in good]
+    assert _failing(check_limits(late_rows, part, **limits)["checks"]) == {"rate_exceeded"}  # by the rows
+    assert _failing(check_limits(late_rows, part, **limits, gate_starts=stamps)["checks"]) == set()
 
 
 def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:

@@ -43,11 +43,18 @@ def _limits(queue: str, **limits: object) -> dict[str, str]:
 
 
 async def _journal_limits(db, queue: str, **limits) -> dict:
+    """The limits replayed from the journal; a rate by the gate's own stamps of the starts (the test
+    is shorter than the minute dl_flow_starts keeps them)."""
     events = await db.fetch("SELECT job_id::text, event_id, kind, ts FROM dl_job_events WHERE queue = $1 "
                             "AND kind <> 'heartbeat'", queue)
     parts = {r["job_id"]: r["partition_key"] for r in
              await db.fetch("SELECT job_id::text, partition_key FROM dl_jobs WHERE queue = $1", queue)}
-    return check_limits([dict(e) for e in events], parts, **limits)
+    stamps: dict[str, list] = {}
+    if limits.get("rate_limit"):
+        for r in await db.fetch("SELECT job_id::text, started_at FROM dl_flow_starts WHERE queue = $1", queue):
+            stamps.setdefault(r["job_id"], []).append(r["started_at"])
+    return check_limits([dict(e) for e in events], parts, **limits,
+                        gate_starts=stamps if limits.get("rate_limit") else None)
 
 
 async def _probe_rows(db, job_id, attempt: int | None = None):
@@ -207,5 +214,8 @@ async def test_the_limits_hold_through_a_real_postgres_restart(dsn, db, workers,
 async def _journal_limits_after(db, queue: str, since: float) -> dict:
     events = await db.fetch("SELECT job_id::text, event_id, kind, ts FROM dl_job_events WHERE queue = $1 "
                             "AND kind <> 'heartbeat' AND ts > to_timestamp($2)", queue, since)
+    stamps: dict[str, list] = {}
+    for r in await db.fetch("SELECT job_id::text, started_at FROM dl_flow_starts WHERE queue = $1", queue):
+        stamps.setdefault(r["job_id"], []).append(r["started_at"])
     return check_limits([dict(e) for e in events], {}, concurrency=2, partition_concurrency=None, rate_limit=4,
-                        rate_period_sec=1.0)
+                        rate_period_sec=1.0, gate_starts=stamps)
