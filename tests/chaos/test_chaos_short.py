@@ -17,11 +17,13 @@ that is a failure (tests/support/database.py restart_server raises RestartNotRea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import asyncpg
 import pytest
@@ -68,6 +70,36 @@ async def test_probe_records_a_violation_when_its_key_is_held_elsewhere(dsn, poo
     # control: with the key free, the same job's probe succeeds
     free = await _run_one_chaos_job(dsn, pool, key)
     assert free["probe_ok"] is True
+
+
+async def test_a_run_stopped_while_it_takes_its_probe_leaves_the_probe_lock_free(dsn, pool, monkeypatch):
+    """A run stopped (cancelled: a lost lease, a shutdown) after taking its probe lock and before its
+    row is written must still close the probe: a probe connection left open would hold the lock of
+    its key (a process's, an observer's) until its node dies, and every later run of that key would
+    record a refused probe that no other run explains (seen: step_probe_violations 53, "held by []")."""
+    await pool.execute(pipelines.RUNS_DDL)
+    key = f"probe-stopped-{uuid.uuid4().hex[:8]}"
+
+    kept = []
+
+    async def stopped(self, run_of, attempt):
+        kept.append(self)  # alive after the stop, as the engine's task and its exception keep it
+        raise asyncio.CancelledError  # the run is stopped just after it took its probe
+
+    monkeypatch.setattr(pipelines.Probe, "record_start", stopped)
+    ctx = SimpleNamespace(args={"dsn": dsn, "chunks": 1, "chunk_ms": 1}, lock_key=key, job_id=uuid.uuid4(),
+                          attempt=1)
+    run = pipelines.chaos_work(ctx)
+    with pytest.raises(asyncio.CancelledError):
+        await run.__anext__()
+    other = await asyncpg.connect(dsn)
+    try:
+        assert await other.fetchval(pipelines.LOCK_SQL, pipelines.PROBE_CLASS_ID, key) is True, (
+            "the stopped run's probe still holds its key")
+    finally:
+        await other.close()
+        for probe in kept:
+            await probe.close()
 
 
 def test_checks_fail_on_overlap_and_on_a_journal_that_disagrees() -> None:
