@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timer", type=float, default=1.0, help="seconds between a process's timer firings")
     p.add_argument("--operation-jobs", type=int, default=3000, help="delayed jobs the bulk cancel covers (0: none)")
     p.add_argument("--operation-batch", type=int, default=20, help="the bulk operation's batch size")
+    p.add_argument("--concurrency-limit", type=int, default=None, help="the chaos queue's global concurrency limit")
+    p.add_argument("--partition-concurrency", type=int, default=None, help="its limit per partition_key")
+    p.add_argument("--rate", type=int, default=None, help="its job starts per --rate-period")
+    p.add_argument("--rate-period", type=float, default=1.0, help="the rate's window in seconds")
+    p.add_argument("--partitions", type=int, default=4, help="partition keys the jobs spread over")
+    p.add_argument("--no-aim", action="store_true", help="no aimed kills (observer holder, mid-step node)")
     p.add_argument("--no-restart", action="store_true", help="skip the PostgreSQL restart")
     p.add_argument("--no-sigterm", action="store_true", help="skip the SIGTERM")
     p.add_argument("--seed", type=int, default=None)
@@ -108,7 +114,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 restart=not args.no_restart, sigterm=not args.no_sigterm, seed=args.seed,
                 log_level=args.log_level, submit_timeout_sec=180, processes=args.processes,
                 observers=args.observers, tick_every_sec=args.tick_every, timer_sec=args.timer,
-                operation_jobs=args.operation_jobs, operation_batch=args.operation_batch, settle_timeout_sec=180)
+                operation_jobs=args.operation_jobs, operation_batch=args.operation_batch, settle_timeout_sec=180,
+                concurrency_limit=args.concurrency_limit, partition_concurrency=args.partition_concurrency,
+                rate_limit=args.rate, rate_period_sec=args.rate_period, partitions=args.partitions,
+                aim=not args.no_aim)
             git = git_state()
             logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
             report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()

@@ -61,6 +61,7 @@ class ProcessClient:
     acked: list[int] = field(default_factory=list)
     unacked: list[str] = field(default_factory=list)
     requests: int = 0
+    long_step_sec: float | None = None  # the next call's step lasts this long (an aimed kill's target)
 
 
 class Capabilities:
@@ -148,7 +149,10 @@ class Capabilities:
         seq = 0
         while not self._stop_calls.is_set():
             seq += 1
-            body = {"args": {"seq": seq}, "idempotency_key": f"call-{p.process_id}-{seq}", "timeout_sec": 20}
+            args: dict[str, Any] = {"seq": seq}
+            if p.long_step_sec:
+                args["step_sec"], p.long_step_sec = p.long_step_sec, None
+            body = {"args": args, "idempotency_key": f"call-{p.process_id}-{seq}", "timeout_sec": 30}
             path = f"/api/v1/processes/{PROCESS_NS}/{p.process_id}/call"
             p.requests += 1
             try:
@@ -282,7 +286,7 @@ class Capabilities:
         proc = check_processes({p.process_id: p.acked for p in self.processes},
                                [u for p in self.processes for u in p.unacked],
                                [dict(r) for r in processes], [dict(e) for e in events],
-                               [dict(s) for s in steps], since)
+                               [dict(s) for s in steps], since, cfg.timer_sec)
         obs = check_observers(self.observers, [dict(r) for r in obs_runs], [dict(r) for r in obs_rows], since)
         ticks = [key_tick(r["idempotency_key"], self.schedule) for r in tick_jobs] if self.schedule else []
         sched = check_schedule(ticks, cfg.tick_every_sec, self.schedule_window) if self.schedule else None
@@ -312,17 +316,37 @@ def _payload(value: Any) -> dict[str, Any]:
     return dict(value or {})
 
 
+# Two timer events of one process must be at least its period apart, less this share of it. The
+# timer's due time is computed when its step's intent is applied, a moment before the transaction
+# that stamps the step's events (dl_process_events.ts = now()) starts, and the next timer's step
+# (claim, STEP_SEC, commit) is stamped after that due time: so the real gap is the period plus a
+# step, less a few ms. A doubled chain (two timers armed for one process) gives gaps of g and
+# period - g, one of them at most half a period: far below the tolerance.
+TIMER_TOLERANCE = 0.1
+
+
+def doubled_timers(timers: list[datetime], period_sec: float,
+                   tolerance: float = TIMER_TOLERANCE) -> list[tuple[datetime, datetime]]:
+    """Consecutive timer events of one process closer than `period_sec * (1 - tolerance)`: a timer
+    chain that doubled (the history and aux_state both count the extra firings, so only their
+    spacing shows it)."""
+    least = timedelta(seconds=period_sec * (1 - tolerance))
+    ordered = sorted(timers)
+    return [(a, b) for a, b in itertools.pairwise(ordered) if b - a < least]
+
+
 def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: list[dict[str, Any]],
                     events: list[dict[str, Any]], steps: list[dict[str, Any]],
-                    calls_stopped_at: datetime | None) -> dict[str, Any]:
+                    calls_stopped_at: datetime | None, timer_sec: float = 1.0) -> dict[str, Any]:
     from tests.chaos.harness import overlapping_runs
 
     by_pid: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         by_pid[e["process_id"]].append({**e, "payload": _payload(e["payload"])})
     rows = {p["id"]: p for p in processes}
-    lost, doubled, mismatch, not_running, no_timer = [], [], [], [], []
+    lost, doubled, mismatch, not_running, no_timer, timer_doubled = [], [], [], [], [], []
     timers_total = 0
+    least_gap: float | None = None
     for pid, seqs in acked.items():
         evs = by_pid.get(pid, [])
         applied = Counter(e["payload"].get("seq") for e in evs if e["payload"].get("kind") == "call")
@@ -330,6 +354,12 @@ def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: 
         doubled += [f"{pid} call {s} x{n}" for s, n in applied.items() if n > 1]
         timers = [e for e in evs if e["payload"].get("kind") == "timer"]
         timers_total += len(timers)
+        stamps = sorted(e["ts"] for e in timers)
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
+        if gaps:
+            least_gap = min(gaps) if least_gap is None else min(least_gap, min(gaps))
+        timer_doubled += [f"{pid}: timers at {a.isoformat()} and {b.isoformat()}"
+                          for a, b in doubled_timers(stamps, timer_sec)]
         row = rows.get(pid)
         if row is None or row["status"] != "running":
             not_running.append(f"{pid}: {row['status'] if row else 'missing'}")
@@ -340,7 +370,8 @@ def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: 
         if calls_stopped_at is None or not any(e["ts"] > calls_stopped_at for e in timers):
             no_timer.append(pid)
     overlaps = overlapping_runs(steps)
-    refused = [f"{s['lock_key']} task {s['job_id']} attempt {s['attempt']}" for s in steps
+    refused = [f"{s['lock_key']} task {s['job_id']} attempt {s['attempt']} on {s.get('node')} at "
+               f"{s['started_at']}: held by {_holders(s, steps)}" for s in steps
                if not s["probe_ok"] or s["reprobe_failed"]]
     return {
         "checks": {
@@ -350,16 +381,29 @@ def check_processes(acked: dict[str, list[int]], unacked: list[str], processes: 
             "process_state_mismatches (state vs history)": len(mismatch),
             "processes_not_running (error or gone)": len(not_running),
             "timers_not_fired (none after the calls)": len(no_timer),
+            "doubled_timers (two timers closer than the period)": len(timer_doubled),
             "overlapping_steps (ended steps of one process)": len(overlaps),
             "step_probe_violations (process probe refused)": len(refused),
         },
         "examples": {"calls": (lost + doubled + unacked)[:5], "process_state": (mismatch + not_running)[:5],
-                     "timers": no_timer[:5], "steps": [*overlaps[:5], *refused[:5]]},
+                     "timers": [*no_timer[:5], *timer_doubled[:5]], "steps": [*overlaps[:5], *refused[:5]]},
         "counts": {"processes": len(acked), "calls_acked": sum(len(s) for s in acked.values()),
-                   "timers_fired": timers_total, "steps": len(steps),
+                   "timers_fired": timers_total,
+                   "least_timer_gap_sec": round(least_gap, 3) if least_gap is not None else None,
+                   "steps": len(steps),
                    "steps_by_outcome": dict(Counter(s["outcome"] or "killed" for s in steps)),
                    "steps_rerun": sum(1 for s in steps if s["attempt"] > 1)},
     }
+
+
+def _holders(refused: dict[str, Any], steps: list[dict[str, Any]]) -> list[str]:
+    """The other steps of the refused step's process that were alive when it started (killed ones
+    count to the end of the run): who held its probe lock, for the report."""
+    start = refused["started_at"]
+    return [f"task {s['job_id']} attempt {s['attempt']} on {s.get('node')} {s['started_at']}..{s['ended_at']} "
+            f"{s['outcome'] or 'killed'}" for s in steps
+            if s is not refused and s["lock_key"] == refused["lock_key"] and s["started_at"] <= start
+            and (s["ended_at"] is None or s["ended_at"] > start)]
 
 
 def overlapping_observer_runs(runs: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
@@ -430,14 +474,21 @@ def check_schedule(ticks: list[datetime], every_sec: float, window: dict[str, An
                    stall_sec: float = 15.0) -> dict[str, Any]:
     """Every tick of the window exactly once (missed="catch_up": a missed tick still gets its job).
     The window runs from the first tick after the schedule was created to the last tick enqueued;
-    the last must be near the end (else the scheduler stalled)."""
+    the last must be near the end (else the scheduler stalled).
+
+    A tick is the job's idempotency key, unique in dl_jobs, so one tick can never have two jobs: a
+    scheduler that fires twice shows as a job for a time that is not a tick at all. So every tick
+    must be on the schedule's grid (interval ticks are the multiples of the period from the Unix
+    epoch, model/schedule_timing.py) and not before the schedule was created; a key seen twice
+    (impossible while the key is unique) counts too."""
     counts = Counter(ticks)
-    doubled = [f"{t.isoformat()} x{n}" for t, n in counts.items() if n > 1]
-    missing: list[str] = []
+    step = timedelta(seconds=every_sec)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     created, stopped = window.get("created_at"), window.get("stopped_at")
+    off_grid = [f"{t.isoformat()} x{n}" for t, n in counts.items()
+                if n > 1 or (t - epoch) % step or (created is not None and t < created)]
+    missing: list[str] = []
     if counts:
-        step = timedelta(seconds=every_sec)
-        epoch = datetime(1970, 1, 1, tzinfo=UTC)
         first = epoch + step * (math.floor((created - epoch) / step) + 2) if created else min(counts)
         t = first
         last = max(counts)
@@ -448,11 +499,11 @@ def check_schedule(ticks: list[datetime], every_sec: float, window: dict[str, An
     stalled = int(not counts or (stopped is not None and (stopped - max(counts)).total_seconds() > stall_sec))
     return {
         "checks": {
-            "doubled_ticks (a tick with 2+ jobs)": len(doubled),
+            "off_grid_ticks (a job for a time that is no tick)": len(off_grid),
             "missed_ticks (a tick without a job)": len(missing),
             "schedule_stalled (no tick near the end)": stalled,
         },
-        "examples": {"ticks": (doubled + missing)[:5]},
+        "examples": {"ticks": (off_grid + missing)[:5]},
         "counts": {"ticks": len(counts), "jobs": len(ticks),
                    "first": min(counts).isoformat() if counts else None,
                    "last": max(counts).isoformat() if counts else None},

@@ -43,6 +43,7 @@ import asyncpg
 import httpx
 
 from tests.chaos.capabilities import Capabilities
+from tests.chaos.limits import COPY_FLOW_STARTS_SQL, FLOW_STARTS_DDL, check_limits, limits_reached
 from tests.chaos.nodes import NodeError, NodeSlot, free_port, node_env
 from tests.chaos.pipelines import CONNECTION_ERRORS, OBSERVER_RUNS_DDL, RUNS_DDL, TASK
 
@@ -87,6 +88,27 @@ class ChaosConfig:
     operation_jobs: int = 600
     operation_batch: int = 20
     settle_timeout_sec: float = 90.0
+    # the chaos queue's flow limits (limits.py); None turns one off. Jobs spread over `partitions`
+    # partition keys.
+    concurrency_limit: int | None = None
+    partition_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period_sec: float = 1.0
+    partitions: int = 4
+    # aim kills instead of picking a random node: the first kill takes a node running an observer,
+    # the second a node in the middle of a process step (made long for it); each aim waits for its
+    # target, and a missed aim is a failure (aimed_kills_missed)
+    aim: bool = True
+
+    def queue_limits(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.concurrency_limit:
+            out["concurrency"] = self.concurrency_limit
+        if self.partition_concurrency:
+            out["partition_concurrency"] = self.partition_concurrency
+        if self.rate_limit:
+            out["rate"] = f"{self.rate_limit}/{self.rate_period_sec:g}s"
+        return out
 
 
 @dataclass
@@ -148,7 +170,7 @@ class ChaosRun:
         env = node_env(base_env, dsn=dsn, queue=self.queue, concurrency=cfg.concurrency,
                        heartbeat_sec=cfg.heartbeat_sec, reaper_period_sec=cfg.reaper_period_sec,
                        shutdown_timeout_sec=cfg.shutdown_timeout_sec, claim_backoff_sec=cfg.claim_backoff_sec,
-                       log_level=cfg.log_level, root=ROOT)
+                       log_level=cfg.log_level, root=ROOT, queue_limits=cfg.queue_limits())
         self.slots = [NodeSlot(index=i + 1, port=free_port(), env=env, log_dir=log_dir)
                       for i in range(cfg.nodes)]
         self.submissions: list[Submission] = []
@@ -156,6 +178,7 @@ class ChaosRun:
         self.kills: list[dict[str, Any]] = []
         self.restart: dict[str, Any] | None = None
         self.sigterm: dict[str, Any] | None = None
+        self.aimed: dict[str, str | None] = {}
         self.start_failures: list[str] = []
         self.timings: dict[str, float] = {}
         self._bringups: set[asyncio.Task[None]] = set()
@@ -170,8 +193,10 @@ class ChaosRun:
         try:
             await conn.execute(RUNS_DDL)
             await conn.execute(OBSERVER_RUNS_DDL)
+            await conn.execute(FLOW_STARTS_DDL)
         finally:
             await conn.close()
+        copier = asyncio.create_task(self._copy_flow_starts()) if self.cfg.rate_limit else None
         limits = httpx.Limits(max_connections=self.cfg.http_parallel * 2, max_keepalive_connections=0)
         async with httpx.AsyncClient(timeout=httpx.Timeout(15, connect=2), limits=limits) as client:
             self._client = client
@@ -201,8 +226,19 @@ class ChaosRun:
                     task.cancel()
                 for slot in self.slots:
                     slot.close()
+                if copier is not None:
+                    copier.cancel()
         self.timings["total_sec"] = time.monotonic() - t0
         return await self._report(drained)
+
+    async def _copy_flow_starts(self) -> None:
+        """Keep the gate's stamps of the queue's starts (dl_flow_starts keeps a minute of them)."""
+        while True:
+            await asyncio.sleep(3)
+            try:
+                await self.db.fetch(COPY_FLOW_STARTS_SQL, self.queue, deadline_sec=20)
+            except CONNECTION_ERRORS:
+                pass  # the next round copies them (they stay a minute)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -281,11 +317,41 @@ class ChaosRun:
                 await self._sigterm(t0)
                 await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
             # the bulk operation starts at its kill, and that kill takes the node running it
-            victim = (await self.caps.start_operation() if k == operation_at else None) or await self._ready_slot()
+            victim = ((await self.caps.start_operation() if k == operation_at else None)
+                      or await self._aimed(k) or await self._ready_slot())
             inc = victim.kill9()
             self.kills.append({"n": k + 1, "node": inc.name, "at": inc.ended_at,
                                "t_sec": round(inc.ended_at - t0, 2) if inc.ended_at else None})
             self._bring_up(victim)
+
+    async def _aimed(self, k: int) -> NodeSlot | None:
+        """The first kill takes a node running an observer, the second one a node in the middle of a
+        process step: what the checks of moves, killed observer runs and rerun steps need, made
+        certain rather than left to chance. None when this kill is not aimed; a target not found in
+        time is recorded as missed (a failed check) and the kill takes a random node."""
+        cfg = self.cfg
+        if not cfg.aim or k > 1 or (k == 0 and not cfg.observers) or (k == 1 and not cfg.processes):
+            return None
+        what = "observer" if k == 0 else "step"
+        if what == "step":
+            # the next call of the first process is a step of 2 s (node_capabilities.py: args.step_sec)
+            self.caps.processes[0].long_step_sec = 2.0
+            sql = ("SELECT node FROM chaos_runs WHERE lock_key LIKE 'process:%' AND ended_at IS NULL AND started_at "
+                   "BETWEEN clock_timestamp() - interval '1.5 s' AND clock_timestamp() - interval '0.2 s'")
+        else:
+            sql = ("SELECT node FROM chaos_observer_runs WHERE name = ANY($1) AND ended_at IS NULL "
+                   "AND last_beat_at > clock_timestamp() - interval '0.6 s'")
+        args = [] if what == "step" else [self.caps.observers]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            nodes = {r["node"] for r in await self.db.fetch(sql, *args)}
+            for slot in self.slots:
+                if slot.ready() and slot.current is not None and slot.current.name in nodes:
+                    self.aimed[what] = slot.current.name
+                    return slot
+            await asyncio.sleep(0.05)
+        self.aimed[what] = None
+        return None
 
     async def _restart_postgres(self, t0: float) -> None:
         started = time.time()
@@ -321,6 +387,7 @@ class ChaosRun:
         chunks = max(1, min(16, round(duration_ms / 120)))
         key = f"chaos-{self.token}-{i}"
         return {"queue": self.queue, "task": TASK, "lock_key": lock_key, "idempotency_key": key,
+                "partition_key": f"t-{self.rng.randrange(cfg.partitions)}" if cfg.partitions else "",
                 "lease_ttl_sec": cfg.lease_ttl_sec, "max_attempts": cfg.max_attempts,
                 "args": {"chunks": chunks, "chunk_ms": round(duration_ms / chunks, 1)}}
 
@@ -396,8 +463,8 @@ class ChaosRun:
 
     async def _report(self, drained: bool) -> dict[str, Any]:
         jobs = await self.db.fetch(
-            "SELECT job_id::text, idempotency_key, lock_key, status::text, attempt FROM dl_jobs WHERE queue = $1",
-            self.queue)
+            "SELECT job_id::text, idempotency_key, lock_key, partition_key, status::text, attempt FROM dl_jobs "
+            "WHERE queue = $1", self.queue)
         events = await self.db.fetch(
             "SELECT job_id::text, event_id, kind, payload, extract(epoch FROM ts)::float8 AS ts "
             "FROM dl_job_events WHERE queue = $1 AND kind <> 'heartbeat' ORDER BY job_id, event_id", self.queue)
@@ -406,8 +473,22 @@ class ChaosRun:
             "r.probe_ok, r.probe_lost, r.reprobe_failed "
             "FROM chaos_runs r JOIN dl_jobs j ON j.job_id = r.job_id WHERE j.queue = $1", self.queue)
         report = build_report(self, jobs, events, runs, drained)
+        cfg = self.cfg
+        gate_starts: dict[str, list[Any]] | None = None
+        if cfg.rate_limit:
+            await self.db.fetch(COPY_FLOW_STARTS_SQL, self.queue)
+            gate_starts = defaultdict(list)
+            for r in await self.db.fetch("SELECT job_id::text, extract(epoch FROM started_at)::float8 AS at "
+                                         "FROM chaos_flow_starts"):
+                gate_starts[r["job_id"]].append(r["at"])
+        flow = check_limits([dict(e) for e in events], {j["job_id"]: j["partition_key"] for j in jobs},
+                            concurrency=cfg.concurrency_limit, partition_concurrency=cfg.partition_concurrency,
+                            rate_limit=cfg.rate_limit, rate_period_sec=cfg.rate_period_sec if cfg.rate_limit else None,
+                            gate_starts=gate_starts)
+        report["limits"] = {**flow["counts"], "reached": limits_reached(flow["counts"])}
+        report["examples"].update(flow["examples"])
         caps = await self.caps.report()
-        checks = {**report["checks"], **caps.pop("checks")}
+        checks = {**report["checks"], **flow["checks"], **caps.pop("checks")}
         report["checks"] = checks
         report["failures"] = {k: v for k, v in checks.items() if v}
         report["examples"].update(caps.pop("examples"))
@@ -559,6 +640,7 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
         "missing_restart": int(cfg.restart and run.restart is None),
         "missing_sigterm": int(cfg.sigterm and run.sigterm is None),
         "missing_kills": max(0, cfg.kills - len(run.kills)),
+        "aimed_kills_missed (no observer / step to kill)": sum(1 for v in run.aimed.values() if v is None),
     }
     return {
         "config": {**asdict(cfg), "queue": run.queue, "database": urlsplit(run.dsn).path.lstrip("/"),
@@ -592,6 +674,7 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
                  "by_status": {str(k): v for k, v in sorted(run.http.by_status.items())}},
         "restart": run.restart,
         "sigterm": sig,
+        "aimed": run.aimed,
         "kill_to_rescue_sec": {
             "attempts": len(rescue),
             "requeued_max": round(max(to_requeue), 2) if to_requeue else None,
@@ -628,6 +711,8 @@ def format_table(report: dict[str, Any]) -> str:
         (_restart_label(report["restart"]), json.dumps(report["restart"])),
         ("SIGTERM", json.dumps(report["sigterm"])),
         ("HTTP", json.dumps(report["http"])),
+        ("flow limits (from the journal)", json.dumps(report.get("limits"))),
+        ("aimed kills", json.dumps(report.get("aimed"))),
         ("timings (s)", json.dumps(report["timings_sec"])),
         *[(f"{name}", json.dumps(value, default=str))
           for name, value in report.get("capabilities", {}).items()],

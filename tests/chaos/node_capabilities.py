@@ -35,10 +35,12 @@ async def chaos_process(task: ProcessTask, process: Process, ctx: Any) -> Intent
     """One step: probe the process's key, record the run, apply the task, record its end."""
     args = task.args if isinstance(task.args, dict) else {}
     probe = Probe(chaos_dsn(args), process_lock_key(ctx.process_id))
-    await probe.ensure_held()
-    run_id = await probe.record_start(ctx.task_id, ctx.attempt)
+    run_id = None
     outcome = "stopped"
     try:
+        # inside the try: a step stopped while taking its probe must still close it (pipelines.py)
+        await probe.ensure_held()
+        run_id = await probe.record_start(ctx.task_id, ctx.attempt)
         await asyncio.sleep(float(args.get("step_sec", STEP_SEC)))  # a step long enough to overlap
         await probe.ensure_held()
         state = dict(process.aux_state) if isinstance(process.aux_state, dict) else {}
@@ -60,7 +62,10 @@ async def chaos_process(task: ProcessTask, process: Process, ctx: Any) -> Intent
         outcome = "completed"
         return intent
     finally:
-        await probe.record_end_and_close(run_id, outcome)
+        if run_id is None:
+            await probe.close()
+        else:
+            await probe.record_end_and_close(run_id, outcome)
 
 
 @observer(OBSERVER_KIND)
@@ -69,12 +74,14 @@ async def chaos_watch(ctx: ObserverContext) -> None:
     moment (database clock); the end is written only on the run's own connection, never after a
     reconnect that might come late, so a run's interval never claims more than it really lived."""
     probe = Probe(chaos_dsn(ctx.args), f"observer:{ctx.name}")
-    await probe.ensure_held()
-    run_id = await probe.fetchval(
-        "INSERT INTO chaos_observer_runs (name, epoch, node, started_at, last_beat_at, probe_ok) "
-        "VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), $4) RETURNING id",
-        ctx.name, ctx.epoch, ctx.node_name, bool(probe.probe_ok))
+    run_id = None
     try:
+        # inside the try: a run stopped while taking its probe must still close it (pipelines.py)
+        await probe.ensure_held()
+        run_id = await probe.fetchval(
+            "INSERT INTO chaos_observer_runs (name, epoch, node, started_at, last_beat_at, probe_ok) "
+            "VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), $4) RETURNING id",
+            ctx.name, ctx.epoch, ctx.node_name, bool(probe.probe_ok))
         while not await ctx.sleep(BEAT_SEC):
             await probe.ensure_held()
             await probe.fetchval(
@@ -84,7 +91,7 @@ async def chaos_watch(ctx: ObserverContext) -> None:
     finally:
         conn = probe.conn
         try:
-            if conn is not None and not conn.is_closed():
+            if run_id is not None and conn is not None and not conn.is_closed():
                 await conn.execute("UPDATE chaos_observer_runs SET ended_at = clock_timestamp(), "
                                    "last_beat_at = clock_timestamp() WHERE id = $1", run_id, timeout=2)
         except CONNECTION_ERRORS:

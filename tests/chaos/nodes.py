@@ -146,7 +146,7 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, heartbeat_sec: float,
              reaper_period_sec: float, shutdown_timeout_sec: float, claim_backoff_sec: float,
-             log_level: str, root: Path) -> dict[str, str]:
+             log_level: str, root: Path, queue_limits: dict[str, object] | None = None) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
     env.update({
         "DL_DB_DSN": dsn,
@@ -165,6 +165,8 @@ def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, he
         "DL_OPERATIONS_LEASE_SEC": "3",
         "DL_OPERATIONS_BATCH_PAUSE_SEC": "0.2",
         "DL_OPERATIONS_PERIOD_SEC": "2",
+        # the queue's flow limits (docs/flow-control.md), declared alike on every node
+        "DL_QUEUES_JSON": json.dumps({queue: queue_limits} if queue_limits else {}),
         "DL_LOG_FORMAT": "json",
         "DL_LOG_LEVEL": log_level,
         "PYTHONUNBUFFERED": "1",

@@ -98,6 +98,11 @@ class Probe:
                     raise
                 await asyncio.sleep(0.2)
                 continue
+            except BaseException:
+                # cancelled (the run was stopped) while asking: the session, and the lock it may have
+                # got, must end here, or it would stay held by a connection no one closes
+                conn.terminate()
+                raise
             break
         self.conn, self.held = conn, got
         if self.probe_ok is None:
@@ -146,8 +151,12 @@ class Probe:
             if self.held and not self.conn.is_closed():
                 await self.conn.fetchval(UNLOCK_SQL, PROBE_CLASS_ID, self.lock_key, timeout=5)
             await self.conn.close(timeout=5)
-        except CONNECTION_ERRORS:
-            self.conn.terminate()  # the session (and its lock) ends with the connection anyway
+        except BaseException as exc:
+            # a lost connection, or cancelled while closing: the session (and its lock) ends with the
+            # connection; never leave it open
+            self.conn.terminate()
+            if not isinstance(exc, CONNECTION_ERRORS):
+                raise
         finally:
             self.conn = None
             self.held = False
@@ -168,10 +177,13 @@ async def chaos_work(ctx: JobContext):
     chunks = int(ctx.args.get("chunks", 5))
     chunk_sec = float(ctx.args.get("chunk_ms", 100)) / 1000
     probe = Probe(chaos_dsn(ctx.args), ctx.lock_key)
-    await probe.ensure_held()
-    run_id = await probe.record_start(ctx.job_id, ctx.attempt)
+    run_id = None
     outcome = "stopped"
     try:
+        # inside the try: a run stopped (cancelled) while taking its probe or writing its row must
+        # still close the probe, or its lock would be held by a connection no one closes
+        await probe.ensure_held()
+        run_id = await probe.record_start(ctx.job_id, ctx.attempt)
         for chunk in range(chunks):
             await asyncio.sleep(chunk_sec)
             await probe.ensure_held()
@@ -179,7 +191,10 @@ async def chaos_work(ctx: JobContext):
             yield
         outcome = "completed"
     finally:
-        await probe.record_end_and_close(run_id, outcome)
+        if run_id is None:
+            await probe.close()
+        else:
+            await probe.record_end_and_close(run_id, outcome)
 
 
 # -- the other capabilities under the same chaos (processes, observers) ----------------------------

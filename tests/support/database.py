@@ -62,6 +62,22 @@ async def drop_database(server: TestServer, dsn: str) -> None:
         await conn.close()
 
 
+class RestartNotReal(AssertionError):
+    """A test asked for a PostgreSQL restart where only terminating sessions is possible, and the run
+    requires real restarts (under CI)."""
+
+
+def real_restart_required() -> str | None:
+    """Why a restart that only terminates sessions is not acceptable in this run (None: it is, with
+    a warning): under CI (the env variable CI set, as .ci/run and every CI service set it), or when
+    DL_TEST_REQUIRE_RESTART=1 asks for it locally."""
+    if os.environ.get("CI"):
+        return "CI is set"
+    if os.environ.get("DL_TEST_REQUIRE_RESTART") == "1":
+        return "DL_TEST_REQUIRE_RESTART=1"
+    return None
+
+
 async def restart_server(server: TestServer, dsn: str) -> str:
     """Restart PostgreSQL under the running test; returns what happened, for the test to report.
 
@@ -69,7 +85,10 @@ async def restart_server(server: TestServer, dsn: str) -> str:
     - external DL_TEST_DSN server with DL_TEST_RESTART_CMD set: that shell command is run (e.g.
       `pg_ctlcluster --skip-systemctl-redirect 15 main restart`) -> "restarted";
     - external server without it: it is not ours to restart, so every session of the test database
-      is terminated instead (what clients see of a restart, minus the downtime) -> "terminated".
+      is terminated instead (what clients see of a restart, minus the downtime) -> "terminated";
+      except under CI (env CI set) or with DL_TEST_REQUIRE_RESTART=1, where a restart that is not
+      real fails the test (RestartNotReal) before anything is done: a test named for a restart must
+      not pass in CI on a restart that lost no shared state and had no downtime.
     """
     import asyncio
 
@@ -90,6 +109,12 @@ async def restart_server(server: TestServer, dsn: str) -> str:
             raise RuntimeError(f"DL_TEST_RESTART_CMD {command!r} exited with {done.returncode}:\n"
                                f"{done.stdout}{done.stderr}")
         return "restarted"
+    why = real_restart_required()
+    if why:
+        raise RestartNotReal(f"PostgreSQL would NOT be restarted ({why}): the tests use the external server "
+                             "of DL_TEST_DSN, and without DL_TEST_RESTART_CMD its sessions could only be "
+                             "terminated; set DL_TEST_RESTART_CMD (e.g. `pg_ctlcluster --skip-systemctl-redirect "
+                             "15 main restart`) or leave DL_TEST_DSN unset (the embedded server restarts for real)")
     name = urlsplit(dsn).path.lstrip("/")
     conn = await asyncpg.connect(server.admin_dsn)
     try:

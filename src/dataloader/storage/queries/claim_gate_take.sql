@@ -23,6 +23,12 @@ gate AS MATERIALIZED (
 ), claimed AS (
 -- @include claim_mark_running
 ), journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
+    -- ts: the moment after the gate (clock_timestamp(), not the statement's start, now()): a claim of a
+    -- limited queue may have waited on the queue's flow row before the gate counted, and its 'picked'
+    -- rows stamped with its start would put starts the gate allowed in one rate window into an earlier
+    -- one. So the journal shows the starts as the gate counted them (docs/flow-control.md), and the
+    -- chaos run checks every limit from it (tests/chaos/limits.py).
+    INSERT INTO dl_job_events (job_id, queue, kind, payload, ts)
+    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text),
+           clock_timestamp()
     FROM claimed c JOIN verdict r USING (job_id)
