@@ -44,13 +44,12 @@ from dataloader.exceptions import (
     UnknownTask,
     ValidationFailed,
 )
-from dataloader.model.chain import MAX_STAGES, Stage
+from dataloader.model.chain import MAX_STAGES, Stage, stages_json
 from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.storage.repositories import JobRepository, NewJob
-from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 log = logging.getLogger("dataloader.jobs")

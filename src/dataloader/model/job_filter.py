@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from dataloader.base import StrictModel
 from dataloader.model.clock import refuse_number_as_time
 from dataloader.model.job import JobStatus
-from dataloader.model.json_depth import MAX_JSON_DEPTH, nests_deeper_than
+from dataloader.model.storable import MAX_JSON_DEPTH, nests_deeper_than
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)

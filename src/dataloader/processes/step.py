@@ -46,6 +46,7 @@ from dataloader.model.process import (
     Timer,
     UnsetTimer,
 )
+from dataloader.model.storable import encode_json
 from dataloader.processes.registry import Processor, processors
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.process_repository import (
@@ -56,7 +57,7 @@ from dataloader.storage.process_repository import (
     events_from_json,
     process_from_row,
 )
-from dataloader.workers.outcome import describe, encode_result
+from dataloader.workers.outcome import describe
 from dataloader.workers.pipelines.context import JobContext
 
 log = logging.getLogger("dataloader.processes")
@@ -386,7 +387,7 @@ def _check_intent(result: Any) -> Intent:
 
 
 def _encode(what: str, value: Any) -> str:
-    text, problem = encode_result(value, MAX_VALUE_BYTES)
+    text, problem = encode_json(value, MAX_VALUE_BYTES)
     if problem is not None:
         raise InvalidIntent(f"the {what} cannot be stored: {problem}")
     return text if text is not None else "null"
