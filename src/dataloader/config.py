@@ -28,8 +28,8 @@ DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
 class Queue(BaseModel):
     """A queue this process works on, and how many of its jobs run at once here (one entry of
-    WORKERS_JSON). `limits` declares the queue's limits across every node (issue 21,
-    docs/flow-control.md): `Queue("load", 4, limits={"concurrency": 10, "rate": "50/1s"})` — the keys
+    WORKERS_JSON). `limits` declares the queue's limits across every node
+    (docs/flow-control.md): `Queue("load", 4, limits={"concurrency": 10, "rate": "50/1s"})` — the keys
     of DL_QUEUES_JSON, applied at the node's start unless the queue's limits were set at run time."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -311,7 +311,7 @@ class Settings(BaseSettings):
     def pipeline_module_names(self) -> list[str]:
         return [name.strip() for name in self.pipeline_modules.split(",") if name.strip()]
 
-    # --- Maintenance services (issue 8; dataloader.maintenance, docs/maintenance.md) -------------
+    # --- Maintenance services (dataloader.maintenance, docs/maintenance.md) -------------
     # How often a follower asks for the leader lock, and how often the leader probes its session:
     # the fail-over after a leader dies is bounded by this (plus jitter and a round trip).
     leader_retry_sec: float = Field(default=5, ge=0.05, le=300)
@@ -321,7 +321,7 @@ class Settings(BaseSettings):
     service_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
     service_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
 
-    # --- Retention and stats (issue 10; docs/patterns.md "Retention" and "Stats") ----------------
+    # --- Retention and stats (docs/patterns.md "Retention" and "Stats") ----------------
     # The pruner (leader only) deletes finished jobs, with their journal rows, older than an age
     # per status; ages are seconds or a duration ("90m", "12h", "7d"), between 1 hour and 10 years.
     retention_enabled: bool = True
@@ -343,7 +343,7 @@ class Settings(BaseSettings):
     stats_lag_sec: float = Field(default=60, ge=0, le=1800)
     stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
 
-    # --- Recovery and operations (issue 11; docs/operations.md) ---------------------------------
+    # --- Recovery and operations (docs/operations.md) ---------------------------------
     # Queue time: a job waiting (runnable, unclaimed) longer than its queue's limit is flagged
     # (queue_overdue_at, journal, dl_queue_time_expiries_total) or, where the queue says so, failed.
     # DL_QUEUE_TIME_LIMIT_SEC applies to every queue (0: no limit); per queue
@@ -362,7 +362,7 @@ class Settings(BaseSettings):
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.
     operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
-    # Flow control (issue 21; docs/flow-control.md): limits per queue across every node, declared
+    # Flow control (docs/flow-control.md): limits per queue across every node, declared
     # as {"load": {"concurrency": 5, "partition_concurrency": 1, "rate": "10/1s"}}; applied at a
     # node's start unless set at run time. A queue named here and in a Queue(limits=...) takes these.
     queues_json: Annotated[dict[str, QueueSettings], NoDecode] = Field(default_factory=dict)
@@ -394,7 +394,7 @@ class Settings(BaseSettings):
         return _json_object(value, 'must be a JSON object like {"load": {"limit": "15m", "fail": false}}',
                             "queue", _queue_time_limit, name_ok=None)
 
-    # --- Node registry and observers (issue 12; docs/observers.md) -------------------------------
+    # --- Node registry and observers (docs/observers.md) -------------------------------
     # Every node heartbeats its dl_nodes row this often (one statement); a node silent for more than
     # DL_NODE_DEAD_AFTER_SEC is marked dead by any other node and its observers move. An observer
     # moves within dead_after + heartbeat (+ a claim) after its node died.
@@ -411,7 +411,7 @@ class Settings(BaseSettings):
     observer_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
     observer_healthy_after_sec: float = Field(default=300, gt=0, le=7 * 86400)
 
-    # --- Limits of the HTTP API (issue 26; docs/operations.md "Limits of the HTTP API") ----------
+    # --- Limits of the HTTP API (docs/operations.md "Limits of the HTTP API") ----------
     # The API runs on its own pool of this many connections, never the engine's: no request can
     # make a claim, a heartbeat or the node's registry wait for a connection.
     api_pool_size: int = Field(default=10, ge=2, le=1000)
@@ -429,7 +429,7 @@ class Settings(BaseSettings):
     # byte (or after the connection, or the previous answer) is closed: the server's own
     # keep-alive timeout only covers an idle connection, not one trickling in a request's head.
     api_header_timeout_sec: float = Field(default=10, ge=0.1, le=3600)
-    # --- Observability (issue 23; docs/observability.md) -----------------------------------------
+    # --- Observability (docs/observability.md) -----------------------------------------
     # A scrape of /metrics that finds a transaction holding back the xmin horizon for longer than
     # this logs a WARNING naming its backend (at most once a minute per node).
     db_xmin_warn_sec: float = Field(default=300, gt=0, le=30 * 86400)

@@ -131,7 +131,7 @@ async def _run_step(ctx: JobContext, processor: Processor) -> None:
         return  # the process was removed (its tasks with it), or this task already ended
     step = _Step(ctx, repo, processor, row)
     try:
-        # a span of the step (issue 23), in the attempt's trace: `init orders`, `call orders`...
+        # a span of the step, in the attempt's trace: `init orders`, `call orders`...
         with tracing.child_span(f"{step.type.value} {step.ns}", {
                 "dataloader.process.ns": step.ns, "dataloader.process.id": step.pid,
                 "dataloader.process.task_type": step.type.value, "dataloader.process.task_id": str(step.task_id)}):

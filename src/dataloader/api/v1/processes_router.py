@@ -1,4 +1,4 @@
-"""API v1 processes (issue 9; docs/processes.md): `/api/v1/processes/{ns}/...` — init, call,
+"""API v1 processes (docs/processes.md): `/api/v1/processes/{ns}/...` — init, call,
 repair, simple repair, get (a page of history in either direction), list, remove.
 
 Errors have the jobs API's shape (`{error, detail}`): an unknown namespace or process is a 404, a
@@ -185,7 +185,7 @@ async def simple_repair_process(ns: Ns, id: Id, api: Api) -> ProcessView:
     return view(await api.simple_repair(ns, id))
 
 
-# --- recovery (issue 11; docs/operations.md "A bad deploy broke processes") ---------------------
+# --- recovery (docs/operations.md "A bad deploy broke processes") ---------------------
 
 RESTART_ERRORS = (ErrorCode.process_not_found, ErrorCode.process_busy,
                   ErrorCode.restart_not_possible, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
