@@ -49,6 +49,7 @@ from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.model.storable import json_text_problem
 from dataloader.storage.repositories import JobRepository, NewJob
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -274,8 +275,9 @@ class JobManager:
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         if size > self.max_args_bytes:
             raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
-        if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
-            raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
+        problem = json_text_problem(args, encoded)
+        if problem:
+            raise InvalidJobRequest(f"args: {problem}")
         return encoded
 
     def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:

@@ -53,6 +53,7 @@ from dataloader.model.process import (
     UnsetTimer,
 )
 from dataloader.model.process_selection import ProcessFilter
+from dataloader.model.storable import json_text_problem
 from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_page
 from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
 from dataloader.processes.registry import ProcessorRegistry
@@ -132,12 +133,9 @@ class ProcessManager:
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.max_args_bytes:
             raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
-        if "\\u0000" in text:
-            raise InvalidProcessRequest("args must not contain NUL (\\u0000) characters")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidProcessRequest("args contain unpaired UTF-16 surrogates") from None
+        problem = json_text_problem(args, text)
+        if problem:
+            raise InvalidProcessRequest(f"args: {problem}")
         return text
 
     @staticmethod
