@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
+from dataloader.exceptions import ArgsTooLarge
+
 MAX_JSON_DEPTH = 64
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # a NUL escape, not an escaped backslash + "u0000"
 
@@ -74,6 +76,16 @@ def json_text_problem(value: Any, text: str) -> str | None:
     suspect = (not text.isascii() or "\\u0000" in text or "\\ud" in text or "NaN" in text
                or "Infinity" in text or text.count("[") + text.count("{") > MAX_JSON_DEPTH)
     return json_storage_problem(value) if suspect else None
+
+
+def args_problem(value: Any, text: str, max_bytes: int) -> str | None:
+    """Why `value`, whose JSON is `text`, cannot be stored as a job's or a process's args (its face
+    raises its own error with this text), or None; ArgsTooLarge past `max_bytes` (DL_MAX_ARGS_BYTES)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ArgsTooLarge(f"args are {size} bytes; the limit is {max_bytes}")
+    problem = json_text_problem(value, text)
+    return f"args: {problem}" if problem else None
 
 
 def check_storable(value: Any) -> Any:
