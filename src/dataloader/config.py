@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,8 +28,8 @@ DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
 class Queue(BaseModel):
     """A queue this process works on, and how many of its jobs run at once here (one entry of
-    WORKERS_JSON). `limits` declares the queue's limits across every node (issue 21,
-    docs/flow-control.md): `Queue("load", 4, limits={"concurrency": 10, "rate": "50/1s"})` — the keys
+    WORKERS_JSON). `limits` declares the queue's limits across every node
+    (docs/flow-control.md): `Queue("load", 4, limits={"concurrency": 10, "rate": "50/1s"})` — the keys
     of DL_QUEUES_JSON, applied at the node's start unless the queue's limits were set at run time."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -84,54 +85,56 @@ def parse_shards(value: Any) -> dict[str, Shard]:
     """DL_SHARDS_JSON (JSON text or a mapping) as {name: Shard}; ValueError with one line naming
     the shard or queue at fault. A queue on two shards, a process queue, a reserved or malformed
     name, a DSN that is not postgresql:// or that two shards share are refused."""
-    value = _json_text(value, "{}")
-    if not isinstance(value, dict):
-        raise ValueError('must be a JSON object like {"b": {"dsn": "postgresql://…/b", "queues": ["load"]}}')
-    shards: dict[str, Shard] = {}
+    shards: dict[str, Shard] = _json_object(
+        value, 'must be a JSON object like {"b": {"dsn": "postgresql://…/b", "queues": ["load"]}}', "shard",
+        _shard, name_ok=None)
     owner: dict[str, str] = {}
-    for name, spec in value.items():
-        if not isinstance(name, str) or not _SHARD_NAME.match(name):
-            raise ValueError(f"shard {name!r}: a shard name is 1 to 63 of a-z, 0-9, _ and -, starting "
-                             "with a letter or digit")
-        if name == DEFAULT_SHARD:
-            raise ValueError(f"shard {name!r}: the name of DL_DB_DSN's shard, which holds every queue no "
-                             "shard names; give this shard another name")
-        if isinstance(spec, Shard):
-            spec = spec.model_dump()
-        if not isinstance(spec, dict) or "dsn" not in spec:
-            raise ValueError(f"shard {name!r}: must be an object with dsn (and optional direct_dsn, queues)")
-        unknown = sorted(set(spec) - {"dsn", "direct_dsn", "queues"})
-        if unknown:
-            raise ValueError(f"shard {name!r}: unknown key {unknown[0]!r} (allowed: dsn, direct_dsn, queues)")
-        for key in ("dsn", "direct_dsn"):
-            dsn = spec.get(key)
-            if key == "direct_dsn" and dsn is None:
-                continue
-            if not isinstance(dsn, str) or not dsn:
-                raise ValueError(f"shard {name!r}: {key} must be a postgresql:// URL")
-            try:
-                _check_dsn_scheme(dsn)
-            except ValueError as exc:
-                raise ValueError(f"shard {name!r}: {key} {exc}") from None
-        queues = spec.get("queues", [])
-        if not isinstance(queues, list | tuple):
-            raise ValueError(f"shard {name!r}: queues must be a JSON list of queue names")
-        for queue in queues:
-            if not _is_queue_name(queue):
-                raise ValueError(f"shard {name!r}: {queue!r} is not a queue name (1 to 200 characters, not blank)")
-            if queue.startswith("process:"):
-                raise ValueError(f"shard {name!r}: queue {queue!r} is a process queue; processes live on the "
-                                 "default shard (DL_DB_DSN)")
+    dsns: dict[str, str] = {}
+    for name, shard in shards.items():
+        for queue in shard.queues:
             if queue in owner:
                 raise ValueError(f"queue {queue!r} is on two shards ({owner[queue]!r} and {name!r})")
             owner[queue] = name
-        shards[name] = Shard(dsn=spec["dsn"], direct_dsn=spec.get("direct_dsn"), queues=tuple(queues))
-    dsns: dict[str, str] = {}
     for name, shard in shards.items():
         if shard.dsn in dsns:
             raise ValueError(f"shard {name!r}: the same dsn as shard {dsns[shard.dsn]!r} (one database is one shard)")
         dsns[shard.dsn] = name
     return shards
+
+
+def _shard(name: Any, spec: Any) -> Shard:
+    """One shard of DL_SHARDS_JSON, on its own (parse_shards checks them against each other)."""
+    if not isinstance(name, str) or not _SHARD_NAME.match(name):
+        raise ValueError("a shard name is 1 to 63 of a-z, 0-9, _ and -, starting with a letter or digit")
+    if name == DEFAULT_SHARD:
+        raise ValueError("the name of DL_DB_DSN's shard, which holds every queue no shard names; give this "
+                         "shard another name")
+    if isinstance(spec, Shard):
+        spec = spec.model_dump()
+    if not isinstance(spec, dict) or "dsn" not in spec:
+        raise ValueError("must be an object with dsn (and optional direct_dsn, queues)")
+    unknown = sorted(set(spec) - {"dsn", "direct_dsn", "queues"})
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (allowed: dsn, direct_dsn, queues)")
+    for key in ("dsn", "direct_dsn"):
+        dsn = spec.get(key)
+        if key == "direct_dsn" and dsn is None:
+            continue
+        if not isinstance(dsn, str) or not dsn:
+            raise ValueError(f"{key} must be a postgresql:// URL")
+        try:
+            _check_dsn_scheme(dsn)
+        except ValueError as exc:
+            raise ValueError(f"{key} {exc}") from None
+    queues = spec.get("queues", [])
+    if not isinstance(queues, list | tuple):
+        raise ValueError("queues must be a JSON list of queue names")
+    for queue in queues:
+        if not _is_queue_name(queue):
+            raise ValueError(f"{queue!r} is not a queue name (1 to 200 characters, not blank)")
+        if queue.startswith("process:"):
+            raise ValueError(f"queue {queue!r} is a process queue; processes live on the default shard (DL_DB_DSN)")
+    return Shard(dsn=spec["dsn"], direct_dsn=spec.get("direct_dsn"), queues=tuple(queues))
 
 
 def _shards_beside(shards: dict[str, Shard], default_dsn: str | None) -> dict[str, Shard]:
@@ -165,6 +168,27 @@ def _json_text(value: Any, empty: str) -> Any:
         return json.loads(value or empty)
     except json.JSONDecodeError as exc:
         raise ValueError(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
+
+
+def _json_object(value: Any, not_object: str, kind: str, entry: Callable[[str, Any], Any],
+                 name_ok: Callable[[object], bool] | None = _is_queue_name, text: bool = True) -> dict[str, Any]:
+    """A setting that is a JSON object of `kind` (queue, task, shard) -> its declaration, parsed
+    with `entry(name, declaration)`: `not_object` when it is no object, and every problem as one
+    line that names the entry (`queue 'load': ...`). One shape for every such setting; `text`: the
+    value may be JSON text (a setting itself, not an object inside one)."""
+    if text:
+        value = _json_text(value, "{}")
+    if not isinstance(value, dict):
+        raise ValueError(not_object)
+    parsed: dict[str, Any] = {}
+    for name, declared in value.items():
+        if name_ok is not None and not name_ok(name):
+            raise ValueError(f"{kind} {name!r}: not a {kind} name (1 to 200 characters, not blank)")
+        try:
+            parsed[name] = entry(name, declared)
+        except ValueError as exc:
+            raise ValueError(f"{kind} {name!r}: {exc}") from None
+    return parsed
 
 
 def default_data_dir() -> Path:
@@ -287,7 +311,7 @@ class Settings(BaseSettings):
     def pipeline_module_names(self) -> list[str]:
         return [name.strip() for name in self.pipeline_modules.split(",") if name.strip()]
 
-    # --- Maintenance services (issue 8; dataloader.maintenance, docs/maintenance.md) -------------
+    # --- Maintenance services (dataloader.maintenance, docs/maintenance.md) -------------
     # How often a follower asks for the leader lock, and how often the leader probes its session:
     # the fail-over after a leader dies is bounded by this (plus jitter and a round trip).
     leader_retry_sec: float = Field(default=5, ge=0.05, le=300)
@@ -297,7 +321,7 @@ class Settings(BaseSettings):
     service_restart_backoff_sec: float = Field(default=1, gt=0, le=3600)
     service_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
 
-    # --- Retention and stats (issue 10; docs/patterns.md "Retention" and "Stats") ----------------
+    # --- Retention and stats (docs/patterns.md "Retention" and "Stats") ----------------
     # The pruner (leader only) deletes finished jobs, with their journal rows, older than an age
     # per status; ages are seconds or a duration ("90m", "12h", "7d"), between 1 hour and 10 years.
     retention_enabled: bool = True
@@ -319,7 +343,7 @@ class Settings(BaseSettings):
     stats_lag_sec: float = Field(default=60, ge=0, le=1800)
     stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
 
-    # --- Recovery and operations (issue 11; docs/operations.md) ---------------------------------
+    # --- Recovery and operations (docs/operations.md) ---------------------------------
     # Queue time: a job waiting (runnable, unclaimed) longer than its queue's limit is flagged
     # (queue_overdue_at, journal, dl_queue_time_expiries_total) or, where the queue says so, failed.
     # DL_QUEUE_TIME_LIMIT_SEC applies to every queue (0: no limit); per queue
@@ -338,7 +362,7 @@ class Settings(BaseSettings):
     # Pause between batches of one operation: throttles a bulk change next to a busy queue.
     operations_batch_pause_sec: float = Field(default=0, ge=0, le=60)
 
-    # Flow control (issue 21; docs/flow-control.md): limits per queue across every node, declared
+    # Flow control (docs/flow-control.md): limits per queue across every node, declared
     # as {"load": {"concurrency": 5, "partition_concurrency": 1, "rate": "10/1s"}}; applied at a
     # node's start unless set at run time. A queue named here and in a Queue(limits=...) takes these.
     queues_json: Annotated[dict[str, QueueSettings], NoDecode] = Field(default_factory=dict)
@@ -367,22 +391,10 @@ class Settings(BaseSettings):
     @field_validator("queue_time_limits_json", mode="before")
     @classmethod
     def _parse_queue_time_limits(cls, value: Any) -> Any:
-        value = _json_text(value, "{}")
-        if not isinstance(value, dict):
-            raise ValueError('must be a JSON object like {"load": {"limit": "15m", "fail": false}}')
-        parsed: dict[str, dict[str, Any]] = {}
-        for queue, spec in value.items():
-            if not isinstance(spec, dict) or "limit" not in spec or set(spec) - {"limit", "fail"}:
-                raise ValueError(f"queue {queue!r}: must be an object with limit (and optional fail)")
-            seconds = Settings.duration_seconds(spec["limit"])
-            if not 0 <= seconds <= 3650 * 86400:
-                raise ValueError(f"queue {queue!r}: limit must be between 0 and 3650d")
-            if not isinstance(spec.get("fail", False), bool):
-                raise ValueError(f"queue {queue!r}: fail must be true or false")
-            parsed[queue] = {"limit": seconds, "fail": spec.get("fail", False)}
-        return parsed
+        return _json_object(value, 'must be a JSON object like {"load": {"limit": "15m", "fail": false}}',
+                            "queue", _queue_time_limit, name_ok=None)
 
-    # --- Node registry and observers (issue 12; docs/observers.md) -------------------------------
+    # --- Node registry and observers (docs/observers.md) -------------------------------
     # Every node heartbeats its dl_nodes row this often (one statement); a node silent for more than
     # DL_NODE_DEAD_AFTER_SEC is marked dead by any other node and its observers move. An observer
     # moves within dead_after + heartbeat (+ a claim) after its node died.
@@ -399,7 +411,7 @@ class Settings(BaseSettings):
     observer_restart_backoff_max_sec: float = Field(default=60, gt=0, le=24 * 3600)
     observer_healthy_after_sec: float = Field(default=300, gt=0, le=7 * 86400)
 
-    # --- Limits of the HTTP API (issue 26; docs/operations.md "Limits of the HTTP API") ----------
+    # --- Limits of the HTTP API (docs/operations.md "Limits of the HTTP API") ----------
     # The API runs on its own pool of this many connections, never the engine's: no request can
     # make a claim, a heartbeat or the node's registry wait for a connection.
     api_pool_size: int = Field(default=10, ge=2, le=1000)
@@ -417,7 +429,7 @@ class Settings(BaseSettings):
     # byte (or after the connection, or the previous answer) is closed: the server's own
     # keep-alive timeout only covers an idle connection, not one trickling in a request's head.
     api_header_timeout_sec: float = Field(default=10, ge=0.1, le=3600)
-    # --- Observability (issue 23; docs/observability.md) -----------------------------------------
+    # --- Observability (docs/observability.md) -----------------------------------------
     # A scrape of /metrics that finds a transaction holding back the xmin horizon for longer than
     # this logs a WARNING naming its backend (at most once a minute per node).
     db_xmin_warn_sec: float = Field(default=300, gt=0, le=30 * 86400)
@@ -439,43 +451,15 @@ class Settings(BaseSettings):
     @field_validator("queues_json", mode="before")
     @classmethod
     def _parse_queues(cls, value: Any) -> Any:
-        value = _json_text(value, "{}")
-        if not isinstance(value, dict):
-            raise ValueError('must be a JSON object like {"load": {"concurrency": 5, "rate": "10/1s"}}')
-        parsed: dict[str, QueueSettings] = {}
-        for queue, declared in value.items():
-            if not _is_queue_name(queue):
-                raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
-            try:
-                parsed[queue] = declared if isinstance(declared, QueueSettings) else settings_from_declaration(
-                    declared, queue)
-            except ValueError as exc:
-                raise ValueError(f"queue {queue!r}: {exc}") from None
-        return parsed
+        return _json_object(value, 'must be a JSON object like {"load": {"concurrency": 5, "rate": "10/1s"}}',
+                            "queue", lambda queue, declared: declared if isinstance(declared, QueueSettings)
+                            else settings_from_declaration(declared, queue))
 
     @field_validator("task_limits_json", mode="before")
     @classmethod
     def _parse_task_limits(cls, value: Any) -> Any:
-        value = _json_text(value, "{}")
-        if not isinstance(value, dict):
-            raise ValueError('must be a JSON object like {"load": {"load.cbr": {"concurrency": 3, "rate": "10/1s"}}}')
-        parsed: dict[str, dict[str, TaskSettings]] = {}
-        for queue, tasks in value.items():
-            if not _is_queue_name(queue):
-                raise ValueError(f"queue {queue!r}: not a queue name (1 to 200 characters, not blank)")
-            if not isinstance(tasks, dict):
-                raise ValueError(f"queue {queue!r}: must be an object of task -> limits")
-            parsed[queue] = {}
-            for task, declared in tasks.items():
-                if not isinstance(task, str) or not 1 <= len(task) <= 200 or not task.strip() or "\x00" in task:
-                    raise ValueError(f"queue {queue!r}: task {task!r}: not a task name (1 to 200 characters, "
-                                     "not blank)")
-                try:
-                    parsed[queue][task] = declared if isinstance(declared, TaskSettings) else (
-                        task_settings_from_declaration(declared, task))
-                except ValueError as exc:
-                    raise ValueError(f"queue {queue!r}: task {task!r}: {exc}") from None
-        return parsed
+        return _json_object(value, 'must be a JSON object like {"load": {"load.cbr": {"concurrency": 3, "rate": '
+                                   '"10/1s"}}}', "queue", _task_limits)
 
     def declared_task_settings(self, pipelines: dict[str, TaskSettings]) -> dict[tuple[str, str], TaskSettings]:
         """The limits this node declares, by (queue, task): its pipelines' `@pipeline(limits=...)` in
@@ -495,23 +479,8 @@ class Settings(BaseSettings):
     @field_validator("retention_queues_json", mode="before")
     @classmethod
     def _parse_retention_queues(cls, value: Any) -> Any:
-        value = _json_text(value, "{}")
-        if not isinstance(value, dict):
-            raise ValueError('must be a JSON object like {"load": {"succeeded": "1d"}}')
-        parsed: dict[str, dict[str, float]] = {}
-        for queue, ages in value.items():
-            if not isinstance(ages, dict) or not ages:
-                raise ValueError(f"queue {queue!r}: must be an object of status: age, e.g. {{\"succeeded\": \"1d\"}}")
-            parsed[queue] = {}
-            for status, age in ages.items():
-                if status not in FINISHED_STATUS_NAMES:
-                    raise ValueError(f"queue {queue!r}: unknown status {status!r} "
-                                     f"(allowed: {', '.join(FINISHED_STATUS_NAMES)})")
-                seconds = Settings.duration_seconds(age)
-                if not 3600 <= seconds <= 3650 * 86400:
-                    raise ValueError(f"queue {queue!r}: {status} age must be between 1h and 3650d")
-                parsed[queue][status] = seconds
-        return parsed
+        return _json_object(value, 'must be a JSON object like {"load": {"succeeded": "1d"}}',
+                            "queue", _retention_ages, name_ok=None)
 
     @staticmethod
     def duration_seconds(value: Any) -> float:
@@ -532,6 +501,40 @@ class Settings(BaseSettings):
         if seconds != seconds or seconds in (float("inf"), float("-inf")):
             raise ValueError(f"not a duration: {value!r}")
         return seconds
+
+
+def _queue_time_limit(queue: str, spec: Any) -> dict[str, Any]:
+    """One queue of DL_QUEUE_TIME_LIMITS_JSON."""
+    if not isinstance(spec, dict) or "limit" not in spec or set(spec) - {"limit", "fail"}:
+        raise ValueError("must be an object with limit (and optional fail)")
+    seconds = Settings.duration_seconds(spec["limit"])
+    if not 0 <= seconds <= 3650 * 86400:
+        raise ValueError("limit must be between 0 and 3650d")
+    if not isinstance(spec.get("fail", False), bool):
+        raise ValueError("fail must be true or false")
+    return {"limit": seconds, "fail": spec.get("fail", False)}
+
+
+def _task_limits(queue: str, tasks: Any) -> dict[str, TaskSettings]:
+    """One queue of DL_TASK_LIMITS_JSON: task -> limits (a task name follows a queue name's rule)."""
+    return _json_object(tasks, "must be an object of task -> limits", "task",
+                        lambda task, declared: declared if isinstance(declared, TaskSettings)
+                        else task_settings_from_declaration(declared, task), text=False)
+
+
+def _retention_ages(queue: str, ages: Any) -> dict[str, float]:
+    """One queue of DL_RETENTION_QUEUES_JSON: finished status -> age in seconds."""
+    if not isinstance(ages, dict) or not ages:
+        raise ValueError('must be an object of status: age, e.g. {"succeeded": "1d"}')
+    parsed: dict[str, float] = {}
+    for status, age in ages.items():
+        if status not in FINISHED_STATUS_NAMES:
+            raise ValueError(f"unknown status {status!r} (allowed: {', '.join(FINISHED_STATUS_NAMES)})")
+        seconds = Settings.duration_seconds(age)
+        if not 3600 <= seconds <= 3650 * 86400:
+            raise ValueError(f"{status} age must be between 1h and 3650d")
+        parsed[status] = seconds
+    return parsed
 
 
 def parse_workers_json(raw: str) -> list[Queue]:

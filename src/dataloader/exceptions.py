@@ -173,7 +173,7 @@ class ScheduleExists(DataloaderError):
     code = "schedule_exists"
 
 
-# -- observers and nodes (issue 12; docs/observers.md) --------------------------------------------
+# -- observers and nodes (docs/observers.md) --------------------------------------------
 
 class InvalidObserverRequest(DataloaderError):
     """An observer that cannot be created: a bad name, an unknown kind, args that cannot be stored."""
@@ -197,7 +197,7 @@ class ObserverExists(DataloaderError):
 class ObserverFenced(Exception):
     """Raised inside an observer whose run no longer holds it (moved to another node, or stopped):
     it must end without writing more."""
-# -- requests about processes (issue 9; docs/processes.md) --------------------------------------
+# -- requests about processes (docs/processes.md) --------------------------------------
 
 class InvalidProcessRequest(DataloaderError):
     code = "invalid_request"
@@ -378,7 +378,7 @@ class Cancel(JobOutcome):
         super().__init__(self.reason)
 
 
-# --- Recovery and operations (issue 11) ---------------------------------------------------------
+# --- Recovery and operations ---------------------------------------------------------
 
 class OperationNotFound(DataloaderError):
     code = "operation_not_found"

@@ -103,7 +103,7 @@ LEADER_ACQUIRED = Counter(
     "Times this node became the maintenance leader (summed over nodes: the leader changes)", ["node"]
 )
 
-# Retention and stats (issue 10: retention/pruner.py, retention/rollup.py; docs/patterns.md).
+# Retention and stats (retention/pruner.py, retention/rollup.py; docs/patterns.md).
 JOBS_PRUNED = Counter(
     "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
 )
@@ -140,7 +140,7 @@ STATS_LAST_HOUR_WAIT_P95 = Gauge(
     ["queue"],
 )
 
-# Recovery and operations (issue 11; docs/operations.md). With dl_job_timeouts_total (run-time
+# Recovery and operations (docs/operations.md). With dl_job_timeouts_total (run-time
 # expiries), the three timeouts of seed 002 per queue and task.
 LEASE_EXPIRIES = Counter(
     "dl_lease_expiries_total", "Attempts whose lease expired (the reaper took them back), by queue and task",
@@ -170,7 +170,7 @@ OPERATION_TAKEOVERS = Counter(
     "dl_operation_takeovers_total", "Bulk operations this node took over from a runner whose lease expired"
 )
 
-# --- Node registry and observers (issue 12; docs/observers.md) --------------------------------------
+# --- Node registry and observers (docs/observers.md) --------------------------------------
 OBSERVERS_RUNNING = Gauge("dl_observers_running", "Observers running on this node now")
 OBSERVER_CLAIMS = Counter("dl_observer_claims_total", "Observers this node took (started or moved here)")
 OBSERVER_CRASHES = Counter(
@@ -179,7 +179,7 @@ OBSERVER_CRASHES = Counter(
 NODES_MARKED_DEAD = Counter("dl_nodes_marked_dead_total", "Silent nodes this node declared dead")
 NODE_HEARTBEAT_SECONDS = Histogram("dl_node_heartbeat_duration_seconds", "One node heartbeat statement",
                                    buckets=_FAST)
-# Processes (issue 9; docs/processes.md). Progressor's timings in seconds: scanning is
+# Processes (docs/processes.md). Progressor's timings in seconds: scanning is
 # dl_claim_duration_seconds (the claim of queue process:<ns>), the rest are below.
 PROCESS_PREPARE_SECONDS = Histogram(
     "dl_process_request_preparing_duration_seconds",
@@ -292,7 +292,7 @@ TASK_IN_USE = Gauge(
     ["queue", "task", "limit"],
 )
 
-# Read from the database at scrape time (issue 23), in dataloader.health.collector, the same on every
+# Read from the database at scrape time, in dataloader.health.collector, the same on every
 # node: dl_jobs_lease_expired, dl_jobs_held, dl_observers_waiting, dl_nodes, dl_db_connections,
 # dl_db_max_connections, dl_db_connections_budget, dl_db_oldest_xmin_age_seconds,
 # dl_table_dead_tuples and friends; in api/metric_router.py: dl_queue_jobs and

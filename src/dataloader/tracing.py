@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 23), optional: `pip install 'dataloader[otel]'` and configure a tracer
+"""OpenTelemetry traces, optional: `pip install 'dataloader[otel]'` and configure a tracer
 provider (in code, or with `configure_from_env()`, which the service commands call: OTEL_TRACES_EXPORTER
 and the other standard OTEL_* variables).
 

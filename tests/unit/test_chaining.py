@@ -10,8 +10,9 @@ from pydantic import ValidationError
 
 from dataloader import Stage, Then
 from dataloader.jobs.manager import JobRequest, unique_window_key
+from dataloader.model.chain import stages_json
 from dataloader.model.job import Chain, Job, JobStatus
-from dataloader.workers.chaining import plan_next_jobs, stages_json
+from dataloader.workers.chaining import plan_next_jobs
 from dataloader.workers.outcome import decide
 
 

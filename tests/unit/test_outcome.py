@@ -17,7 +17,8 @@ import pytest
 
 import dataloader
 from dataloader.exceptions import Cancel, FatalError, JobStopped, Retry, Snooze
-from dataloader.workers.outcome import MAX_RESULT_DEPTH, Decision, decide, encode_result
+from dataloader.model.storable import MAX_JSON_DEPTH, encode_json
+from dataloader.workers.outcome import Decision, decide
 
 BACKOFF = 42.0
 STOPS = [None, "shutdown", "cancel", "lease_lost", "timeout"]
@@ -175,7 +176,7 @@ def test_a_cancel_stop_keeps_the_pipelines_own_cancel_reason():
     pytest.param(10 ** 5000, "not JSON-serialisable", id="int-over-4300-digits"),
 ])
 def test_unstorable_results_fail_the_attempt_with_a_clear_error(value, problem):
-    text, why = encode_result(value, 1000)
+    text, why = encode_json(value, 1000)
     assert text is None and why is not None and problem in why
     d = decide(stop_reason=None, stop_seen=False, returned=value, attempts_left=1, backoff=lambda: 1.0,
                max_result_bytes=1000)
@@ -185,16 +186,16 @@ def test_unstorable_results_fail_the_attempt_with_a_clear_error(value, problem):
 
 def test_deep_and_circular_results_are_refused():
     deep: Any = 1
-    for _ in range(MAX_RESULT_DEPTH + 1):
+    for _ in range(MAX_JSON_DEPTH + 1):
         deep = [deep]
-    assert "nests deeper" in (encode_result(deep, 10 ** 6)[1] or "")
+    assert "nests deeper" in (encode_json(deep, 10 ** 6)[1] or "")
     ok: Any = 1
-    for _ in range(MAX_RESULT_DEPTH):
+    for _ in range(MAX_JSON_DEPTH):
         ok = [ok]
-    assert encode_result(ok, 10 ** 6)[1] is None
+    assert encode_json(ok, 10 ** 6)[1] is None
     loop: list[Any] = []
     loop.append(loop)
-    assert "not JSON-serialisable" in (encode_result(loop, 10 ** 6)[1] or "")
+    assert "not JSON-serialisable" in (encode_json(loop, 10 ** 6)[1] or "")
 
 
 @pytest.mark.parametrize("value", [
@@ -202,12 +203,12 @@ def test_deep_and_circular_results_are_refused():
     "ünïcode ✓", 1.5, False,
 ])
 def test_storable_results_round_trip(value):
-    text, why = encode_result(value, 10 ** 6)
+    text, why = encode_json(value, 10 ** 6)
     assert why is None and text is not None and json.loads(text) == value
 
 
 def test_none_stores_null_without_encoding():
-    assert encode_result(None, 0) == (None, None)
+    assert encode_json(None, 0) == (None, None)
 
 
 @pytest.mark.parametrize("make", [

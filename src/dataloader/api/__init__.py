@@ -92,7 +92,7 @@ def _copy_exact_bounds(ours: Any, exact: Any) -> None:
 def exact_integer_bounds(schema: dict[str, Any]) -> None:
     """FastAPI's OpenAPI model holds `maximum`/`minimum` as floats, so a component's integer bound
     is written `4.611686018427388e+18` for 2^62 - 1: a float, read as a decimal above the bound the
-    server enforces (issue 35). Put back the exact integers of the models' own schemas; an integer
+    server enforces. Put back the exact integers of the models' own schemas; an integer
     bound left a float after that (a model not found) becomes the int it spells when it is whole."""
     models = _models_by_name()
     for name, component in schema.get("components", {}).get("schemas", {}).items():

@@ -82,18 +82,18 @@ async def metrics(runtime: Runtime = Depends(get_runtime)) -> Response:
                 rows = await runtime.app.queue_stats()
         except Exception as exc:  # a scrape must not fail because the database is away
             log.warning("metrics: queue stats unavailable", extra={"error": repr(exc)})
-        try:  # dl_processes: processes by namespace and status (issue 9)
+        try:  # dl_processes: processes by namespace and status
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
                 await runtime.app.processes.refresh_metrics()
         except Exception as exc:
             log.warning("metrics: process counts unavailable", extra={"error": repr(exc)})
-        try:  # dl_queue_paused: flow control (issue 21), the database's state on every node
+        try:  # dl_queue_paused: flow control, the database's state on every node
             async with asyncio.timeout(QUEUE_STATS_TIMEOUT_SEC):
                 await runtime.app.flow.refresh_metrics()
         except Exception as exc:
             log.warning("metrics: queue flow state unavailable", extra={"error": repr(exc)})
         # Stuck and held jobs, waiting observers, nodes, connections, xmin horizon, dead tuples
-        # (issue 23): never raises, each part it cannot read is left out (dl_db_health_up{part} 0).
+        #: never raises, each part it cannot read is left out (dl_db_health_up{part} 0).
         health = await runtime.app.health.read()
     # No await between setting and generating: no other scrape can interleave on this loop.
     QUEUE_STATS.snapshot, HEALTH.snapshot = rows, health

@@ -1,4 +1,4 @@
-"""Observers and the node registry (issue 12; docs/observers.md): `dataloader observers` and
+"""Observers and the node registry (docs/observers.md): `dataloader observers` and
 `dataloader nodes` (a command of the root, registered in cli/__init__.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recovery and operations (issue 11; docs/operations.md): `dataloader ops` - search jobs, top errors,
+"""Recovery and operations (docs/operations.md): `dataloader ops` - search jobs, top errors,
 bulk requeue/cancel/delete/priority and process restarts as tracked operations with progress."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Processes (issue 9; docs/processes.md): `dataloader processes`."""
+"""Processes (docs/processes.md): `dataloader processes`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Flow control (issue 21; docs/flow-control.md): `dataloader queues list|pause|resume|set`."""
+"""Flow control (docs/flow-control.md): `dataloader queues list|pause|resume|set`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retention and stats (issue 10; docs/patterns.md "Retention" and "Stats"): `jobs prune` and
+"""Retention and stats (docs/patterns.md "Retention" and "Stats"): `jobs prune` and
 `stats`, registered on the `jobs` group and the root in cli/__init__.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Periodic schedules (issue 10; docs/patterns.md "Periodic schedules"): `dataloader schedules`."""
+"""Periodic schedules (docs/patterns.md "Periodic schedules"): `dataloader schedules`."""
 
 from __future__ import annotations
 

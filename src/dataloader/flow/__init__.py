@@ -1,1 +1,1 @@
-"""Flow control (issue 21): pause and resume queues (docs/flow-control.md)."""
+"""Flow control: pause and resume queues (docs/flow-control.md)."""

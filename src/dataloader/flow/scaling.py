@@ -1,4 +1,4 @@
-"""The autoscaling signal (issue 21 part B; docs/flow-control.md "Autoscaling"): how many job slots a
+"""The autoscaling signal (docs/flow-control.md "Autoscaling"): how many job slots a
 queue wants across all its nodes, from its backlog, the age of its oldest runnable job, its recent
 throughput and its caps. A pure function of numbers the database gives (flow/scaling_inputs.sql),
 so every node computes the same figure and the rules are unit-tested without a database.
@@ -14,7 +14,7 @@ The rules, in order:
 4. An oldest runnable job older than `target_sec` is already late: the extra slots are multiplied by
    its lateness (age / target_sec), at most 4x.
 5. Caps, which make more slots useless: never more slots than jobs to run (running + backlog), and
-   never more than the queue's global concurrency limit (issue 21's `concurrency`); the runnable
+   never more than the queue's global concurrency limit (its `concurrency`); the runnable
    jobs that a task's own concurrency limit holds back (0027: beyond the slots it leaves) are no
    jobs to run either.
 Anything not finite or negative (a hand-written timestamp, a clock step) reads as 0, so no row can

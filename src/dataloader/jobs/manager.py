@@ -30,7 +30,6 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from dataloader import metrics, tracing
 from dataloader.base import StrictModel
 from dataloader.exceptions import (
-    ArgsTooLarge,
     ChainNotFound,
     IdempotencyConflict,
     InvalidCursor,
@@ -44,13 +43,13 @@ from dataloader.exceptions import (
     UnknownTask,
     ValidationFailed,
 )
-from dataloader.model.chain import MAX_STAGES, Stage
+from dataloader.model.chain import MAX_STAGES, Stage, stages_json
 from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.model.storable import args_problem
 from dataloader.storage.repositories import JobRepository, NewJob
-from dataloader.workers.chaining import stages_json
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 log = logging.getLogger("dataloader.jobs")
@@ -272,11 +271,9 @@ class JobManager:
         if not args:  # the most common args, and a third of a plain batch item's building time
             return "{}"
         encoded = json.dumps(args)
-        size = len(encoded) if encoded.isascii() else len(encoded.encode())
-        if size > self.max_args_bytes:
-            raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
-        if "\\u0000" in encoded:  # PostgreSQL jsonb cannot store NUL in strings
-            raise InvalidJobRequest("args must not contain NUL (\\u0000) characters")
+        problem = args_problem(args, encoded, self.max_args_bytes)
+        if problem:
+            raise InvalidJobRequest(problem)
         return encoded
 
     def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:

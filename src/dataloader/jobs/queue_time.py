@@ -1,4 +1,4 @@
-"""The queue-time checker (issue 11, seed 002's taskTimeout): queued jobs that have waited to start
+"""The queue-time checker (seed 002's taskTimeout): queued jobs that have waited to start
 longer than their queue's limit are flagged (`queue_overdue_at`, a `queue_overdue` journal row,
 dl_queue_time_expiries_total) or, for a queue set to fail them, failed with reason
 `queue_timeout`.

@@ -1,4 +1,4 @@
-"""Search (issue 11): the operator's filter over every job, newest first with cursor paging and an
+"""Search: the operator's filter over every job, newest first with cursor paging and an
 optional count. Rules only; the statements are `storage/search_repository.py`'s. "Top errors in
 the last hour" is the stats error grouping (`App.stats_errors`, `retention/stats.py`), which reads
 the hourly rollup instead of the jobs table."""

@@ -81,6 +81,6 @@ def current_context() -> dict[str, Any]:
     job = job_var.get()
     if job:
         data.update(job)
-    if tracing.enabled():  # the current span's ids (issue 23): a job's lines carry its trace
+    if tracing.enabled():  # the current span's ids: a job's lines carry its trace
         data.update(tracing.log_ids())
     return data

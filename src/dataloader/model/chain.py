@@ -10,16 +10,22 @@ returns to choose its next stages at run time (docs/patterns.md "Chains and stag
 
 A stage is enqueued by the statement that finishes its parent as succeeded, so a crash can neither
 lose nor double it. Every stage of a run carries the first job's id as `chain_id`.
+
+What a chain may be is decided here, for every face: at most `MAX_STAGES` stages, each with args
+PostgreSQL can store (`stages_json`), and what a stored `chain_next` must hold (`stored_stages`).
+The rows a finish inserts are built from them in `workers/chaining.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from dataloader.base import StrictModel
+from dataloader.model.storable import encode_json
 
 PG_INT_MAX = 2**31 - 1
 MAX_STAGE_DELAY_SEC = 365 * 24 * 3600.0
@@ -88,3 +94,45 @@ class Then:
 
     def __repr__(self) -> str:
         return f"Then({', '.join(s.task for s in self.stages)}, result={self.result!r})"
+
+
+def stages_json(stages: Sequence[Stage], max_args_bytes: int) -> str | None:
+    """Stages planned at enqueue as the `chain_next` column's JSON (None for none). Raises
+    ValueError for a plan that could not be enqueued later (too many stages, unstorable args)."""
+    if not stages:
+        return None
+    count = 0
+    pending = list(stages)
+    while pending:
+        stage = pending.pop()
+        count += 1
+        if count > MAX_STAGES:
+            raise ValueError(f"a chain plans at most {MAX_STAGES} stages")
+        _, problem = encode_json(stage.args, max_args_bytes)
+        if problem is not None:
+            raise ValueError(f"stage {stage.task!r}: its args cannot be stored: {problem}")
+        pending.extend(stage.then)
+    return json.dumps([plan_of(s) for s in stages], ensure_ascii=False)
+
+
+def plan_of(stage: Stage) -> dict[str, Any]:
+    """One planned stage as stored in `chain_next` (defaults left out)."""
+    return stage.model_dump(exclude_defaults=True, mode="json")
+
+
+def stored_stages(planned: Any) -> list[Stage]:
+    """A job's stored `chain_next` as stages; ValueError when it holds no valid plan."""
+    if isinstance(planned, str):  # jsonb read without our codec
+        planned = json.loads(planned)
+    if not isinstance(planned, list) or not planned:
+        raise ValueError("the job's chain_next is not a list of stages")
+    try:
+        return [Stage.model_validate(item) for item in planned]
+    except ValidationError as exc:
+        raise ValueError(f"the job's chain_next holds an invalid stage: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else error["msg"]

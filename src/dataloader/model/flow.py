@@ -1,4 +1,4 @@
-"""Flow control's values (issue 21): a queue's flow state and limits as every layer sees it, and the
+"""Flow control's values: a queue's flow state and limits as every layer sees it, and the
 one validation of the limits that every face (Python, HTTP, CLI, `Queue(limits=...)`,
 DL_QUEUES_JSON) goes through, so they all accept and refuse the same values with the same words."""
 

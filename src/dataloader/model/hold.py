@@ -1,4 +1,4 @@
-"""Held jobs (dead letter, issue 11): which failures a queue keeps for an operator instead of
+"""Held jobs (dead letter): which failures a queue keeps for an operator instead of
 leaving them plain `failed`. A held job is a `failed` row with `held_at` set (migration 0014 says
 why not a new status): listable (`held: true` in the search filter), released by a requeue (bulk or
 `retry`), discarded by a delete. The finish statement decides, in the statement that fails the

@@ -75,7 +75,7 @@ class Job:
     chain_id: uuid.UUID | None = None
     parent_job_id: uuid.UUID | None = None
     chain_next: Any = None
-    # Recovery (issue 11): when the job was found waiting past its queue's time limit (None: not
+    # Recovery: when the job was found waiting past its queue's time limit (None: not
     # since it last became runnable), and when and why it was held for an operator (a held job is
     # a `failed` one kept for release or discard).
     queue_overdue_at: datetime | None = None

@@ -1,5 +1,5 @@
 """The operator's job filter: which jobs a search lists, a count counts and a bulk operation acts
-on (issue 11). One value for every face (Python, HTTP, CLI) and every use, so "the jobs I saw in the
+on. One value for every face (Python, HTTP, CLI) and every use, so "the jobs I saw in the
 search" and "the jobs the bulk requeue touched" are the same set by construction.
 
 Every field narrows the set; an empty filter matches every job. `error` is a case-insensitive
@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from dataloader.base import StrictModel
 from dataloader.model.clock import refuse_number_as_time
 from dataloader.model.job import JobStatus
-from dataloader.model.json_depth import MAX_JSON_DEPTH, nests_deeper_than
+from dataloader.model.storable import MAX_JSON_DEPTH, nests_deeper_than
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
@@ -30,7 +30,7 @@ _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 # A glob is matched by ILIKE, whose cost grows with the number of `*` runs it must try against each
 # text; a regex (jsonpath like_regex) with a quantified group that holds a quantifier can take
 # exponential time in the text's length. Either would let one search hold a database core for
-# minutes over a large table (issue 26), so both are bounded before any query runs.
+# minutes over a large table, so both are bounded before any query runs.
 MAX_GLOB_STARS = 10
 MAX_REGEX_REPEAT = 100
 _WILDCARD_RUN = re.compile(r"[*?]+")

@@ -1,4 +1,4 @@
-"""Which processes a bulk process operation acts on (issue 11): a namespace, and optionally their
+"""Which processes a bulk process operation acts on: a namespace, and optionally their
 statuses, their ids, and a pattern over their `detail` (the error text of a process in `error`;
 `*` any text, `?` one character, case-insensitive, as the job filter's `error`). One value for
 the Python API, HTTP and the CLI; stored with the operation and shown back to the operator."""

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dataloader.base import StrictModel
 from dataloader.model.schedule_timing import InvalidTiming, MissedPolicy, Timing, check_zone_name
+from dataloader.model.storable import json_text_problem
 
 PG_INT_MAX = 2**31 - 1
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"
@@ -72,11 +73,11 @@ class ScheduleSpec(StrictModel):
     def _json_args(cls, value: dict[str, Any]) -> dict[str, Any]:
         try:
             encoded = json.dumps(value, allow_nan=False)
-            encoded.encode("utf-8")
-        except (ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             raise ValueError(f"must be a JSON object PostgreSQL can store: {exc}") from None
-        if "\\u0000" in encoded:
-            raise ValueError("must not contain NUL (\\u0000) characters")
+        problem = json_text_problem(value, encoded)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

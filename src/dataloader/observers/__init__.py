@@ -1,4 +1,4 @@
-"""Observers (issue 12, seed 004): never-ending work — a websocket watcher per exchange pair, a
+"""Observers (seed 004): never-ending work — a websocket watcher per exchange pair, a
 feed follower, a poller — defined in code with `@observer`, created and stopped by name, spread
 over the nodes up to each node's capacity, and moved to a live node when theirs dies.
 

@@ -23,6 +23,7 @@ from dataloader.exceptions import (
 )
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.model.observer import Node, Observer, ObserverSpec, ObserverState
+from dataloader.model.storable import json_text_problem
 from dataloader.observers.registry import ObserverRegistry
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 
@@ -50,8 +51,9 @@ class ObserverManager:
             text = spec.args_json()
         except ValueError as exc:
             raise InvalidObserverRequest(f"args: {exc}") from None
-        if "\\u0000" in text:
-            raise InvalidObserverRequest("args: must not contain NUL characters (PostgreSQL cannot store them)")
+        problem = json_text_problem(spec.args, text)
+        if problem:
+            raise InvalidObserverRequest(f"args: {problem}")
         return spec
 
     async def create(self, spec: ObserverSpec) -> Observer:

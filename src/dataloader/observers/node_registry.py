@@ -1,4 +1,4 @@
-"""`NodeHeartbeat`: the node registry's service on every node (issue 12, seed 004's "service is
+"""`NodeHeartbeat`: the node registry's service on every node (seed 004's "service is
 born / says goodbye" messages, on PostgreSQL).
 
 At start it registers a new incarnation in `dl_nodes` (a fresh node_id each start; a live row of

@@ -116,7 +116,7 @@ class ObserverRunner:
 
     async def _run(self, entry: Running) -> None:
         ctx = entry.ctx
-        # One span per run on this node (issue 23; nothing when tracing is off), current for the
+        # One span per run on this node (nothing when tracing is off), current for the
         # observer's own code (an async one's task, a sync one's thread), ended when the run ends.
         with tracing.child_span(f"observe {ctx.kind}", {
                 "dataloader.observer.name": ctx.name, "dataloader.observer.kind": ctx.kind,

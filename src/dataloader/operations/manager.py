@@ -1,4 +1,4 @@
-"""Bulk operations (issue 11): requeue, cancel, delete or change the priority of every job matching
+"""Bulk operations: requeue, cancel, delete or change the priority of every job matching
 a filter, as a tracked operation — an id, the filter, the count a dry run saw, progress (done of
 total), pause / resume / cancel, who started it and when, and an audit trail that stays.
 

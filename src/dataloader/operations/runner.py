@@ -1,4 +1,4 @@
-"""The bulk operation runner (issue 11): every node runs one. It takes the oldest running operation
+"""The bulk operation runner: every node runs one. It takes the oldest running operation
 whose lease has expired (never taken, or its runner died: kill -9, a lost network) with a
 compare-and-set that bumps the lease epoch, then works it in small batches, each one transaction
 that re-checks (owner, epoch, state) under the operation's row lock, changes the batch's jobs with

@@ -1,5 +1,5 @@
 """Processes: long-lived, event-sourced state machines advanced one task at a time by a processor
-(issue 9; docs/processes.md). Built on the job engine: each task is a job of queue `process:<ns>`
+(docs/processes.md). Built on the job engine: each task is a job of queue `process:<ns>`
 with lock_key `process:<ns>:<id>`."""
 
 from dataloader.model.process import (

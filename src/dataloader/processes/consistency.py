@@ -1,4 +1,4 @@
-"""The consistency check of a namespace (issue 11; seed 002's Graph/Decision analysis): processes
+"""The consistency check of a namespace (seed 002's Graph/Decision analysis): processes
 whose state and tasks disagree, found and reported, and on request repaired.
 
 What it finds (`decide`, a pure function of one process's facts):

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from dataloader import metrics, tracing
 from dataloader.exceptions import (
-    ArgsTooLarge,
     IdempotencyConflict,
     InvalidCursor,
     InvalidProcess,
@@ -53,6 +52,7 @@ from dataloader.model.process import (
     UnsetTimer,
 )
 from dataloader.model.process_selection import ProcessFilter
+from dataloader.model.storable import args_problem
 from dataloader.processes.consistency import MAX_CHECK_LIMIT, CheckPage, check_page
 from dataloader.processes.feed import FeedItem, FeedPage, follow, parse_cursor, read_page
 from dataloader.processes.registry import ProcessorRegistry
@@ -129,15 +129,9 @@ class ProcessManager:
             text = json.dumps(args, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidProcessRequest(f"args must be JSON: {exc}") from None
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size > self.max_args_bytes:
-            raise ArgsTooLarge(f"args are {size} bytes; the limit is {self.max_args_bytes}")
-        if "\\u0000" in text:
-            raise InvalidProcessRequest("args must not contain NUL (\\u0000) characters")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidProcessRequest("args contain unpaired UTF-16 surrogates") from None
+        problem = args_problem(args, text, self.max_args_bytes)
+        if problem:
+            raise InvalidProcessRequest(problem)
         return text
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""Restart a process from its start or from a step (issue 11, seed 002's "search and restart").
+"""Restart a process from its start or from a step (seed 002's "search and restart").
 
 A restart puts the process back to the state a task found (`state_before`, kept by the statement
 that applied the task's step: status, aux_state, metadata, last event, timer), deletes the events

@@ -46,6 +46,7 @@ from dataloader.model.process import (
     Timer,
     UnsetTimer,
 )
+from dataloader.model.storable import encode_json
 from dataloader.processes.registry import Processor, processors
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.process_repository import (
@@ -56,7 +57,7 @@ from dataloader.storage.process_repository import (
     events_from_json,
     process_from_row,
 )
-from dataloader.workers.outcome import describe, encode_result
+from dataloader.workers.outcome import describe
 from dataloader.workers.pipelines.context import JobContext
 
 log = logging.getLogger("dataloader.processes")
@@ -130,7 +131,7 @@ async def _run_step(ctx: JobContext, processor: Processor) -> None:
         return  # the process was removed (its tasks with it), or this task already ended
     step = _Step(ctx, repo, processor, row)
     try:
-        # a span of the step (issue 23), in the attempt's trace: `init orders`, `call orders`...
+        # a span of the step, in the attempt's trace: `init orders`, `call orders`...
         with tracing.child_span(f"{step.type.value} {step.ns}", {
                 "dataloader.process.ns": step.ns, "dataloader.process.id": step.pid,
                 "dataloader.process.task_type": step.type.value, "dataloader.process.task_id": str(step.task_id)}):
@@ -386,7 +387,7 @@ def _check_intent(result: Any) -> Intent:
 
 
 def _encode(what: str, value: Any) -> str:
-    text, problem = encode_result(value, MAX_VALUE_BYTES)
+    text, problem = encode_json(value, MAX_VALUE_BYTES)
     if problem is not None:
         raise InvalidIntent(f"the {what} cannot be stored: {problem}")
     return text if text is not None else "null"

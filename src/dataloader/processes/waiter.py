@@ -1,6 +1,6 @@
 """Callers of `init`, `call` and `repair` wait here for their task to end, and followers of a
 namespace's event feed for its next rows: the processes' ONE listening session per App, however
-many callers and feed streams there are (issue 35: a session per stream let 100 held
+many callers and feed streams there are (a session per stream once let 100 held
 `…/events/stream` requests exhaust PostgreSQL's connections).
 
 A step's transaction sends `NOTIFY dl_process_task, '<task id>'` as it commits (apply_step.sql,

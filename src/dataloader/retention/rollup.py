@@ -150,7 +150,7 @@ class StatsRollup(PeriodicService):
                                stopping=self.stopping)
         # The hour is the service's clock's (model/clock.py: the system's, a ManualClock in a test), as
         # its ticks are: a test pins it inside an hour, or moves it across one, instead of depending
-        # on when it runs (issue 35). The database's hour agrees but for clock skew, which moves the
+        # on when it runs. The database's hour agrees but for clock skew, which moves the
         # hour the gauges flip by that much, and reading it cost a round trip per tick.
         this_hour = hour_floor(self.clock.wall())
         # The pruned hours and the last complete hour move with the clock's hour; within one hour

@@ -154,7 +154,7 @@ class Scheduler(LoopService):
             ticks.append(FiredTick(tick, job_id, max((now - tick).total_seconds(), 0.0),
                                    decision.skipped if i == 0 else 0))
         # Traced, a fire that enqueues is a span of its own, a trace's root and the parent of the
-        # jobs it enqueues (issue 23): each tick's run is found from the tick.
+        # jobs it enqueues: each tick's run is found from the tick.
         span = tracing.root_span(f"schedule {schedule.name}", {
             "dataloader.schedule.name": schedule.name, "dataloader.schedule.ticks": len(jobs),
             "messaging.destination.name": schedule.queue}) if jobs else contextlib.nullcontext()

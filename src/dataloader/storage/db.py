@@ -201,7 +201,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
                               schema="pg_catalog", format="tuple")
 
 
-# Plans that cannot flip with the moment a session was opened (issue 27). A prepared statement's
+# Plans that cannot flip with the moment a session was opened. A prepared statement's
 # cached generic plan is built once (at its sixth run) from the table's size and statistics of that
 # moment: built while dl_jobs is empty (a new database, a drained queue after ANALYZE) it may read
 # dl_jobs whole for every claim, finish and heartbeat once a burst arrives (one claim of 16 past

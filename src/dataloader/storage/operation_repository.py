@@ -1,4 +1,4 @@
-"""Statements of recovery and bulk operations (issue 11): the queue-time check, and the tracked
+"""Statements of recovery and bulk operations: the queue-time check, and the tracked
 operations with their batches. Statements in `queries/operations/`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One pooled connection with exactly one owner, from its acquire to its release (issue 41).
+"""One pooled connection with exactly one owner, from its acquire to its release.
 
 A queue worker's control connection lives for many steps and holds session state (its jobs'
 lock_key advisory locks), so who may use it, and until when, must not be a matter of luck:

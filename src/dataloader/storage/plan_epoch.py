@@ -3,7 +3,7 @@ table has grown past what their cached plans were made for.
 
 PostgreSQL caches a prepared statement's generic plan from its sixth run on, built from the table's
 size at that moment. A plan built while dl_jobs was (nearly) empty treats every access path as free
-and may walk a whole index per job once a burst arrives (issue 27). The claim reports the table's
+and may walk a whole index per job once a burst arrives. The claim reports the table's
 size in pages (`table_pages`, a relation-size call per claim); when it has grown more than
 `GROWTH` times since the plans were made, the epoch moves on and every statement of the queue
 worker is sent with a new text (a trailing comment), so asyncpg prepares it again: five custom

@@ -1,4 +1,4 @@
-"""The operator's search over dl_jobs (issue 11): a filtered page, a count, and the check of a
+"""The operator's search over dl_jobs: a filtered page, a count, and the check of a
 filter's jsonpath. Statements in `queries/search/`; each runs in a transaction planned with its
 actual values (`custom_plans.sql`), which is what lets one statement with a dozen optional filters
 use the right index for the ones given."""

@@ -1,4 +1,4 @@
-"""The operator's console (issue 20, docs/console.md): server-rendered pages at /ui on the same
+"""The operator's console (docs/console.md): server-rendered pages at /ui on the same
 service as the HTTP API, with Jinja2 templates, htmx and live updates by server-sent events.
 
 An adapter beside `api/`: it reads and acts only through `App` methods (never SQL of its own), so

@@ -118,7 +118,7 @@ class Attempt:
         """The fields of a line about this attempt logged from outside it (the worker's loop: a
         stop request, a self-fence, a crash): the job's fields and its trace's ids, as the lines
         logged inside it carry them from the context. Without them such a line names the job but
-        not its trace (issue 35)."""
+        not its trace."""
         return {**self._log_fields(), **self._trace_ids, **fields}
 
     async def run(self) -> None:
@@ -142,7 +142,7 @@ class Attempt:
         pipeline task's done callback decides the outcome and hands the finish to the completer
         with a callback instead of a future (`submit_later`), and `ended(self)` is called once
         that finish is durable. No attempt task, `asyncio.wait` or future per job: in a drain of
-        short jobs those were most of the worker's Python per job (bench/README.md, issue 25).
+        short jobs those were most of the worker's Python per job (bench/README.md).
         A run-time limit is a timer; only an attempt that reaches it gets a task (`_past_limit`).
         Returns None then; otherwise (tracing on, or an unknown task) the coroutine of the whole
         attempt (`run`), for the caller to run in a task."""

@@ -5,7 +5,7 @@ The finish statement (`finish_jobs.sql`, or `finish_in_transaction.sql` for `ctx
 inserts these rows in the statement that ends the parent as succeeded. A row it could not store
 would fail the whole batch of finishes, so every value is checked here first: a stage that cannot
 be enqueued (its args too large, a hand-edited `chain_next` that is not a list of stages) makes the
-attempt fail with a clear error instead.
+attempt fail with a clear error instead. What a chain may be is the model's rule (`model/chain.py`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
-from dataloader.model.chain import MAX_STAGES, Stage, Then
-from dataloader.workers.outcome import encode_result
+from dataloader.model.chain import Stage, Then, plan_of, stored_stages
+from dataloader.model.storable import encode_json
 
 DEFAULT_MAX_ATTEMPTS = 5
 
@@ -44,7 +42,7 @@ def plan_next_jobs(
             rows.append(_row(stage, stage.args, stage.then, queue, lease_ttl_sec, max_args_bytes,
                              pipeline_max_attempts))
     elif planned:
-        stages = _stages(planned)
+        stages = stored_stages(planned)
         first, rest = stages[0], stages[1:]
         args = first.args if result is None else {**first.args, "input": result}
         rows.append(_row(first, args, [*first.then, *rest], queue, lease_ttl_sec, max_args_bytes,
@@ -52,43 +50,9 @@ def plan_next_jobs(
     return json.dumps(rows, ensure_ascii=False) if rows else None
 
 
-def stages_json(stages: Sequence[Stage], max_args_bytes: int) -> str | None:
-    """Stages planned at enqueue as the `chain_next` column's JSON (None for none). Raises
-    ValueError for a plan that could not be enqueued later (too many stages, unstorable args)."""
-    if not stages:
-        return None
-    count = 0
-    pending = list(stages)
-    while pending:
-        stage = pending.pop()
-        count += 1
-        if count > MAX_STAGES:
-            raise ValueError(f"a chain plans at most {MAX_STAGES} stages")
-        _, problem = encode_result(stage.args, max_args_bytes)
-        if problem is not None:
-            raise ValueError(f"stage {stage.task!r}: its args cannot be stored: {problem}")
-        pending.extend(stage.then)
-    return json.dumps([_plan(s) for s in stages], ensure_ascii=False)
-
-
-def _plan(stage: Stage) -> dict[str, Any]:
-    return stage.model_dump(exclude_defaults=True, mode="json")
-
-
-def _stages(planned: Any) -> list[Stage]:
-    if isinstance(planned, str):  # jsonb read without our codec
-        planned = json.loads(planned)
-    if not isinstance(planned, list) or not planned:
-        raise ValueError("the job's chain_next is not a list of stages")
-    try:
-        return [Stage.model_validate(item) for item in planned]
-    except ValidationError as exc:
-        raise ValueError(f"the job's chain_next holds an invalid stage: {_first_error(exc)}") from None
-
-
 def _row(stage: Stage, args: dict[str, Any], then: Sequence[Stage], queue: str, lease_ttl_sec: int,
          max_args_bytes: int, pipeline_max_attempts: Callable[[str], int | None]) -> dict[str, Any]:
-    encoded, problem = encode_result(args, max_args_bytes)
+    encoded, problem = encode_json(args, max_args_bytes)
     if problem is not None:
         raise ValueError(f"stage {stage.task!r}: its args cannot be stored: {problem}")
     job_id = str(uuid.uuid4())
@@ -105,11 +69,5 @@ def _row(stage: Stage, args: dict[str, Any], then: Sequence[Stage], queue: str, 
         "max_attempts": pipeline_max_attempts(stage.task) or stage.max_attempts or DEFAULT_MAX_ATTEMPTS,
         "lease_ttl_sec": stage.lease_ttl_sec or lease_ttl_sec,
         "timeout_sec": stage.timeout_sec,
-        "chain_next": [_plan(s) for s in then] or None,
+        "chain_next": [plan_of(s) for s in then] or None,
     }
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"{where}: {error['msg']}" if where else error["msg"]

@@ -17,16 +17,15 @@ expects; `Decision.outcome` is what it asks the statement to write.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dataloader.exceptions import Cancel, FatalError, JobOutcome, JobStopped, Retry, Snooze
 from dataloader.model.chain import Stage, Then
+from dataloader.model.storable import encode_json
 from dataloader.storage.queue_connection import FinishOutcome
 from dataloader.workers.pipelines.context import StopReason
 from dataloader.workers.pipelines.registry import Pipeline, default_backoff
@@ -35,11 +34,6 @@ DecisionKind = Literal["succeeded", "canceled", "retry", "failed", "release", "s
 
 # The longest retry delay a backoff function may ask for (one year).
 MAX_RETRY_DELAY_SEC = 365 * 24 * 3600.0
-# Deeper results are refused: PostgreSQL's jsonb parser (and json.dumps) recurse per level.
-MAX_RESULT_DEPTH = 64
-# An unescaped \u0000 in JSON text (a NUL character in a string): jsonb cannot store it. The
-# lookbehind skips an escaped backslash followed by the letters "u0000".
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +127,7 @@ def decide(
     if exc is None:
         then = returned if isinstance(returned, Then) else None
         value = then.result if then is not None else returned
-        result_json, problem = encode_result(value, max_result_bytes)
+        result_json, problem = encode_json(value, max_result_bytes)
         if problem is None:
             try:
                 next_json = plan_next(then, value) if plan_next is not None else None
@@ -196,39 +190,6 @@ def _error(exc: BaseException, attempts_left: int, backoff: Callable[[], float])
         # No retry will happen: the backoff is not asked (a broken one would only add noise).
         return Decision("failed", "error", error=describe(exc), exc=exc)
     return Decision("retry", "error", delay_sec=backoff(), error=describe(exc), exc=exc)
-
-
-def encode_result(value: Any, max_bytes: int) -> tuple[str | None, str | None]:
-    """(JSON text to store, None) or (None, why it cannot be stored). None stores NULL (SQL
-    NULL, not JSON null): most pipelines return nothing, and that must cost nothing."""
-    if value is None:
-        return None, None
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return None, f"not JSON-serialisable ({type(exc).__name__}: {exc})"
-    if _deeper_than(value, MAX_RESULT_DEPTH):
-        return None, f"it nests deeper than {MAX_RESULT_DEPTH} levels"
-    try:
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None, "it contains unpaired UTF-16 surrogates"
-    if size > max_bytes:
-        return None, f"it is {size} bytes of JSON; the limit is {max_bytes} (DL_MAX_ARGS_BYTES)"
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        return None, "it contains NUL (\\u0000) characters, which PostgreSQL jsonb cannot store"
-    return text, None
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether lists and dicts nest more than `limit` levels (stops looking at the limit)."""
-    if isinstance(value, dict):
-        children: Any = value.values()
-    elif isinstance(value, list | tuple):
-        children = value
-    else:
-        return False
-    return limit <= 0 or any(_deeper_than(child, limit - 1) for child in children)
 
 
 def retry_delay(pipeline: Pipeline, attempt: int, logger: logging.Logger | None = None) -> float:

@@ -482,7 +482,7 @@ class QueueWorker:
         # An attempt whose finish is pending has ended: nothing of it is left to stop, and its
         # finish (fenced, written first when this step wrote it) has the last word. When this step
         # wrote it, the job is no longer running and the heartbeat does not find it: that is no
-        # lost lease (a stop request then logged "lease_lost" outside the job's trace, issue 35).
+        # lost lease (a stop request then logged "lease_lost" outside the job's trace).
         finishing = self.completer.pending_job_ids() if self.completer else frozenset()
         for job_id, _ in attempts:
             attempt = self.running.get(job_id)

@@ -1,4 +1,4 @@
-"""API v1 route of chains (issue 10; docs/patterns.md "Chains and stages"):
+"""API v1 route of chains (docs/patterns.md "Chains and stages"):
 `GET /api/v1/chains/{chain_id}` — a multi-stage run with its stage history, by the chain's id or
 the id of any of its jobs. Enqueuing a chain is `POST /api/v1/jobs/trigger` with `then`."""
 

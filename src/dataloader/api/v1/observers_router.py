@@ -11,14 +11,15 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.utils import json_storage_problem, location, storable_text_problem
+from dataloader.api.v1.utils import location
 from dataloader.exceptions import InvalidObserverRequest
 from dataloader.model.observer import NAME_PATTERN, Node, Observer, ObserverSpec, ObserverState
+from dataloader.model.storable import StorableFields, storable_text_problem
 from dataloader.observers.manager import MAX_LIST_LIMIT, ObserverManager
 
 router = APIRouter(prefix="/api/v1/observers", tags=["observers"], dependencies=[Depends(require_token)])
@@ -35,28 +36,12 @@ Api = Annotated[ObserverManager, Depends(get_observer_manager)]
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN, description="The observer's name")]
 
 
-class ObserverCreateRequest(ObserverSpec):
+class ObserverCreateRequest(StorableFields, ObserverSpec):
     """The body of `POST /api/v1/observers`. Unknown fields are refused."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"name": "binance:BTC-USDT", "kind": "ws.ticker", "args": {"exchange": "binance", "pair": "BTC-USDT"}},
     ]})
-
-    @field_validator("name", "kind")
-    @classmethod
-    def _storable_text(cls, value: str) -> str:
-        problem = storable_text_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("args")
-    @classmethod
-    def _storable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problem = json_storage_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class ObserverResponse(BaseModel):

@@ -1,4 +1,4 @@
-"""API v1 of recovery and operations (issue 11; docs/operations.md): `POST /api/v1/search` (the
+"""API v1 of recovery and operations (docs/operations.md): `POST /api/v1/search` (the
 operator's filter, cursor paging, counts) and `/api/v1/operations` (tracked bulk requeue, cancel,
 delete, set_priority: start or dry run, list, get, pause, resume, cancel, audit trail). Errors
 have the jobs API's shape; a bad filter (unknown status, reversed range, bad jsonpath, NUL

@@ -1,4 +1,4 @@
-"""API v1 processes (issue 9; docs/processes.md): `/api/v1/processes/{ns}/...` — init, call,
+"""API v1 processes (docs/processes.md): `/api/v1/processes/{ns}/...` — init, call,
 repair, simple repair, get (a page of history in either direction), list, remove.
 
 Errors have the jobs API's shape (`{error, detail}`): an unknown namespace or process is a 404, a
@@ -25,11 +25,12 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import json_storage_problem, location, one_segment, storable_text_problem
+from dataloader.api.v1.utils import location, one_segment
 from dataloader.exceptions import InvalidProcessRequest
 from dataloader.logger.context_vars import request_id_var
 from dataloader.model.operation import DryRun
 from dataloader.model.process import MAX_EVENT_ID, NS_PATTERN, HistoryRange, Process, SetTimer
+from dataloader.model.storable import check_storable, storable_text_problem
 from dataloader.processes.consistency import MAX_CHECK_LIMIT
 from dataloader.processes.manager import MAX_LIST_LIMIT, MAX_TIMEOUT_SEC, MIN_TIMEOUT_SEC, ProcessManager
 
@@ -55,13 +56,6 @@ TASK_ERRORS = (ErrorCode.unknown_namespace, ErrorCode.process_not_found, ErrorCo
                ErrorCode.args_too_large)
 
 
-def _storable_args(value: Any) -> Any:
-    problem = json_storage_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
 class RangeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -79,18 +73,10 @@ class TaskBody(BaseModel):
         default=None, ge=MIN_TIMEOUT_SEC, le=MAX_TIMEOUT_SEC,
         description="How long to wait for the task (default 30 s); past it a 504, the task goes on")
 
-    @field_validator("args")
+    @field_validator("args", "idempotency_key")
     @classmethod
-    def _args(cls, value: Any) -> Any:
-        return _storable_args(value)
-
-    @field_validator("idempotency_key")
-    @classmethod
-    def _key(cls, value: str | None) -> str | None:
-        problem = storable_text_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(problem)
-        return value
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
 
 
 class InitBody(TaskBody):
@@ -199,7 +185,7 @@ async def simple_repair_process(ns: Ns, id: Id, api: Api) -> ProcessView:
     return view(await api.simple_repair(ns, id))
 
 
-# --- recovery (issue 11; docs/operations.md "A bad deploy broke processes") ---------------------
+# --- recovery (docs/operations.md "A bad deploy broke processes") ---------------------
 
 RESTART_ERRORS = (ErrorCode.process_not_found, ErrorCode.process_busy,
                   ErrorCode.restart_not_possible, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
@@ -332,7 +318,7 @@ class PutEvent(BaseModel):
     @field_validator("payload", "metadata")
     @classmethod
     def _json(cls, value: Any) -> Any:
-        return _storable_args(value)
+        return check_storable(value)
 
 
 class PutTimer(BaseModel):
@@ -420,7 +406,7 @@ class PutBody(BaseModel):
     @field_validator("aux_state", "metadata")
     @classmethod
     def _json(cls, value: Any) -> Any:
-        return _storable_args(value)
+        return check_storable(value)
 
 
 @router.put("/{ns}/{id}", status_code=status.HTTP_201_CREATED, response_model=ProcessView,

@@ -1,4 +1,4 @@
-"""API v1 queues (issue 21, flow control): list every queue's flow state, limits and use, pause and
+"""API v1 queues (flow control): list every queue's flow state, limits and use, pause and
 resume a queue, change its limits (PATCH). Errors have the one shape (`{error, detail}`); a queue
 name the job request would refuse is a 422 `validation_error` and writes nothing.
 The rules are `dataloader.flow.manager.FlowManager`'s."""

@@ -16,8 +16,9 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.schemas import Rfc3339Time
-from dataloader.api.v1.utils import StorableFields, location
+from dataloader.api.v1.utils import location
 from dataloader.model.schedule import NAME_PATTERN, Schedule, ScheduleSpec
+from dataloader.model.storable import StorableFields
 from dataloader.schedules.manager import MAX_HISTORY_LIMIT, ScheduleManager
 
 router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], dependencies=[Depends(require_token)])

@@ -16,12 +16,12 @@ from pydantic import (
 )
 
 from dataloader.api.v1.utils import (
-    StorableFields,
     check_rfc3339,
     check_utc_representable,
 )
 from dataloader.jobs.manager import PG_INT_MAX, JobRequest
 from dataloader.model.job import Job, JobStatus
+from dataloader.model.storable import StorableFields
 
 Rfc3339Time = Annotated[
     AwareDatetime, BeforeValidator(check_rfc3339), AfterValidator(check_utc_representable)

@@ -1,4 +1,4 @@
-"""API v1 routes of retention and stats (issue 10; docs/patterns.md "Retention" and "Stats"):
+"""API v1 routes of retention and stats (docs/patterns.md "Retention" and "Stats"):
 `GET /api/v1/stats`, `GET /api/v1/stats/errors`, `GET /api/v1/retention` and
 `POST /api/v1/maintenance/prune` (a dry run unless asked otherwise).
 

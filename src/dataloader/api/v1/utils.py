@@ -1,25 +1,16 @@
-"""Helpers of the HTTP adapter: the checks that keep input storable.
-
-PostgreSQL refuses some values Python's JSON parser accepts (NaN, lone UTF-16 surrogates, NUL
-characters), and very deep nesting overflows the recursion of json.dumps further down. Refusing
-them here turns what would be a 500 from the driver into a 422 that names the field.
-"""
+"""Helpers of the HTTP adapter: routes, path segments, Location headers, RFC 3339 times, safe
+text for answers. What a body may store is the model's rule (`dataloader.model.storable`)."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, field_validator
 from starlette.routing import BaseRoute
 
-from dataloader.model.json_depth import MAX_JSON_DEPTH
-
-MAX_ARGS_DEPTH = MAX_JSON_DEPTH  # one rule in every face: model/json_depth.py
 RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -80,60 +71,9 @@ def check_utc_representable(value: datetime) -> datetime:
     return value
 
 
-def storable_text_problem(value: str) -> str | None:
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must not contain unpaired UTF-16 surrogates"
-    return None
-
-
-def json_storage_problem(value: Any, _depth: int = 0) -> str | None:
-    """Why PostgreSQL jsonb would refuse `value` (a parsed JSON document), or None."""
-    if _depth > MAX_ARGS_DEPTH:
-        return f"nests deeper than {MAX_ARGS_DEPTH} levels"
-    if isinstance(value, str):
-        return storable_text_problem(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "must not contain NaN or Infinity"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            problem = (storable_text_problem(key) if isinstance(key, str) else None) or \
-                json_storage_problem(item, _depth + 1)
-            if problem:
-                return problem
-    elif isinstance(value, list):
-        for item in value:
-            problem = json_storage_problem(item, _depth + 1)
-            if problem:
-                return problem
-    return None
-
-
 def safe_text(value: object, limit: int = 300) -> str:
     """`value` as text that can always be put in a JSON response or a log line."""
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
         text = text[:limit] + "…"
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-class StorableFields(BaseModel):
-    """Mixed into a request body: every text field must be storable as PostgreSQL text and every
-    object field as jsonb (no NUL, no unpaired surrogates, bounded nesting), checked at the edge
-    so bad input is a 422 that writes nothing. One validator for every body that has such fields."""
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            problem = storable_text_problem(value)
-        elif isinstance(value, dict):
-            problem = json_storage_problem(value)
-        else:
-            return value
-        if problem:
-            raise ValueError(problem)
-        return value

@@ -1,4 +1,4 @@
-"""Retention and stats (issue 10): the index the pruner and the stats rollup walk, and the rollup
+"""Retention and stats: the index the pruner and the stats rollup walk, and the rollup
 tables the stats read.
 
 - ix_dl_jobs_finished (queue, status, finished_at) over finished rows only: the pruner deletes

@@ -1,4 +1,4 @@
-"""The job's own run-time limit: `timeout_sec int NULL` (issue 10).
+"""The job's own run-time limit: `timeout_sec int NULL`.
 
 A new nullable column with no default is a catalog-only change (no table rewrite), like 0007's
 `result`. NULL means "no limit of its own": the pipeline's `@pipeline(timeout=...)` applies, or

@@ -1,4 +1,4 @@
-"""Chains and restartable jobs (issue 10): four nullable columns on dl_jobs and two partial indexes.
+"""Chains and restartable jobs: four nullable columns on dl_jobs and two partial indexes.
 
 - `chain_id uuid`: the first job of a multi-stage run; every stage carries it, so a chain's history
   is one indexed query. NULL for jobs that are not part of a chain (no cost for them).

@@ -1,4 +1,4 @@
-"""Processes (issue 9): event-sourced state machines built on the job engine.
+"""Processes: event-sourced state machines built on the job engine.
 
 - `dl_processes`: one row per process (PK ns, id): status, detail, aux_state (jsonb, or bytea
   when the processor keeps bytes), metadata, corrupted_by, previous_status, status_changed_at, the

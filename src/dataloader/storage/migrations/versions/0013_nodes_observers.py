@@ -1,4 +1,4 @@
-"""The node registry and observers (issue 12): `dl_nodes` (one row per incarnation of a service
+"""The node registry and observers: `dl_nodes` (one row per incarnation of a service
 instance: a restart is a new row under the same name) and `dl_observers` (one row per observer:
 its definition, desired state, lifecycle state, the node holding it and the fencing epoch).
 

@@ -1,4 +1,4 @@
-"""Recovery and operations (issue 11): the search index, queue-time flags, held jobs, and the
+"""Recovery and operations: the search index, queue-time flags, held jobs, and the
 tables of tracked bulk operations.
 
 - ix_dl_jobs_trouble (status, created_at, job_id) over failed, canceled and lost rows only: what

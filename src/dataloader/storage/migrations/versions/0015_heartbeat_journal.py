@@ -1,4 +1,4 @@
-"""Heartbeats journaled at most hourly per attempt (issue 13): `heartbeat_journaled_at timestamptz`.
+"""Heartbeats journaled at most hourly per attempt: `heartbeat_journaled_at timestamptz`.
 
 Every heartbeat (every DL_HEARTBEAT_SEC, 10 s by default) used to insert a `heartbeat` journal row:
 360 rows per running job-hour, most of the journal of long jobs. The spec keeps `heartbeat` as a

@@ -1,4 +1,4 @@
-"""Process recovery (issue 11): restart a process from its start or from a step, one or many.
+"""Process recovery: restart a process from its start or from a step, one or many.
 
 - `dl_process_tasks.state_before jsonb`: the process as the task found it (status, detail,
   corrupted_by, aux_state — bytes as base64 —, metadata, last_event_id and the timer), written by

@@ -1,4 +1,4 @@
-"""Jobs waiting behind a running lock_key leave the claim's index (issue 13): `key_parked`.
+"""Jobs waiting behind a running lock_key leave the claim's index: `key_parked`.
 
 Why: the claim walks ix_dl_jobs_claim_order in claim order and rejects each job whose lock_key
 already runs (`NOT EXISTS running`). 100,000 queued jobs of one busy key ahead of everyone made

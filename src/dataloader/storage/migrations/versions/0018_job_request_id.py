@@ -1,4 +1,4 @@
-"""The request id of the call that enqueued a job, on the job (issue 13): `request_id text`.
+"""The request id of the call that enqueued a job, on the job: `request_id text`.
 
 Why: worker log lines carry the request id of the HTTP call that enqueued their job. The claim
 used to read it from the job's 'queued' journal row, one probe of ix_dl_job_events_job (and a heap

@@ -1,4 +1,4 @@
-"""Flow control, first slice (issue 21): a queue can be paused, durably, for every node.
+"""Flow control, first slice: a queue can be paused, durably, for every node.
 
 Why: an operator stops a queue from starting new work (a downstream outage, a deploy) without
 stopping the nodes or losing what is queued: jobs already running finish, enqueue keeps working,

@@ -1,4 +1,4 @@
-"""The trace context of the call that enqueued a job, on the job (issue 23): `traceparent text`.
+"""The trace context of the call that enqueued a job, on the job: `traceparent text`.
 
 Why: a job's run is a span of the trace that enqueued it (an HTTP trigger, a producer's span), also
 when another process runs it. The enqueue statements write the caller's W3C traceparent

@@ -1,4 +1,4 @@
-"""The span of a job's last traced attempt, on the job (issue 23): `attempt_span text`.
+"""The span of a job's last traced attempt, on the job: `attempt_span text`.
 
 Why: a retry's attempt is a span linked to the attempt that failed (OpenTelemetry messaging: a
 redelivery links to the earlier delivery), also when another process runs it. The finish that sends

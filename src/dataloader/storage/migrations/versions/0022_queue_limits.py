@@ -1,4 +1,4 @@
-"""Flow control (issue 21): a queue's limits across every node, beside its pause.
+"""Flow control: a queue's limits across every node, beside its pause.
 
 Why: global concurrency (at most N jobs of a queue running on all nodes, and at most N per
 partition_key) and rate limits (at most N starts per period, per queue and per partition_key) are

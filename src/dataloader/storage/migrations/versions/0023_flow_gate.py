@@ -1,4 +1,4 @@
-"""Flow control (issue 21): the claim's gate for a queue's limits (0022), and the record of starts
+"""Flow control: the claim's gate for a queue's limits (0022), and the record of starts
 that rate limits count.
 
 Why: a global limit must hold across every node at every moment, through kills and restarts, so

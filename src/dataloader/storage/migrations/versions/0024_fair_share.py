@@ -1,4 +1,4 @@
-"""Fair share across partition keys (issue 21, part B): a queue can be configured so its claims go
+"""Fair share across partition keys: a queue can be configured so its claims go
 round-robin (or by weight) across the jobs' `partition_key`s instead of strictly by age.
 
 Why: under one hot tenant (100,000 queued jobs of one partition_key) every other tenant's first job

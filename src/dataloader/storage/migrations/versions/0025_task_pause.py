@@ -1,4 +1,4 @@
-"""Pause one task of a queue (issue 21 part B): `dl_task_flow (queue, task, paused, paused_at,
+"""Pause one task of a queue: `dl_task_flow (queue, task, paused, paused_at,
 updated_at)`.
 
 Why: an operator stops one kind of work (a task whose downstream is down) without stopping the

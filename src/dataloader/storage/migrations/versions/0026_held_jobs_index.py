@@ -1,4 +1,4 @@
-"""A partial index on held jobs (issue 23): `ix_dl_jobs_held ON dl_jobs(queue) WHERE held_at IS NOT
+"""A partial index on held jobs: `ix_dl_jobs_held ON dl_jobs(queue) WHERE held_at IS NOT
 NULL AND status = 'failed'`.
 
 Why: /metrics reports held jobs per queue (dl_jobs_held) on every scrape of every node. Without

@@ -1,4 +1,4 @@
-"""Flow control (issue 21): limits per TASK of a queue, across every node — `@pipeline("x",
+"""Flow control: limits per TASK of a queue, across every node — `@pipeline("x",
 limits={...})`, `App.configure_task`, PATCH /api/v1/queues/{queue}/tasks/{task}, `dataloader queues
 set QUEUE --task TASK`.
 

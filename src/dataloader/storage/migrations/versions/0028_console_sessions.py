@@ -1,4 +1,4 @@
-"""Console sessions held by the database (issue 35): `dl_console_sessions`.
+"""Console sessions held by the database: `dl_console_sessions`.
 
 Why: the console's cookie was a fixed HMAC of DL_API_TOKEN, the same for every login; it never
 expired and survived "Sign out" (a copy taken before, replayed later, still paused a queue). A
