@@ -53,6 +53,9 @@ async def http(db, py_app: App) -> AsyncIterator[httpx.AsyncClient]:
 
 TRIGGER = "/api/v1/jobs/trigger"
 BIG = {"a": "x" * 2 * MAX_ARGS_BYTES}
+DEEP: dict[str, Any] = {}
+for _ in range(70):  # past the storage rule's 64 levels (model/storable.py), within the size limit
+    DEEP = {"a": DEEP}
 
 # (id, Python enqueue kwargs, HTTP trigger body (or raw bytes), CLI `jobs trigger` args, code)
 TRIGGERS: list[tuple[str, dict[str, Any] | None, Any, list[str] | None, str]] = [
@@ -80,6 +83,9 @@ TRIGGERS: list[tuple[str, dict[str, Any] | None, Any, list[str] | None, str]] = 
      {"then": [{"task": "dl.noop", "priority": "5"}]}, ["--then", '{"task": "dl.noop", "priority": "5"}'],
      "validation_error"),
     ("args too large", {"args": BIG}, {"args": BIG}, ["--args", json.dumps(BIG)], "args_too_large"),
+    ("args with a NUL", {"args": {"a": "x\x00y"}}, {"args": {"a": "x\x00y"}}, ["--args", '{"a": "x\\u0000y"}'],
+     "validation_error"),
+    ("args nested too deep", {"args": DEEP}, {"args": DEEP}, ["--args", json.dumps(DEEP)], "validation_error"),
 ]
 
 

@@ -272,8 +272,8 @@ class JobManager:
             return "{}"
         encoded = json.dumps(args)
         problem = args_problem(args, encoded, self.max_args_bytes)
-        if problem:
-            raise InvalidJobRequest(problem)
+        if problem:  # what HTTP's model answers for the same args: one error in every face
+            raise ValidationFailed(problem, [{"loc": ["args"], "msg": problem, "type": "value_error"}])
         return encoded
 
     def to_new_job(self, req: JobRequest, producer: str | None = None, job_id: uuid.UUID | None = None) -> NewJob:
