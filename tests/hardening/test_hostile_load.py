@@ -162,7 +162,10 @@ async def _burst(engine: App, manager, http: httpx.AsyncClient, pool: asyncpg.Po
     # consecutive failures (Kubernetes: failureThreshold 3), so two in a row fail this test.
     codes = [code for code, _ in statuses]
     assert 200 in codes and all(a == 200 or b == 200 for a, b in itertools.pairwise(codes)), statuses
-    assert {error for code, error in statuses if code != 200} <= {"TimeoutError"}, statuses
+    # A lone probe past its bound ends either way: the probe's own deadline (TimeoutError) or the
+    # server's statement_timeout under the same stall (seen once in a full-suite run).
+    timeouts = {"TimeoutError", "QueryCanceledError: canceling statement due to statement timeout"}
+    assert {error for code, error in statuses if code != 200} <= timeouts, statuses
     assert drained_during > 0, "no job finished while the searches ran"
     # Then the searches: each ended by its limits, with a clear answer.
     outcomes = sorted({(status, error) for status, error, _, _ in answers}, key=str)
