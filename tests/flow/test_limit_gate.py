@@ -17,35 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
-from dataloader import App, Settings
+from dataloader import App
 from dataloader.storage.queue_connection import ClaimBatch, QueueConnection
 from tests.conftest import wait_until
 from tests.support.engine import enqueue
-
-
-@pytest.fixture
-async def app(db, dsn: str) -> AsyncIterator[App]:
-    app = await App(Settings(db_dsn=dsn, workers=[], pipeline_modules="tests.support.pipelines")).open()
-    try:
-        yield app
-    finally:
-        await app.close()
-
-
-@pytest.fixture
-async def conns(dsn: str) -> AsyncIterator[list[asyncpg.Connection]]:
-    """Two connections of their own (a claim's advisory locks are session locks: closed at the end)."""
-    opened = [await asyncpg.connect(dsn) for _ in range(2)]
-    try:
-        yield opened
-    finally:
-        for c in opened:
-            await c.close()
 
 
 async def blocked_or_done(db: asyncpg.Pool, conn: asyncpg.Connection, task: asyncio.Task) -> None:
