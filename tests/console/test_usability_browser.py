@@ -30,7 +30,9 @@ async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
             # a queue's name stays one word on a phone (issue 34: it broke mid-word)
             await page.goto(f"{service.base_url}/ui/")
             for name in (page.locator('tr[data-queue="reconciliation"] th a'), page.locator("table.nodes tbody th")):
-                lines = await name.evaluate(  # the lines its text takes
+                # laid out first: a live update may have just swapped the table (0 lines measured once)
+                await name.first.wait_for(state="visible")
+                lines = await name.first.evaluate(  # the lines its text takes
                     "el => { const r = document.createRange(); r.selectNodeContents(el); "
                     "return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }")
                 assert lines == 1, f"{await name.inner_text()!r} is broken over {lines} lines"

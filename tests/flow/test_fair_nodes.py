@@ -66,11 +66,14 @@ async def test_weights_hold_across_two_nodes(dsn, db, workers):
     app = await App(Settings(db_dsn=dsn, workers=[])).open()
     try:
         await app.configure_queue(queue, fair_share=True, fair_weights={"a": 3})
+        # Paused until both nodes are up: a node that started first could drain the queue alone.
+        await app.pause_queue(queue)
         await add_jobs(db, queue, "b", 120, age_sec=3600)  # older: by age, b would go first
         await add_jobs(db, queue, "a", 120, age_sec=60)
         nodes = [workers(queues={queue: 4}), workers(queues={queue: 4})]
         for node in nodes:
             await node.wait_ready()
+        await app.resume_queue(queue)
         await wait_until(lambda: done(db, queue, 240), timeout=60, interval=0.1, message="the queue drains")
         picked = await db.fetch(
             "SELECT j.partition_key, e.payload->>'worker' AS worker FROM dl_job_events e JOIN dl_jobs j USING (job_id) "

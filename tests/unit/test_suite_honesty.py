@@ -71,7 +71,9 @@ def test_misspelt():
 def run_suite(tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """pytest on `files` with this repository's pytest settings (its markers and addopts, minus xdist)."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    addopts = [o for o in pyproject["addopts"].split() if o not in ("-n", "4", "--dist", "worksteal")]
+    words = pyproject["addopts"].split()
+    xdist = {i for i, word in enumerate(words) if word in ("-n", "--dist")}
+    addopts = [w for i, w in enumerate(words) if i not in xdist and i - 1 not in xdist]  # an option and its value
     markers = "\n    ".join(pyproject["markers"])
     (tmp_path / "pytest.ini").write_text(f"[pytest]\naddopts = {' '.join(addopts)}\nmarkers =\n    {markers}\n")
     for name, text in files.items():
