@@ -66,3 +66,16 @@ async def scrape(obs_app: App) -> AsyncIterator:
             return parse(response.text)
 
         yield get
+
+
+@pytest.fixture
+async def db(db):
+    """The suite's `db`, and without processes and observers: the alerts read every one of them in the
+    database, and an earlier test of this xdist worker may have left some in error or waiting (a
+    console test's `console-pay` processes, a chaos self-test's observer), which would fire alerts a
+    test here does not expect."""
+    from tests.support.database import reset_tables
+
+    await reset_tables(db, "TRUNCATE dl_processes, dl_process_tasks, dl_process_events, dl_process_feed, "
+                           "dl_observers CASCADE")
+    return db

@@ -110,9 +110,6 @@ async def test_processes_in_error(obs_app, scrape, db, tmp_path):
 
 async def test_observers_waiting_for_capacity(obs_app, scrape, db, tmp_path):
     name = f"obs-{uuid.uuid4().hex[:8]}"
-    # The metric counts every observer of the database: an earlier test of this worker may have left
-    # some waiting (a chaos self-test's `chaos.watch`), which would fire the alert with another kind.
-    await db.execute("DELETE FROM dl_observers")
     await db.execute("INSERT INTO dl_observers (name, kind, restart_at) "
                      "VALUES ($1, 'no-room', now() - interval '6 minutes')", name)
     try:
