@@ -50,7 +50,8 @@ async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
             else:
                 raise AssertionError("the Pause button is not reachable with Tab")
             await page.keyboard.press("Enter")
-            await page.wait_for_function(
-                "() => document.querySelector('tr[data-queue=\"phone\"] .status').textContent.trim() === 'paused'")
+            await page.wait_for_function(  # the POST, its redirect and the page: 15 s ran out once in a full run
+                "() => document.querySelector('tr[data-queue=\"phone\"] .status').textContent.trim() === 'paused'",
+                timeout=45_000)
             await seen.shot("paused-by-keyboard")
     assert await db.fetchval("SELECT paused FROM dl_queue_flow WHERE queue = 'phone'") is True
