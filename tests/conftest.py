@@ -17,7 +17,7 @@ import pytest
 from dataloader.processes import processors
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
-from tests.support import tiers
+from tests.support import bytecode, tiers
 from tests.support.database import (
     TestServer,
     create_database,
@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # --- tiers (see tests/support/tiers.py) and xdist --------------------------------------------------------
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, before it starts the xdist workers
+        bytecode.write_once()
     tiers.install_audit()
     tiers.make_lock_dir(config)
 
