@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from dataloader import metrics
+from dataloader import App, Settings, metrics
 from dataloader.storage.notifier import APPLICATION_NAME, Notifier
 from tests.conftest import wait_until
 
@@ -175,3 +175,24 @@ def test_a_topic_postgres_would_truncate_is_refused() -> None:
     notifier = Notifier("postgresql://nowhere/x")
     with pytest.raises(ValueError, match="63"):
         asyncio.run(notifier.subscribe("t" * 64, print))
+
+
+async def test_a_node_with_every_duty_and_process_callers_holds_one_listening_session(
+        db: asyncpg.Pool, dsn: str) -> None:
+    # Before the notifier a node held four to five: the workers', the scheduler's, the operation
+    # runner's, the node registry's and the process waiter's.
+    name = "dl-test-node-sessions"
+    async with App(Settings(db_dsn=_named(dsn, name), workers_json='[{"queue": "t-notifier", "concurrency": 1}]',
+                            observer_capacity=0)) as app:
+        async with app.running() as manager:
+            await app.processes.waiter.start()
+            assert manager.notifier is app.notifier
+            assert sorted(app.notifier.topics()) == sorted([
+                "dl_jobs", "dl_cancel", "dl_schedules", "dl_operations", "dl_observers", "dl_process_task",
+                "dl_process_feed"])
+            assert app.notifier.sessions == 1
+            pid = app.notifier.backend_pid
+            listening = await db.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 "
+                "AND query ILIKE 'LISTEN %'", name)
+            assert [r["pid"] for r in listening] == [pid]
