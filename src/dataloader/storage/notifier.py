@@ -92,8 +92,11 @@ class Notifier:
         # second operation on a connection while one is in progress.
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
-        self._lost = asyncio.Event()  # set by asyncpg when the current session ends
+        # The notifier's own waits are on futures, never on `Event.wait()` tasks: it runs for the
+        # node's life, and a task per wait would look like a leak to anyone counting tasks.
+        self._stopping = asyncio.Event()  # the flag; `_stop` is what the waits wait on
+        self._stop: asyncio.Future[None] | None = None
+        self._lost: asyncio.Future[None] | None = None  # resolved by asyncpg when the session ends
         self._attempted = asyncio.Event()  # the first connection attempt ended, either way
         self._closed = False
         self.connected = asyncio.Event()  # set while the session listens
@@ -141,6 +144,7 @@ class Notifier:
         callback is called any more."""
         self._closed = True
         self._stopping.set()
+        _resolve(self._stop)
         task, self._task = self._task, None
         if task is not None:
             try:
@@ -220,6 +224,9 @@ class Notifier:
         failures = 0  # failed attempts since the last session that held
         lost_at: float | None = None  # monotonic time the last session was lost (None: never had one)
         last_error = ""
+        self._stop = asyncio.get_running_loop().create_future()
+        if self._stopping.is_set():
+            _resolve(self._stop)
         try:
             while not self._stopping.is_set():
                 try:
@@ -262,7 +269,8 @@ class Notifier:
                 reason = await self._hold(conn)
                 metrics.NOTIFIER_LISTENING.set(0)
                 self.connected.clear()
-                await self._drop(graceful=False)
+                # Stopping: a clean goodbye to the server; lost: the session is dead already.
+                await self._drop(graceful=self._stopping.is_set())
                 if self._stopping.is_set():
                     break
                 lost_at = time.monotonic()
@@ -288,8 +296,8 @@ class Notifier:
         """A new session listening on every subscribed topic, or the error why not."""
         conn = await asyncio.wait_for(self._connect_fn(), self.connect_timeout)
         try:
-            lost = asyncio.Event()
-            conn.add_termination_listener(lambda _c: lost.set())
+            lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            conn.add_termination_listener(lambda _c: _resolve(lost))
             async with self._lock:
                 # Topics subscribed while this lock is held wait for it and then find the session.
                 # (A topic subscribed before the lock but after this list is LISTENed by its
@@ -306,17 +314,13 @@ class Notifier:
 
     async def _hold(self, conn: asyncpg.Connection) -> str:
         """Wait while the session listens; the reason it ended ("" when stopped)."""
-        lost = self._lost
+        lost, stop = self._lost, self._stop
+        assert lost is not None and stop is not None
         while not self._stopping.is_set():
-            if lost.is_set() or conn.is_closed():
+            if lost.done() or conn.is_closed():
                 return "the server closed the session"
-            waiters = [asyncio.ensure_future(lost.wait()), asyncio.ensure_future(self._stopping.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=self.check_period, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-            if lost.is_set() or self._stopping.is_set():
+            await asyncio.wait((lost, stop), timeout=self.check_period, return_when=asyncio.FIRST_COMPLETED)
+            if lost.done() or self._stopping.is_set():
                 continue
             # A half-open TCP connection never reports its death: probe it now and then.
             try:
@@ -346,10 +350,8 @@ class Notifier:
     async def _pause(self, delay: float) -> float:
         """Wait `delay` (±20 %: nodes that lost the server together do not return in lockstep), or
         less if stopped; the next delay."""
-        try:
-            await asyncio.wait_for(self._stopping.wait(), delay * random.uniform(0.8, 1.2))
-        except TimeoutError:
-            pass
+        assert self._stop is not None
+        await asyncio.wait((self._stop,), timeout=delay * random.uniform(0.8, 1.2))
         return min(delay * 2, self._backoff_cap)
 
     def _tell(self, what: str) -> None:
@@ -361,6 +363,11 @@ class Notifier:
 
     def _count(self) -> int:
         return sum(len(subs) for subs in self._topics.values())
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 def _call(callback: Callable[..., None], what: str, topic: str, *args: object) -> None:
