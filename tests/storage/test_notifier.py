@@ -196,3 +196,12 @@ async def test_a_node_with_every_duty_and_process_callers_holds_one_listening_se
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 "
                 "AND query ILIKE 'LISTEN %'", name)
             assert [r["pid"] for r in listening] == [pid]
+            # `dataloader serve`: the HTTP API's App listens through its engine App's session too
+            api = await app.api_app()
+            try:
+                assert api.notifier is app.notifier
+                await api.processes.waiter.start()
+                assert app.notifier.sessions == 1
+            finally:
+                await api.close()
+            assert app.notifier.listening  # the API's close leaves the node's session to the node
