@@ -82,6 +82,8 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipelin
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+    from dataloader.storage.notifier import Notifier  # built by the node root (node.listening_session)
+
 log = logging.getLogger("dataloader")
 
 
@@ -117,6 +119,9 @@ class App:
         self._engine: AsyncEngine | None = None
         self._sessionmaker: async_sessionmaker | None = None
         self._managers: list[WorkerManager] = []
+        # This node's one LISTEN session (storage/notifier.py), made on first use and shared by its
+        # workers, duties and process callers (the HTTP API's App borrows its engine App's).
+        self._notifier: Notifier | None = None
         # Set on the App that serves HTTP requests next to an engine App (`api_app`): its own pool,
         # bounded statements, and the engine App's workers as the queues served here.
         self._engine_app: App | None = None
@@ -341,6 +346,9 @@ class App:
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
         await self._close_capabilities()
+        notifier, self._notifier = self._notifier, None
+        if notifier is not None:
+            await notifier.close()
         insert_group, self._insert_group = self._insert_group, None
         if insert_group is not None:
             await insert_group.close()
@@ -389,6 +397,16 @@ class App:
         if self._pool is None:
             raise RuntimeError("the App is not open: await app.open() or use `async with app`")
         return self._pool
+
+    @property
+    def notifier(self) -> Notifier:
+        """The node's one listening session: every NOTIFY this process hears (the workers', the
+        duties', the process callers') comes through it. Started by its first user."""
+        if self._engine_app is not None:
+            return self._engine_app.notifier
+        if self._notifier is None:
+            self._notifier = node.listening_session(self.settings, self.session_dsn)
+        return self._notifier
 
     @property
     def sessionmaker(self) -> async_sessionmaker:
@@ -524,7 +542,7 @@ class App:
         if self._shard_name == DEFAULT_SHARD:
             settings = node.with_process_queues(settings)
         manager = node.build_node(settings, self.session_dsn, await self._engine_pool_for_workers(), self.registry,
-                                  reaper=reaper, capabilities=True)
+                                  reaper=reaper, capabilities=True, notifier=self.notifier)
         declared = {q: s for q, s in settings.declared_queue_settings().items()
                     if self._shard_of(q) == self._shard_name}
         await self._own_flow().apply_declared(declared)
@@ -705,7 +723,7 @@ class App:
         `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
         `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
         if self._processes is None:
-            waiter = TaskWaiter(self.session_dsn, poll_sec=self.settings.poll_fallback_sec)
+            waiter = TaskWaiter(poll_sec=self.settings.poll_fallback_sec, notifier=self.notifier)
             self._processes = ProcessManager(
                 ProcessRepository(self.pool), processors, waiter, max_args_bytes=self.settings.max_args_bytes,
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,

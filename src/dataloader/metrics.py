@@ -75,6 +75,13 @@ JOBS_PARKED = Counter(
     ["queue"],
 )
 DB_RECONNECTS = Counter("dl_db_reconnects_total", "Database connection losses recovered", ["component"])
+# The node's one listening session (storage/notifier.py). Deaf means no NOTIFY wakes anything here:
+# work still runs, on the fallback polls' delay (a gauge at 0 for long, or a climbing counter, is
+# the server or the network dropping the session).
+NOTIFIER_LISTENING = Gauge("dl_notifier_listening", "1 while this process's LISTEN session is up, else 0")
+NOTIFIER_RECONNECTS = Counter(
+    "dl_notifier_reconnects_total",
+    "LISTEN sessions re-established after a loss (each one told every subscriber to re-read what it watches)")
 
 # HTTP face (api/middleware.py). `route` is the route template (/api/v1/jobs/{job_id}/status), never
 # the raw path, so job ids do not multiply the series; unmatched paths share route="unmatched".

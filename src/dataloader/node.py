@@ -14,6 +14,10 @@ order (the supervisor stops them in reverse) and on which switch, is decided her
         stats rollup (leader, DL_STATS_ENABLED), queue-time checker (every node, when a limit is set),
         operation runner (every node, DL_OPERATIONS_ENABLED)
     and the leader elector, started first, when any of them is leader-only.
+
+They all hear their NOTIFY channels through one listening session (`listening_session`): the
+workers (`dl_jobs`, `dl_cancel`), the scheduler, the node heartbeat and the operation runner, and
+the App's process callers beside them.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataloader.processes.step import run_step
 from dataloader.retention.pruner import Pruner, PrunerSettings
 from dataloader.retention.rollup import StatsRollup, StatsSettings
 from dataloader.schedules.scheduler import Scheduler
+from dataloader.storage.notifier import Notifier
 from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
 from dataloader.storage.process_repository import PROCESS_TASK
 from dataloader.storage.repositories import JobRepository
@@ -83,32 +88,45 @@ def _config_error(duty: type[BaseModel], exc: ValidationError) -> ConfigError:
     return ConfigError(variable, message)
 
 
+def listening_session(settings: Settings, dsn: str) -> Notifier:
+    """The node's one LISTEN session (storage/notifier.py), probed every 3 fallback polls (at least
+    5 s) while idle: a half-open connection would otherwise leave the node deaf unnoticed."""
+    return Notifier(dsn, check_period=max(settings.poll_fallback_sec * 3, 5.0))
+
+
 def build_node(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: PipelineRegistry, *,
-               reaper: bool = True, capabilities: bool = False, services: Sequence[Service] = ()
-               ) -> WorkerManager:
+               reaper: bool = True, capabilities: bool = False, services: Sequence[Service] = (),
+               notifier: Notifier | None = None) -> WorkerManager:
     """The worker manager of `settings.workers` with every duty of this node (see the module's
     docstring for the list and order). `capabilities=False` builds the engine's own duties only (the
-    reaper and the registered ones): what a bare engine in the tests runs."""
+    reaper and the registered ones): what a bare engine in the tests runs. `notifier`: the listening
+    session the node shares with its App (None: one of the node's own, closed with it)."""
+    owns_notifier = notifier is None
+    if notifier is None:
+        notifier = listening_session(settings, dsn)
     repo = JobRepository(pool)
     duties: list[Service] = []
     if reaper:
         duties.append(Reaper(repo, ReaperSettings.from_settings(settings)))
-    deps = ServiceDeps(settings=settings, dsn=dsn, pool=pool, repo=repo)
+    deps = ServiceDeps(settings=settings, dsn=dsn, pool=pool, repo=repo, notifier=notifier)
     duties.extend(factory(deps) for factory in registered_services())
     duties.extend(services)
     if capabilities:
-        duties.extend(capability_duties(settings, dsn, pool, registry))
-    return WorkerManager(settings, dsn, pool, registry, services=duties)
+        duties.extend(capability_duties(settings, dsn, pool, registry, notifier))
+    return WorkerManager(settings, dsn, pool, registry, notifier=notifier, owns_notifier=owns_notifier,
+                         services=duties)
 
 
-def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: PipelineRegistry
-                      ) -> list[Service]:
+def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: PipelineRegistry,
+                      notifier: Notifier) -> list[Service]:
     """The duties of the capabilities, in start order: the scheduler and the node heartbeat on every
     node, the pruner and the stats rollup on the leader (unless switched off), the queue-time checker
-    (when a limit is set) and the bulk operation runner on every node."""
-    duties: list[Service] = [scheduler(settings, dsn, pool, registry),
+    (when a limit is set) and the bulk operation runner on every node, all hearing their channels
+    through `notifier`."""
+    duties: list[Service] = [scheduler(settings, pool, registry, notifier),
                              NodeHeartbeat.from_settings(pool, dsn, settings,
-                                                         queues=[w.queue for w in settings.workers])]
+                                                         queues=[w.queue for w in settings.workers],
+                                                         notifier=notifier)]
     if settings.retention_enabled:
         duties.append(Pruner.from_settings(pool, settings))
     if settings.stats_enabled:
@@ -119,11 +137,11 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
     if settings.operations_enabled:
         duties.append(OperationRunner(OperationRepository(pool), OperationRunnerSettings.from_settings(settings),
                                       owner=settings.node_name, default_lease_ttl_sec=settings.default_lease_ttl_sec,
-                                      dsn=dsn))
+                                      notifier=notifier))
     return duties
 
 
-def scheduler(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: PipelineRegistry) -> Scheduler:
+def scheduler(settings: Settings, pool: asyncpg.Pool, registry: PipelineRegistry, notifier: Notifier) -> Scheduler:
     """The cron scheduler (every node; the database makes each tick enqueue once), which names a
     schedule's function by the pipeline registered for it."""
     def task_of(func: Callable[..., Any]) -> str | None:
@@ -134,7 +152,7 @@ def scheduler(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: Pipeli
         pipeline = registry.get(task)
         return pipeline.max_attempts if pipeline is not None else None
 
-    return Scheduler(ScheduleRepository(pool), dsn=dsn, default_lease_ttl_sec=settings.default_lease_ttl_sec,
+    return Scheduler(ScheduleRepository(pool), notifier=notifier, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                      task_of=task_of, pipeline_max_attempts=pipeline_max_attempts)
 
 

@@ -27,10 +27,11 @@ pytestmark = [pytest.mark.process, pytest.mark.timeout(600), pytest.mark.exclusi
 
 CONCURRENCY = 2
 # docs/scaling.md "Connection budget": a worker node holds at most its pool (Σ concurrency + process
-# concurrency + DL_DB_POOL_EXTRA, the control connections included) and five sessions of its own
-# (the listener, the leader elector, the LISTEN of the scheduler, of the operation runner and of the
-# node registry). Idle it holds fewer (measured 9.4-10 here): the bound is the formula's.
-SESSIONS_BOUND = CONCURRENCY + 0 + 4 + 5
+# concurrency + DL_DB_POOL_EXTRA, the control connections included) and two sessions of its own:
+# the listening session every NOTIFY of the node comes through (storage/notifier.py) and the
+# leader elector. Idle it holds fewer (measured 7 here; 9.4-10 when the scheduler, the operation
+# runner and the node registry listened on sessions of their own): the bound is the formula's.
+SESSIONS_BOUND = CONCURRENCY + 0 + 4 + 2
 NODE_HEARTBEAT_TPS = 1 / 2  # the node registry's heartbeat, every DL_NODE_HEARTBEAT_SEC (2 s by default)
 
 

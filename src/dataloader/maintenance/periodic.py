@@ -23,29 +23,33 @@ from pydantic import Field
 
 from dataloader import metrics
 from dataloader.maintenance.service import Service, ServiceSettings
-from dataloader.maintenance.wake_listener import WakeListener
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.storage.notifier import Notifier, Subscription
 
 log = logging.getLogger("dataloader.maintenance")
 
 
 class LoopService(Service):
     """Runs `set_up()` once per run, `tick()` at start, then again after `next_delay()` seconds or
-    sooner when woken (`wake()`, a NOTIFY on `channel` when a `dsn` is given, a stop), until stopped.
+    sooner when woken (`wake()`, a NOTIFY on `channel` heard by the node's `notifier`, a stop),
+    until stopped. A notification missed while the notifier was away wakes it too (it re-reads).
 
     Per-run state is reset in `on_start()`; what must not outlive a run is undone in `on_stop()`."""
 
-    # The LISTEN channel whose notifications wake the duty (None: woken by time and stop only), and
-    # the application_name of that session, so operators see it in pg_stat_activity.
+    # The LISTEN channel whose notifications wake the duty (None: woken by time and stop only).
     channel: ClassVar[str | None] = None
-    listener_name: ClassVar[str] = "dataloader-maintenance"
     # Where a failed tick is logged, and with which words (each duty keeps the words it always had).
     logger: ClassVar[logging.Logger] = log
     failure_message: ClassVar[str] = "tick failed"
 
-    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK, dsn: str | None = None) -> None:
+    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK, dsn: str | None = None,
+                 notifier: Notifier | None = None) -> None:
+        """`notifier`: the node's listening session, where `channel` is heard. Without one, a
+        `dsn` gives the duty a session of its own for its runs (a duty run alone, as in tests);
+        with neither, it wakes on time only."""
         super().__init__(settings, clock=clock)
         self.dsn = dsn
+        self.notifier = notifier
         self.ticks = 0
         self.last_tick_ok = True  # whether the last tick succeeded (a failed one may retry sooner)
         self.last_result: Any = None  # what the last successful tick returned
@@ -84,21 +88,32 @@ class LoopService(Service):
             self._wake.set()
         self._set_up_done = False
         self.on_start()
-        listener = (WakeListener(self.dsn, self.channel, self.wake, application_name=self.listener_name)
-                    if self.channel is not None and self.dsn is not None else None)
+        notifier = self.notifier
+        owned = notifier is None and self.channel is not None and self.dsn is not None
+        if owned:
+            notifier = Notifier(self.dsn)
+        subscription: Subscription | None = None
         try:
+            if notifier is not None and self.channel is not None:
+                # Listening before the first tick: a change committed after the tick's read wakes
+                # the wait below; one sent before the notifier (re)connects calls `wake` then.
+                subscription = await notifier.subscribe(self.channel, self._notified, on_missed=self.wake)
+                await notifier.start()
             while not self.stopping.is_set():
                 self._wake.clear()  # before the tick: a NOTIFY committed after this wakes the wait below
-                if listener is not None:
-                    await listener.ensure()
                 self.last_tick_ok = await self.tick_once()
                 await self.clock.wait(self._wake, self.next_delay())
         finally:
             try:
-                if listener is not None:
-                    await listener.close()
+                if subscription is not None and notifier is not None:
+                    await notifier.unsubscribe(subscription)
+                if owned and notifier is not None:
+                    await notifier.close()
             finally:
                 self.on_stop()
+
+    def _notified(self, _payload: str) -> None:
+        self.wake()
 
     async def tick_once(self) -> bool:
         """One guarded tick; True when it succeeded."""
@@ -133,8 +148,8 @@ class PeriodicService(LoopService):
     settings: PeriodicSettings
 
     def __init__(self, settings: PeriodicSettings, *, clock: Clock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None, dsn: str | None = None) -> None:
-        super().__init__(settings, clock=clock, dsn=dsn)
+                 rng: random.Random | None = None, dsn: str | None = None, notifier: Notifier | None = None) -> None:
+        super().__init__(settings, clock=clock, dsn=dsn, notifier=notifier)
         self._rng = rng or random.Random()
 
     def next_delay(self) -> float:

@@ -15,6 +15,7 @@ import asyncpg
 
 from dataloader.config import Settings
 from dataloader.maintenance.service import Service
+from dataloader.storage.notifier import Notifier
 from dataloader.storage.repositories import JobRepository
 
 
@@ -26,6 +27,9 @@ class ServiceDeps:
     dsn: str
     pool: asyncpg.Pool
     repo: JobRepository
+    # The node's listening session: a duty with a `channel` hears it here (`notifier=deps.notifier`)
+    # instead of opening a session of its own.
+    notifier: Notifier | None = None
 
 
 ServiceFactory = Callable[[ServiceDeps], Service]

@@ -33,7 +33,7 @@ from dataloader.observers import policy
 from dataloader.observers.registry import ObserverRegistry
 from dataloader.observers.registry import observers as default_kinds
 from dataloader.observers.runner import FENCED, SHUTDOWN, STOP, ObserverRunner
-from dataloader.storage.db import connect, is_connection_error
+from dataloader.storage.notifier import Notifier
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 from dataloader.version import __version__
 
@@ -98,9 +98,12 @@ class NodeHeartbeat(Service):
 
     def __init__(self, pool: asyncpg.Pool, dsn: str, settings: NodeSettings, *, node_name: str,
                  queues: Sequence[str] = (), kinds: ObserverRegistry | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, notifier: Notifier | None = None) -> None:
+        """`notifier`: the node's listening session, where stop requests and new observers are
+        heard (None: a session of its own on `dsn` for each run)."""
         super().__init__(settings, clock=clock)
         self.dsn = dsn
+        self.notifier = notifier
         self.node_name = node_name
         self.queues = list(queues)
         self.nodes = NodeRepository(pool)
@@ -119,9 +122,9 @@ class NodeHeartbeat(Service):
 
     @classmethod
     def from_settings(cls, pool: asyncpg.Pool, dsn: str, settings: Settings, *, queues: Sequence[str] = (),
-                      kinds: ObserverRegistry | None = None) -> NodeHeartbeat:
+                      kinds: ObserverRegistry | None = None, notifier: Notifier | None = None) -> NodeHeartbeat:
         return cls(pool, dsn, NodeSettings.from_settings(settings), node_name=settings.node_name, queues=queues,
-                   kinds=kinds)
+                   kinds=kinds, notifier=notifier)
 
     def request_stop(self) -> None:
         super().request_stop()
@@ -147,16 +150,21 @@ class NodeHeartbeat(Service):
         log.info("node registered", extra={"node": self.node_name, "node_id": str(node_id),
                                            "capacity": self.settings.capacity,
                                            "superseded": row["superseded"]})
-        listener: asyncpg.Connection | None = None
+        notifier, owned = self.notifier, self.notifier is None
+        if notifier is None:
+            notifier = Notifier(self.dsn)
+        # A stop request or a new observer sent while the notifier was away is gone: claim and
+        # look again (`on_missed`); the heartbeat's list is the backstop meanwhile.
+        subscription = await notifier.subscribe(CHANNEL, runner.on_notify, on_missed=runner.wake.set)
         watchdog = asyncio.create_task(self._watchdog(), name="node-fence-watchdog")
         reason = SHUTDOWN
         try:
+            await notifier.start(wait=False)
             next_beat = self.clock.monotonic() + self.settings.heartbeat_sec
             runner.wake.set()  # claim what waits right away
             while not self.stopping.is_set():
                 if self._lost is not None:
                     raise NodeLost(self._lost)
-                listener = await self._ensure_listener(listener)
                 now = self.clock.monotonic()
                 if now >= next_beat:
                     await self._beat(node_id)
@@ -181,8 +189,9 @@ class NodeHeartbeat(Service):
             # A thread that ignores its stop keeps its place; the deregistration then waits for the
             # dead bound on the other nodes (it releases only what no longer runs here).
             all_ended = await runner.wait_all(self.settings.stop_grace_sec + 1)
-            if listener is not None and not listener.is_closed():
-                listener.terminate()
+            await notifier.unsubscribe(subscription)
+            if owned:
+                await notifier.close()
             if all_ended:
                 await self._deregister(node_id)
             else:
@@ -259,23 +268,6 @@ class NodeHeartbeat(Service):
             self._lost = f"no successful heartbeat for {self.settings.fence_after:.1f}s"
             self.runner.wake.set()  # end the loop now
             return
-
-    async def _ensure_listener(self, listener: asyncpg.Connection | None) -> asyncpg.Connection | None:
-        if listener is not None and not listener.is_closed():
-            return listener
-        try:
-            conn = await connect(self.dsn)
-            await conn.add_listener(CHANNEL, lambda _c, _pid, _channel, payload: self.runner.on_notify(payload))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if not is_connection_error(exc):
-                log.exception("observer listener: cannot connect")
-            return None
-        if listener is not None:
-            metrics.DB_RECONNECTS.labels("observer_listener").inc()
-            self.runner.wake.set()  # notifications sent while away are gone
-        return conn
 
     async def _deregister(self, node_id: uuid.UUID) -> None:
         try:

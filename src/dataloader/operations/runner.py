@@ -34,6 +34,7 @@ from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.operation import PROCESS_KINDS
 from dataloader.processes.restart import bulk_restarter
+from dataloader.storage.notifier import Notifier
 from dataloader.storage.operation_repository import OperationRepository
 
 log = logging.getLogger("dataloader.operations.runner")
@@ -65,14 +66,15 @@ class OperationRunner(PeriodicService):
     name = "operations"
     scope = Scope.EVERY_NODE
     channel = CHANNEL
-    listener_name = "dataloader-operations"
 
     settings: OperationRunnerSettings
 
     def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
-                 default_lease_ttl_sec: int = 60, dsn: str | None = None, **kwargs: object) -> None:
-        """`dsn`: where to LISTEN for started and resumed operations (None: wake on time only)."""
-        super().__init__(settings, dsn=dsn, **kwargs)  # type: ignore[arg-type]
+                 default_lease_ttl_sec: int = 60, dsn: str | None = None, notifier: Notifier | None = None,
+                 **kwargs: object) -> None:
+        """`notifier` (or, run alone, `dsn`): where started and resumed operations are heard
+        (neither: wake on time only)."""
+        super().__init__(settings, dsn=dsn, notifier=notifier, **kwargs)  # type: ignore[arg-type]
         self.repo = repo
         self.owner = owner
         self.restart_process = bulk_restarter(default_lease_ttl_sec)

@@ -1,11 +1,12 @@
 """Callers of `init`, `call` and `repair` wait here for their task to end, and followers of a
-namespace's event feed for its next rows: the processes' ONE listening session per App, however
-many callers and feed streams there are (a session per stream once let 100 held
-`…/events/stream` requests exhaust PostgreSQL's connections).
+namespace's event feed for its next rows: two subscriptions on the node's ONE listening session
+(storage/notifier.py, shared with the workers and duties), however many callers and feed streams
+there are (a session per stream once let 100 held `…/events/stream` requests exhaust
+PostgreSQL's connections).
 
 A step's transaction sends `NOTIFY dl_process_task, '<task id>'` as it commits (apply_step.sql,
-end_task.sql, delete_process.sql). One LISTEN connection per App hears it and wakes the callers
-of that task, who then read the stored outcome. The task row is read once after the caller
+end_task.sql, delete_process.sql). The notifier hears it and this waiter wakes the callers of
+that task, who then read the stored outcome. The task row is read once after the caller
 registered (so an end that came before the registration is not missed) and then again only on a
 notification, or on a bounded fallback poll (every `poll_sec` while listening, every second
 while the listener is down): no busy polling.
@@ -22,18 +23,13 @@ namespace and on a lost listener (rows sent meanwhile were not heard).
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
-
-from dataloader.storage.db import connect
-
-log = logging.getLogger("dataloader.processes")
+from dataloader.storage.notifier import Notifier, Subscription
 
 CHANNEL = "dl_process_task"
 FEED_CHANNEL = "dl_process_feed"  # payload: the namespace whose feed has a new row
@@ -51,58 +47,52 @@ class Expectation:
 
 
 class TaskWaiter:
-    def __init__(self, dsn: str, *, poll_sec: float = 10.0) -> None:
+    def __init__(self, dsn: str | None = None, *, poll_sec: float = 10.0, notifier: Notifier | None = None) -> None:
+        """`notifier`: the node's listening session (None: one of its own on `dsn`, closed with
+        this waiter)."""
+        if notifier is None and dsn is None:
+            raise ValueError("a TaskWaiter needs the node's notifier or a dsn")
         self.dsn = dsn
         self.poll_sec = poll_sec
-        self._conn: asyncpg.Connection | None = None
-        self._connecting: asyncio.Lock | None = None
+        self._owns_notifier = notifier is None
+        self.notifier = notifier if notifier is not None else Notifier(dsn)
+        self._subscriptions: list[Subscription] = []
+        self._subscribing: asyncio.Lock | None = None
         self._waiting: dict[uuid.UUID, set[asyncio.Event]] = {}
         self._feeds: dict[str, set[asyncio.Event]] = {}
         self._closed = False  # closed with its App: a follower or caller left over never reconnects it
 
     @property
     def listening(self) -> bool:
-        return self._conn is not None and not self._conn.is_closed()
+        return bool(self._subscriptions) and self.notifier.listening
 
     async def start(self) -> None:
-        """Connect and LISTEN (again, after a loss). A failure leaves callers on the fallback poll."""
-        if self.listening or self._closed:
+        """Subscribe (once) and make sure the notifier runs; returns when its first attempt to
+        listen ended. A database that is away leaves callers on the fallback poll until the
+        notifier is back (which then wakes them all)."""
+        if self._closed:
             return
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            if self.listening:
-                return
-            try:
-                conn = await connect(self.dsn)
-                await conn.add_listener(CHANNEL, self._handle)
-                await conn.add_listener(FEED_CHANNEL, self._handle_feed)
-                conn.add_termination_listener(self._lost)
-            except Exception as exc:  # the database is away: callers poll until it is back
-                log.warning("process waiter cannot listen; callers fall back to polling",
-                            extra={"error": str(exc)})
-                return
-            if self._closed:  # closed while connecting
-                conn.terminate()
-                return
-            self._conn = conn
-            # Notifications sent while no one listened are gone: wake every caller to re-read.
-            self._wake_all()
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            if not self._subscriptions and not self._closed:
+                # Notifications sent while no one listened are gone: every caller and follower
+                # re-reads once the notifier listens again, and polls faster while it does not.
+                self._subscriptions = [
+                    await self.notifier.subscribe(CHANNEL, self._handle, on_missed=self._wake_all,
+                                                  on_lost=self._wake_all),
+                    await self.notifier.subscribe(FEED_CHANNEL, self._handle_feed)]
+        await self.notifier.start()
 
     async def close(self) -> None:
         self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), timeout=5)
-            except (TimeoutError, OSError, asyncpg.PostgresError):
-                conn.terminate()
+        subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            await self.notifier.unsubscribe(subscription)
+        if self._owns_notifier:
+            await self.notifier.close()
 
-    def _lost(self, _conn: object) -> None:
-        self._conn = None
-        self._wake_all()
-
-    def _handle(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _handle(self, payload: str) -> None:
         try:
             task_id = uuid.UUID(payload)
         except ValueError:
@@ -110,7 +100,7 @@ class TaskWaiter:
         for event in self._waiting.get(task_id, ()):
             event.set()
 
-    def _handle_feed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _handle_feed(self, payload: str) -> None:
         for event in self._feeds.get(payload, ()):
             event.set()
 

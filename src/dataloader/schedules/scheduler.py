@@ -40,6 +40,7 @@ from dataloader.model.ids import new_id
 from dataloader.model.schedule import Schedule, ScheduleSpec
 from dataloader.model.schedule_timing import InvalidTiming, idempotency_key, next_tick, plan
 from dataloader.schedules.declare import declared_schedules
+from dataloader.storage.notifier import Notifier
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.schedule_repository import FiredTick, ScheduleRepository
 
@@ -69,21 +70,21 @@ class Scheduler(LoopService):
     name = "scheduler"
     scope = Scope.EVERY_NODE
     channel = CHANNEL
-    listener_name = "dataloader-scheduler"
     logger = log
     failure_message = "pass failed"
 
     settings: SchedulerSettings
 
     def __init__(self, repo: ScheduleRepository, settings: SchedulerSettings | None = None, *,
-                 dsn: str | None = None, clock: Clock = SYSTEM_CLOCK, default_lease_ttl_sec: int = 60,
+                 dsn: str | None = None, notifier: Notifier | None = None, clock: Clock = SYSTEM_CLOCK,
+                 default_lease_ttl_sec: int = 60,
                  task_of: Callable[[Callable[..., Any]], str | None] | None = None,
                  pipeline_max_attempts: Callable[[str], int | None] | None = None,
                  declared: Sequence[ScheduleSpec] | None = None) -> None:
-        """`dsn`: where to LISTEN for changes (None: no listener, wake on time only). `declared`:
+        """`notifier` (or, run alone, `dsn`): where changes are heard (neither: wake on time only). `declared`:
         the code-declared schedules to upsert at start (None: those of `@schedule`, resolved with
         `task_of`)."""
-        super().__init__(settings or SchedulerSettings(), clock=clock, dsn=dsn)
+        super().__init__(settings or SchedulerSettings(), clock=clock, dsn=dsn, notifier=notifier)
         self.repo = repo
         self.default_lease_ttl_sec = default_lease_ttl_sec
         self._task_of = task_of or (lambda func: None)

@@ -1,7 +1,11 @@
-"""WorkerManager (003 §9): the queue workers of WORKERS_JSON, the listener and the background duties
-it is given (with the leader elector when one of them is leader-only) of one process, started
-together and stopped gracefully. Which duties a node runs is decided by the node root
-(dataloader/node.py); the engine knows none of them."""
+"""WorkerManager (003 §9): the queue workers of WORKERS_JSON and the background duties it is given
+(with the leader elector when one of them is leader-only) of one process, started together and
+stopped gracefully. Which duties a node runs is decided by the node root (dataloader/node.py); the
+engine knows none of them.
+
+The workers hear `dl_jobs` (wake the queue's worker) and `dl_cancel` (stop a running job) through
+the node's one listening session (storage/notifier.py), which the duties share; after it
+(re)connects every queue is woken once, because a notification sent while it was away is gone."""
 
 from __future__ import annotations
 
@@ -22,15 +26,17 @@ from dataloader.maintenance import (
     ServiceSnapshot,
     Supervisor,
 )
+from dataloader.storage.notifier import Notifier, Subscription
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.env import EngineEnv
-from dataloader.workers.notifier import Notifier
 from dataloader.workers.pipelines.registry import PipelineRegistry
 from dataloader.workers.queue_worker import QueueWorker
 
 log = logging.getLogger("dataloader.manager")
 
 FORCED_STOP_GRACE_SEC = 5.0
+JOBS_CHANNEL = "dl_jobs"  # payload: the queue that has a new runnable job
+CANCEL_CHANNEL = "dl_cancel"  # payload: the id of a job to stop
 
 
 class WorkerManager:
@@ -41,15 +47,19 @@ class WorkerManager:
         pool: asyncpg.Pool,
         registry: PipelineRegistry,
         *,
+        notifier: Notifier,
+        owns_notifier: bool = False,
         services: Sequence[Service] = (),
     ) -> None:
+        """`notifier`: the node's listening session, shared with its duties; `owns_notifier`: it
+        is this node's alone, closed with it."""
         self.settings = settings
         self.env = EngineEnv(pool=pool, repo=JobRepository(pool), registry=registry, settings=settings,
                              worker_name=settings.node_name)
         self.workers = {w.queue: QueueWorker(w.queue, w.concurrency, self.env) for w in settings.workers}
-        self.notifier = Notifier(dsn, on_queue=self._on_queue_notified, on_cancel=self._on_cancel,
-                                 on_connected=self._wake_all,
-                                 check_period=max(settings.poll_fallback_sec * 3, 5.0))
+        self.notifier = notifier
+        self._owns_notifier = owns_notifier
+        self._subscriptions: list[Subscription] = []
         # No leader-only duty, no election: a node spends no connection on a lock nobody needs.
         self.elector = (LeaderElector(dsn, LeaderSettings.from_settings(settings), node_name=settings.node_name)
                         if any(s.scope is Scope.LEADER for s in services) else None)
@@ -95,7 +105,10 @@ class WorkerManager:
         ]
 
     async def start(self) -> None:
-        self._service_tasks.append(asyncio.create_task(self.notifier.run(), name="listener"))
+        self._subscriptions = [
+            await self.notifier.subscribe(JOBS_CHANNEL, self._on_queue_notified, on_missed=self._wake_all),
+            await self.notifier.subscribe(CANCEL_CHANNEL, self._on_cancel)]
+        await self.notifier.start(wait=False)  # `wait_listening` waits, for whoever needs it
         await self.supervisor.start()
         for worker in self.workers.values():
             self._worker_tasks.append(asyncio.create_task(self._supervise(worker), name=f"worker-{worker.queue}"))
@@ -105,7 +118,7 @@ class WorkerManager:
             "services": [s.name for s in self.supervisor.services]})
 
     async def wait_listening(self, timeout: float = 10.0) -> None:
-        await asyncio.wait_for(self.notifier.connected.wait(), timeout)
+        await self.notifier.wait_listening(timeout)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop the maintenance services, stop claiming, ask running pipelines to stop at their next
@@ -130,8 +143,12 @@ class WorkerManager:
             _, pending = await asyncio.wait(pending, timeout=FORCED_STOP_GRACE_SEC)
         for task in pending:
             task.cancel()
-        self.notifier.stop()
         await asyncio.gather(*self._worker_tasks, *self._service_tasks, services_stopped, return_exceptions=True)
+        subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            await self.notifier.unsubscribe(subscription)
+        if self._owns_notifier:
+            await self.notifier.close()
         log.info("workers stopped")
 
     async def _supervise(self, worker: QueueWorker) -> None:
@@ -149,17 +166,22 @@ class WorkerManager:
                 await asyncio.sleep(1.0)
                 worker = self.workers[worker.queue] = QueueWorker(worker.queue, worker.concurrency, self.env)
 
-    async def _on_queue_notified(self, queue: str) -> None:
+    def _on_queue_notified(self, queue: str) -> None:
         worker = self.workers.get(queue)
         if worker is not None:
-            await worker.notify("notify")
+            worker.hint("notify")
 
-    def _on_cancel(self, job_id: uuid.UUID) -> None:
+    def _on_cancel(self, payload: str) -> None:
+        try:
+            job_id = uuid.UUID(payload)
+        except ValueError:
+            log.warning("ignored malformed cancel notification", extra={"payload": payload[:100]})
+            return
         for worker in self.workers.values():
             attempt = worker.running.get(job_id)
             if attempt is not None:
                 attempt.request_stop("cancel")
 
-    async def _wake_all(self) -> None:
+    def _wake_all(self) -> None:
         for worker in self.workers.values():
-            await worker.notify("reconnect")
+            worker.hint("reconnect")

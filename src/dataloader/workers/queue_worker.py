@@ -125,6 +125,10 @@ class QueueWorker:
     # -- signals from outside ----------------------------------------------------------------------
 
     async def notify(self, source: str = "notify") -> None:
+        self.hint(source)
+
+    def hint(self, source: str = "notify") -> None:
+        """New work may be waiting (a NOTIFY, a reconnect of the node's listener): claim soon."""
         metrics.WAKEUPS.labels(self.queue, source).inc()
         self._hint_work()
 
