@@ -263,3 +263,38 @@ async def test_many_concurrent_signals_and_wakes_lose_nothing(app: App, wdb: asy
             await app.workflows.signal(run_id, "go", i)
         results = await asyncio.gather(*(app.workflows.result(r, timeout=30) for r in runs))
     assert [r["first"] for r in results] == list(range(20))
+
+
+async def test_a_wide_join_fires_once_and_promptly(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """40 children ending side by side, many while their parent is still handing itself back: the
+    last end wakes it (no waiting for the year-long suspend), and the join is recorded once."""
+    async with app.running():
+        run_id = await app.workflows.start("t.gather", {"dsn": dsn, "modes": ["ok"] * 40})
+        result = await app.workflows.result(run_id, timeout=60)
+    assert result == {"results": [i * 10 for i in range(40)], "after": 1}
+    assert await wdb.fetchval("SELECT count(*) FROM dl_workflow_runs WHERE parent_run_id = $1 AND joined", run_id) == 40
+    done = await wdb.fetchval("SELECT count(*) FROM dl_job_events WHERE job_id = $1 AND kind = 'workflow_gather' "
+                              "AND payload->>'state' = 'done'", run_id)
+    assert done == 1
+
+
+HAND_BACK = ("UPDATE dl_jobs SET status = 'queued', attempt = 0, available_at = now() + interval '1 day' "
+             "WHERE job_id = $1 RETURNING available_at <= now()")
+
+
+async def test_a_wake_between_the_last_look_and_the_hand_back_makes_it_due_now(
+        app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """The wake protocol at the SQL level: the attempt read wakes = 0 and remembered it; a signal
+    commits before the attempt's hand-back; the hand-back, planned a day away, becomes due now."""
+    run_id = await app.workflows.start("t.wait", {"dsn": dsn})
+    await wdb.execute("UPDATE dl_jobs SET status = 'running', attempt = 1, started_at = now() WHERE job_id = $1",
+                      run_id)
+    await wdb.execute("UPDATE dl_workflow_runs SET seen_wakes = 0 WHERE run_id = $1", run_id)
+    await app.workflows.signal(run_id, "go", 1)  # the job runs: the signal cannot make it due itself
+    due = await wdb.fetchval(HAND_BACK, run_id)
+    assert due is True
+    # without a wake since the last look, a hand-back keeps its time
+    await wdb.execute("UPDATE dl_jobs SET status = 'running', attempt = 1 WHERE job_id = $1", run_id)
+    await wdb.execute("UPDATE dl_workflow_runs SET seen_wakes = wakes WHERE run_id = $1", run_id)
+    due = await wdb.fetchval(HAND_BACK, run_id)
+    assert due is False

@@ -92,10 +92,14 @@ class Child:
     queue: str | None = None
 
 
+# The longest sleep or wait (ten years): any longer is a bug, and past it no timestamp arithmetic is safe.
+MAX_DURATION_SEC = 3650 * 86400.0
+
+
 def _seconds(value: float | timedelta, what: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds != seconds or seconds < 0:
-        raise ValueError(f"{what} must be a non-negative number of seconds or a timedelta")
+    if seconds != seconds or not 0 <= seconds <= MAX_DURATION_SEC:
+        raise ValueError(f"{what} must be 0 to {MAX_DURATION_SEC:.0f} seconds (ten years) or a timedelta")
     return seconds
 
 
