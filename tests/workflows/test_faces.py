@@ -111,3 +111,20 @@ async def test_cli_start_signal_result_and_bad_input(app: App, wdb: asyncpg.Pool
         assert len(lines) == 1 and "Traceback" not in answer.stderr, answer.stderr
     assert await wdb.fetchval("SELECT count(*) FROM dl_workflow_signals") == 1
     assert error_line  # the helper the other faces' tests use: the same one-line rule
+
+
+def _sync_face(dsn: str) -> tuple[object, object]:
+    from dataloader import SyncApp
+    from tests.workflows.conftest import workflow_settings
+
+    with SyncApp(workflow_settings(dsn)) as sync:
+        run_id = sync.workflows.start("t.wait", {"dsn": dsn, "timeout": 60})
+        sync.signal_workflow(run_id, "go", "sync")
+        result = sync.workflows.result(run_id, timeout=20)
+        return result, sync.workflows.get(run_id).status
+
+
+async def test_sync_app_starts_signals_and_reads_a_run(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    async with app.running():  # the workers run on this loop; the SyncApp blocks in a thread
+        result, status = await asyncio.to_thread(_sync_face, dsn)
+    assert result == {"first": "sync", "second": None} and status == "succeeded"
