@@ -107,3 +107,37 @@ async def _count(pool, run_id, step: str, n: int) -> bool:
                                    str(run_id), step) >= n
     except Exception:
         return False
+
+
+@pytest.mark.timeout(180)
+async def test_two_nodes_killed_again_and_again_never_rerun_a_recorded_step(dsn, wdb, workers, subprocess_env) -> None:
+    """16 runs on two worker processes, one of them killed with -9 and restarted three times while
+    steps run. For every step of every run, against the probe: no execution began after its record
+    committed, and the recorded result is the count of its executions (the last one is the one
+    recorded). Every run completes."""
+    import asyncio
+    import random
+
+    subprocess_env["DL_PIPELINE_MODULES"] = "tests.workflows.flows"
+    async with App(workflow_settings(dsn)) as app:
+        runs = [await app.workflows.start("t.steps", {"dsn": dsn, "pause": 0.4}, lease_ttl_sec=2) for _ in range(16)]
+        steady = workers(queues={QUEUE: 3}, **FAST)
+        victim = workers(queues={QUEUE: 3}, **FAST)
+        await steady.wait_ready()
+        await victim.wait_ready()
+        rng = random.Random(37)
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(0.3, 1.2))
+            victim.signal(signal.SIGKILL)
+            await victim.wait_exit()
+            victim = workers(queues={QUEUE: 3}, **FAST)
+            await victim.wait_ready()
+        results = await asyncio.gather(*(app.workflows.result(r, timeout=90) for r in runs))
+    late = await wdb.fetch("""
+        SELECT p.run_id, p.step, p.at, s.finished_at FROM wf_probe p
+        JOIN dl_workflow_steps s ON s.run_id::text = p.run_id AND s.name = p.step
+        WHERE p.at > s.finished_at""")
+    assert not late, f"steps that ran after their result was recorded: {[dict(r) for r in late]}"
+    for run_id, result in zip(runs, results, strict=True):
+        counts = await probe_counts(wdb, run_id)
+        assert result == counts, (run_id, result, counts)  # each recorded result = its executions
