@@ -119,3 +119,27 @@ def sync_flow(wf: SyncWorkflow, input: dict[str, Any]) -> dict[str, Any]:
     wf.sleep(0.2)
     got = wf.wait_for("go", timeout=input.get("timeout", 30))
     return {"a": a, "got": got}
+
+
+@workflow("t.versioned", queue=QUEUE)
+async def versioned(wf: Workflow, input: dict[str, Any]) -> list[str]:
+    """Version 1; tests/workflows/test_workflows.py deploys version 2 (versioned_v2) under a running run."""
+    await wf.step("a", probe, input["dsn"], wf, "a")
+    await wf.sleep(input["sleep"])
+    await wf.step("b", probe, input["dsn"], wf, "b")
+    return ["a", "b"]
+
+
+async def versioned_v2(wf: Workflow, input: dict[str, Any]) -> list[str]:
+    done = []
+    if await wf.patched("charge-first"):
+        await wf.step("charge", probe, input["dsn"], wf, "charge")
+        done.append("charge")
+    await wf.step("a", probe, input["dsn"], wf, "a")
+    done.append("a")
+    await wf.sleep(input["sleep"])
+    if await wf.patched("notify-after-sleep"):
+        await wf.step("notify", probe, input["dsn"], wf, "notify")
+        done.append("notify")
+    await wf.step("b", probe, input["dsn"], wf, "b")
+    return [*done, "b"]

@@ -298,3 +298,24 @@ async def test_a_wake_between_the_last_look_and_the_hand_back_makes_it_due_now(
     await wdb.execute("UPDATE dl_workflow_runs SET seen_wakes = wakes WHERE run_id = $1", run_id)
     due = await wdb.fetchval(HAND_BACK, run_id)
     assert due is False
+
+
+async def test_a_version_gate_lets_new_code_branch_for_old_runs(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """A run started by version 1 sleeps; version 2 is deployed with two gates: one before the
+    recorded steps (the old run takes the old path there) and one after its sleep (where the old
+    run had not been yet: it takes the new path). A run started by version 2 takes both."""
+    from tests.workflows.flows import versioned, versioned_v2
+
+    old = await app.workflows.start("t.versioned", {"dsn": dsn, "sleep": 1.0})
+    try:
+        async with app.running():
+            await wait_until(lambda: _asleep(wdb, old), timeout=10, message="the old run sleeps")
+            workflows.register("t.versioned", versioned_v2, queue=QUEUE, replace=True)  # the deploy
+            new = await app.workflows.start("t.versioned", {"dsn": dsn, "sleep": 0.1})
+            assert await app.workflows.result(old, timeout=20) == ["a", "notify", "b"]
+            assert await app.workflows.result(new, timeout=20) == ["charge", "a", "notify", "b"]
+    finally:
+        workflows.register("t.versioned", versioned, queue=QUEUE, replace=True)
+    assert await probe_counts(wdb, old) == {"a": 1, "notify": 1, "b": 1}
+    assert [(s.kind, s.name) for s in (await app.workflows.get(old)).steps] == [
+        ("step", "a"), ("sleep", "sleep"), ("patch", "notify-after-sleep"), ("step", "notify"), ("step", "b")]

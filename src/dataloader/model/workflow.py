@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from dataloader.model.clock import iso
 
-StepKind = Literal["step", "sleep", "wait", "gather"]
+StepKind = Literal["step", "sleep", "wait", "gather", "patch"]
 StepState = Literal["pending", "done", "failed"]
 
 # A workflow's name and a signal's name: what a task name may carry after `workflow:`.

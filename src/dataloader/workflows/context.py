@@ -215,6 +215,31 @@ class Workflow:
         left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - datetime.now(UTC)).total_seconds()
         raise Suspend(max(left, 0.0), f"wait for {signal!r}")
 
+    async def patched(self, change: str) -> bool:
+        """The version gate: True where the run takes the code's new path, False for a run whose
+        history was recorded by the code before `change`. Wrap a change to the sequence of steps:
+
+            if await wf.patched("charge-before-reserve"):
+                await wf.step("charge", charge, order)
+            stock = await wf.step("reserve", reserve, order)
+
+        A run that already recorded something at this position (old code was there) gets False and
+        the gate takes no position, so its history still lines up; any other run records the
+        gate's marker here and gets True, on every replay. Remove a gate once no run older than it
+        is left."""
+        check_name("change name", change)
+        if self.broken is not None:
+            raise self.broken
+        seq = self._seq + 1
+        rec = self._history.steps.get(seq)
+        if rec is not None and not (rec.kind == "patch" and rec.name == change):
+            return False  # recorded by the code before the change: the old path, no position taken
+        self._seq = seq
+        if rec is None:
+            self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "patch", change, "done")), seq)
+        return True
+
     def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
         """A child run for `gather` (started by the gather, not here)."""
         check_name("workflow name", workflow)
@@ -376,6 +401,9 @@ class SyncWorkflow:
 
     def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
         return self._run(self._inner.wait_for(signal, timeout))
+
+    def patched(self, change: str) -> bool:
+        return self._run(self._inner.patched(change))
 
     def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
         return self._inner.child(workflow, input, queue=queue)

@@ -8,7 +8,7 @@
   `wakes` counts the reasons to run again (a signal, a join complete); `seen_wakes` is the count
   the run's last attempt read before it suspended.
 - `dl_workflow_steps`: the recorded history, one row per position (`seq` 1, 2, 3… in the order the
-  code asks): `kind` step / sleep / wait / gather, its `name`, `state` (done, failed, or pending:
+  code asks): `kind` step / sleep / wait / gather / patch (a version gate's marker), its `name`, `state` (done, failed, or pending:
   a step between retries, a wait not yet answered, a gather whose children are not all ended),
   its `result` (JSON) or `error`, `attempts`, `wake_at` (a sleep's end, a wait's deadline, a
   retry's time) and a gather's `remaining` (the join counter).
@@ -72,7 +72,7 @@ STATEMENTS = [
       created_at timestamptz NOT NULL DEFAULT now(),
       finished_at timestamptz,
       PRIMARY KEY (run_id, seq),
-      CONSTRAINT dl_workflow_steps_kind CHECK (kind IN ('step', 'sleep', 'wait', 'gather')),
+      CONSTRAINT dl_workflow_steps_kind CHECK (kind IN ('step', 'sleep', 'wait', 'gather', 'patch')),
       CONSTRAINT dl_workflow_steps_state CHECK (state IN ('pending', 'done', 'failed'))
     )
     """,
