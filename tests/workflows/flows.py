@@ -143,3 +143,19 @@ async def versioned_v2(wf: Workflow, input: dict[str, Any]) -> list[str]:
         done.append("notify")
     await wf.step("b", probe, input["dsn"], wf, "b")
     return [*done, "b"]
+
+
+@workflow("t.fixable", queue=QUEUE)
+async def fixable(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Step b fails until it has run `fix_after` times (a bug fixed by then): restart from b."""
+    async def b() -> int:
+        runs = await probe(input["dsn"], wf, "b")
+        if runs < input["fix_after"]:
+            raise FatalError(f"bug (run {runs})")
+        return runs
+
+    a = await wf.step("a", probe, input["dsn"], wf, "a")
+    got = await wf.wait_for("go", timeout=0.1) if input.get("wait") else None
+    value = await wf.step("b", b)
+    c = await wf.step("c", probe, input["dsn"], wf, "c")
+    return {"a": a, "b": value, "c": c, "got": got}

@@ -53,6 +53,12 @@ async def test_http_start_get_signal_result_cancel(client: httpx.AsyncClient, wd
     assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
     failed = await client.get(f"/api/v1/workflows/{waiting['run_id']}/result")
     assert failed.status_code == 409 and failed.json()["error"] == "workflow_failed"
+    restarted = await client.post(f"/api/v1/workflows/{waiting['run_id']}/restart", json={})
+    assert restarted.status_code == 200 and restarted.json()["status"] in ("queued", "running"), restarted.text
+    refused = await client.post(f"/api/v1/workflows/{run_id}/restart", json={"from_step": "started"})
+    assert refused.status_code == 409 and refused.json()["error"] == "job_not_retryable"
+    unknown = await client.post(f"/api/v1/workflows/{waiting['run_id']}/restart", json={"from_step": "zz"})
+    assert unknown.status_code == 422 and unknown.json()["error"] == "validation_error"
 
 
 async def test_http_bad_input_is_a_4xx_that_writes_nothing(client: httpx.AsyncClient, wdb: asyncpg.Pool) -> None:
@@ -104,7 +110,8 @@ async def test_cli_start_signal_result_and_bad_input(app: App, wdb: asyncpg.Pool
                        (["workflows", "signal", run_id, "bad name"], 2),
                        (["workflows", "start", "t.nope"], 1),
                        (["workflows", "signal", run_id, "go"], 1),  # it has ended
-                       (["workflows", "get", str(uuid.uuid4())], 1)):
+                       (["workflows", "get", str(uuid.uuid4())], 1),
+                       (["workflows", "restart", run_id], 1)):  # it succeeded
         answer = run(args, env)
         assert answer.returncode == code, (args, answer.stdout, answer.stderr)
         lines = [line for line in answer.stderr.splitlines() if line.startswith("dataloader:")]

@@ -319,3 +319,38 @@ async def test_a_version_gate_lets_new_code_branch_for_old_runs(app: App, wdb: a
     assert await probe_counts(wdb, old) == {"a": 1, "notify": 1, "b": 1}
     assert [(s.kind, s.name) for s in (await app.workflows.get(old)).steps] == [
         ("step", "a"), ("sleep", "sleep"), ("patch", "notify-after-sleep"), ("step", "notify"), ("step", "b")]
+
+
+async def test_restart_from_a_step_keeps_the_steps_before_it(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    from dataloader import JobNotRetryable, RestartNotPossible
+
+    async with app.running():
+        run_id = await app.workflows.start("t.fixable", {"dsn": dsn, "fix_after": 2})
+        with pytest.raises(WorkflowFailed, match="bug"):
+            await app.workflows.result(run_id, timeout=20)
+        with pytest.raises(ValidationFailed, match="no recorded step 'zz'"):
+            await app.workflows.restart(run_id, from_step="zz")
+        run = await app.workflows.restart(run_id, from_step="b")  # "the code was fixed"
+        assert [s.name for s in run.steps] == ["a"]
+        assert await app.workflows.result(run_id, timeout=20) == {"a": 1, "b": 2, "c": 1, "got": None}
+        with pytest.raises(JobNotRetryable):
+            await app.workflows.restart(run_id)  # it succeeded: nothing to restart
+        gathered = await app.workflows.start("t.gather", {"dsn": dsn, "modes": ["wait"]})
+        await wait_until(lambda: wdb.fetchval("SELECT count(*) FROM dl_workflow_runs WHERE parent_run_id = $1",
+                                              gathered), timeout=10, message="the gather to start its child")
+        await app.workflows.cancel(gathered)
+    with pytest.raises(RestartNotPossible):
+        await app.workflows.restart(gathered)
+    assert await probe_counts(wdb, run_id) == {"a": 1, "b": 2, "c": 1}
+    kinds = [e.kind for e in await app.events(run_id)]
+    assert "workflow_restart" in kinds
+
+
+async def test_restart_frees_the_signals_of_the_waits_it_cut(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    run_id = await app.workflows.start("t.fixable", {"dsn": dsn, "fix_after": 2, "wait": True})
+    await app.workflows.signal(run_id, "go", "once")
+    async with app.running():
+        with pytest.raises(WorkflowFailed):
+            await app.workflows.result(run_id, timeout=20)
+        await app.workflows.restart(run_id)  # from the start: the wait takes the same signal again
+        assert await app.workflows.result(run_id, timeout=20) == {"a": 2, "b": 2, "c": 1, "got": "once"}

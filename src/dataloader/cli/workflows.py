@@ -12,7 +12,7 @@ from dataloader.cli.common import _print, _with_app
 if TYPE_CHECKING:
     from dataloader.app import App
 
-workflows_app = typer.Typer(help="Workflows: start, get, result, signal, cancel.", no_args_is_help=True)
+workflows_app = typer.Typer(help="Workflows: start, get, result, signal, cancel, restart.", no_args_is_help=True)
 
 
 def _json_option(name: str, text: str) -> Any:
@@ -83,5 +83,18 @@ def workflows_cancel(run_id: str) -> None:
 
     async def run(app: App) -> dict[str, Any]:
         return (await app.workflows.cancel(run_id)).to_dict()
+
+    _print(_with_app(run))
+
+
+@workflows_app.command("restart")
+def workflows_restart(
+    run_id: str,
+    from_step: Annotated[str | None, typer.Option(help="The step to run again from (default: the start)")] = None,
+) -> None:
+    """Run a failed, canceled or lost run again from a step; the steps before it keep their results."""
+
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.workflows.restart(run_id, from_step=from_step)).to_dict()
 
     _print(_with_app(run))

@@ -130,6 +130,10 @@ class WorkflowRepository:
     async def run_by_key(self, idempotency_key: str) -> uuid.UUID | None:
         return await self.pool.fetchval(sql("workflows/run_by_key"), idempotency_key)
 
+    async def restart_cut(self, run_id: uuid.UUID, from_seq: int) -> Any:
+        """restart_cut.sql's row (status, gather, removed), or None: no such run."""
+        return await self.pool.fetchrow(sql("workflows/restart_cut"), run_id, from_seq)
+
     async def unfinished_descendants(self, run_id: uuid.UUID) -> list[uuid.UUID]:
         return [r["run_id"] for r in await self.pool.fetch(sql("workflows/unfinished_descendants"), run_id)]
 

@@ -15,6 +15,8 @@ from dataloader.exceptions import (
     ArgsTooLarge,
     JobAlreadyFinished,
     JobNotFound,
+    JobNotRetryable,
+    RestartNotPossible,
     UnknownWorkflow,
     ValidationFailed,
     WorkflowFailed,
@@ -151,6 +153,34 @@ class WorkflowManager:
         for child in await self.repo.unfinished_descendants(run_id):
             await self._cancel_job(child)
         return await self.get(run_id)
+
+    async def restart(self, run_id: uuid.UUID | str, *, from_step: str | None = None) -> WorkflowRun:
+        """Run an ended run (failed, canceled or lost) again from step `from_step` (its first
+        position of that name; None: from the start), e.g. with fixed code: the history from
+        there on is removed (the signals its waits took are freed), and the run's job is retried
+        with a fresh attempt budget. Steps before it keep their results and are not run again.
+        Refused (nothing changed) for a run that has not ended, and from before a gather."""
+        run = await self.get(run_id)
+        from_seq = 1
+        if from_step is not None:
+            found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
+            if found is None:
+                raise ValidationFailed(f"workflow run {run.run_id} has no recorded step {from_step!r}")
+            from_seq = found
+        row = await self.repo.restart_cut(run.run_id, from_seq)
+        if row is None:
+            raise WorkflowNotFound(f"no workflow run {run.run_id}")
+        if row["status"] not in ("failed", "canceled", "lost"):
+            raise JobNotRetryable(f"workflow run {run.run_id} is {row['status']}; only a failed, canceled or "
+                                  "lost run can be restarted")
+        if row["gather"]:
+            raise RestartNotPossible(f"workflow run {run.run_id}: a restart from before a gather is not built yet "
+                                     f"(position {from_seq} or later is a gather)")
+        try:
+            await self.jobs.retry(run.run_id)
+        except JobNotRetryable:
+            pass  # retried by someone else since the cut: it replays from the cut all the same
+        return await self.get(run.run_id)
 
     async def _cancel_job(self, job_id: uuid.UUID) -> None:
         try:

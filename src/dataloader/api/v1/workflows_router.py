@@ -1,5 +1,6 @@
 """API v1 workflows (docs/workflows.md): `/api/v1/workflows` — start a run, read it with its
-recorded history, wait for its result, signal it, cancel it (with every run below it).
+recorded history, wait for its result, signal it, cancel it (with every run below it), restart
+it from a step.
 
 Errors have the house's one shape (`{error, detail}`): an unknown workflow or run is a 404, a
 signal or cancel for a run that has ended a 409 (`workflow_finished`), a result asked of a run that
@@ -60,6 +61,18 @@ class SignalBody(BaseModel):
     payload: Any = Field(default=None, description="What the waiting `wf.wait_for` returns (any JSON)")
 
     @field_validator("payload")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
+
+
+class RestartBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"from_step": "charge"}, {}]})
+
+    from_step: str | None = Field(default=None, min_length=1, max_length=200,
+                                  description="The step to run again from (its first position); none: the start")
+
+    @field_validator("from_step")
     @classmethod
     def _storable(cls, value: Any) -> Any:
         return check_storable(value)
@@ -155,3 +168,14 @@ async def cancel_run(run_id: RunId, api: Api) -> RunView:
     """A sleeping, waiting or joining run ends at once, a running one at its next await; its
     children (and theirs) that have not ended are canceled too."""
     return view(await api.cancel(run_id))
+
+
+@router.post("/{run_id}/restart", response_model=RunView, summary="Run an ended run again from a step",
+             responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.job_not_retryable,
+                                       ErrorCode.restart_not_possible, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type))
+async def restart_run(run_id: RunId, api: Api, body: Annotated[RestartBody | None, Body()] = None) -> RunView:
+    """For a failed, canceled or lost run (409 `job_not_retryable` otherwise), e.g. after a fix: its
+    history from the step on is removed and it runs again from there; the steps before keep their
+    results. 409 `restart_not_possible` from before a gather (not built yet)."""
+    return view(await api.restart(run_id, from_step=body.from_step if body is not None else None))
