@@ -354,3 +354,16 @@ async def test_restart_frees_the_signals_of_the_waits_it_cut(app: App, wdb: asyn
             await app.workflows.result(run_id, timeout=20)
         await app.workflows.restart(run_id)  # from the start: the wait takes the same signal again
         assert await app.workflows.result(run_id, timeout=20) == {"a": 2, "b": 2, "c": 1, "got": "once"}
+
+
+async def test_a_bulk_cancel_of_children_counts_for_the_join(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """A bulk operation ends jobs with its own statement: its ends count down the join like any other."""
+    async with app.running():
+        run_id = await app.workflows.start("t.gather", {"dsn": dsn, "modes": ["wait", "wait"]})
+        children = [uuid.uuid5(run_id, f"1:{i}") for i in range(2)]
+        for c in children:
+            await wait_until(lambda c=c: _waiting(wdb, c), timeout=15, message="children wait")
+        op = await app.operations.start("cancel", {"tasks": ["workflow:t.child"], "statuses": ["queued"]})
+        await app.operations.wait(op.id, timeout=30)
+        result = await app.workflows.result(run_id, timeout=20)
+    assert result == {"results": ["failed: canceled", "failed: canceled"], "after": 1}

@@ -40,6 +40,7 @@ MAX_SUSPEND_SEC = 360 * 24 * 3600.0
 # A write cut off by a database restart: the run runs again this long after (promise 10).
 DATABASE_LOST_SUSPEND_SEC = 1.0
 DEFAULT_STEP_ATTEMPTS = 3
+SKEW_RETRY_SEC = 0.05
 MAX_VALUE_BYTES = 1024 * 1024
 
 
@@ -107,7 +108,7 @@ class Workflow:
     """The `wf` of an async workflow."""
 
     def __init__(self, *, run_id: uuid.UUID, workflow: str, input: Any, attempt: int, history: History,
-                 repo: WorkflowRepository, queue_of: Callable[[str], str | None], lease_ttl_sec: int,
+                 repo: WorkflowRepository, queue_of: Callable[[str], tuple[str, int] | None], lease_ttl_sec: int,
                  log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
         self.run_id = run_id
         self.workflow = workflow
@@ -213,7 +214,9 @@ class Workflow:
         if rec.state == "done":
             return rec.result
         left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - datetime.now(UTC)).total_seconds()
-        raise Suspend(max(left, 0.0), f"wait for {signal!r}")
+        # past the deadline by this clock but not by the database's (which decides): look again
+        # shortly rather than at once, so clock skew cannot make a hand-back loop
+        raise Suspend(max(left, SKEW_RETRY_SEC), f"wait for {signal!r}")
 
     async def patched(self, change: str) -> bool:
         """The version gate: True where the run takes the code's new path, False for a run whose
@@ -286,9 +289,10 @@ class Workflow:
                 self.run_id, self.attempt, seq, "gather", name, "done", result_json="[]")), seq)
         jobs, names = [], []
         for index, child in enumerate(children):
-            queue = child.queue or self._queue_of(child.workflow)
-            if queue is None:
+            found = self._queue_of(child.workflow)
+            if found is None:
                 raise FatalError(f"gather: no workflow {child.workflow!r} is registered on this worker")
+            queue, max_attempts = child.queue or found[0], found[1]
             text, problem = encode_json({"input": child.input}, MAX_VALUE_BYTES)
             if problem is not None:
                 raise FatalError(f"gather: the input of child {index} cannot be stored: {problem}")
@@ -296,7 +300,7 @@ class Workflow:
             child_id = uuid.uuid5(self.run_id, f"{seq}:{index}")
             jobs.append(NewJob(queue=queue, task=task_of(child.workflow), lock_key=str(child_id),
                                args_json=text or "{}", idempotency_key=f"workflow:{self.run_id}:{seq}:{index}",
-                               max_attempts=10, lease_ttl_sec=self._lease_ttl_sec, job_id=child_id))
+                               max_attempts=max_attempts, lease_ttl_sec=self._lease_ttl_sec, job_id=child_id))
             names.append(child.workflow)
         ids = [str(j.job_id) for j in jobs]
         try:

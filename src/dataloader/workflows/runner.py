@@ -54,9 +54,10 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
     if history is None:
         raise FatalError(f"job {ctx.job_id} is not a workflow run (no dl_workflow_runs row)")
 
-    def queue_of(name: str) -> str | None:
+    def queue_of(name: str) -> tuple[str, int] | None:
+        """A child workflow's queue and attempts, as its registration says."""
         found = workflows.get(name)
-        return None if found is None else found.queue
+        return None if found is None else (found.queue, found.max_attempts)
 
     wf = Workflow(run_id=ctx.job_id, workflow=definition.name, input=ctx.args.get("input"), attempt=ctx.attempt,
                   history=history, repo=repo, queue_of=queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log)
