@@ -85,7 +85,8 @@ async def child(wf: Workflow, input: dict[str, Any]) -> Any:
 async def gatherer(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
     modes = input["modes"]
     results = await wf.gather(*(wf.child("t.child", {"dsn": input["dsn"], "i": i, "mode": m})
-                                for i, m in enumerate(modes)), return_exceptions=True)
+                                for i, m in enumerate(modes)), return_exceptions=True,
+                            fail_fast=input.get("fail_fast", False))
     after = await wf.step("after", probe, input["dsn"], wf, "after-join")
     return {"results": [r if not isinstance(r, Exception) else f"failed: {r.status}" for r in results],
             "after": after}

@@ -367,3 +367,17 @@ async def test_a_bulk_cancel_of_children_counts_for_the_join(app: App, wdb: asyn
         await app.operations.wait(op.id, timeout=30)
         result = await app.workflows.result(run_id, timeout=20)
     assert result == {"results": ["failed: canceled", "failed: canceled"], "after": 1}
+
+
+async def test_a_fail_fast_gather_decides_at_the_first_failure_and_cancels_the_rest(
+        app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    async with app.running():
+        run_id = await app.workflows.start("t.gather", {"dsn": dsn, "modes": ["wait", "fail", "wait"],
+                                                        "fail_fast": True})
+        result = await app.workflows.result(run_id, timeout=20)
+        assert result == {"results": ["failed: canceled", "failed: failed", "failed: canceled"], "after": 1}
+        for i in (0, 2):
+            assert (await app.workflows.get(uuid.uuid5(run_id, f"1:{i}"))).status == "canceled"
+    done = await wdb.fetchval("SELECT count(*) FROM dl_job_events WHERE job_id = $1 AND kind = 'workflow_gather' "
+                              "AND payload->>'state' = 'done'", run_id)
+    assert done == 1

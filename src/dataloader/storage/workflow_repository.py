@@ -52,17 +52,17 @@ class WorkflowRepository:
         self.pool = pool
 
     async def start(self, jobs: list[NewJob], workflows: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
-                    gather: tuple[int, str, int, str, int] | None = None) -> list[uuid.UUID] | None:
+                    gather: tuple[int, str, int, str, int, bool] | None = None) -> list[uuid.UUID] | None:
         """Insert run jobs and their run rows in one transaction; returns the ids inserted (a run
         whose idempotency key exists is skipped; None: the parent no longer holds its job).
         `parent`: (parent run id, gather seq) of children. `gather`: (attempt, name, children,
-        child ids JSON, seq) — the parent's pending gather, its join counter set to the number of
+        child ids JSON, seq, fail_fast) — the parent's pending gather, its join counter set to the number of
         children, written first and fenced: a parent that lost its job starts nothing."""
         async with self.pool.acquire() as conn, conn.transaction():
             if gather is not None and parent is not None:
-                attempt, name, count, ids_json, seq = gather
+                attempt, name, count, ids_json, seq, fail_fast = gather
                 row = await conn.fetchrow(sql("workflows/record_step"), *_record_params(
-                    parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count))
+                    parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count, fail_fast))
                 if not row["live"]:
                     return None
             inserted = await JobRepository(self.pool).insert_jobs(jobs, "workflow", conn=conn)
@@ -82,7 +82,7 @@ class WorkflowRepository:
                      result_json: str | None = None, error: str | None = None, attempts: int = 0,
                      wake_in_sec: float | None = None, remaining: int | None = None) -> Written:
         row = await self.pool.fetchrow(sql("workflows/record_step"), *_record_params(
-            run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining))
+            run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
         return await self._written(row, run_id, seq)
 
     async def take_signal(self, run_id: uuid.UUID, attempt: int, seq: int, name: str) -> Written:
@@ -134,12 +134,20 @@ class WorkflowRepository:
         """restart_cut.sql's row (status, gather, removed), or None: no such run."""
         return await self.pool.fetchrow(sql("workflows/restart_cut"), run_id, from_seq)
 
+    async def cancel_runs(self, run_ids: list[uuid.UUID]) -> None:
+        """Cancel the jobs of these runs as a cancel does (a queued one at once, a running one at its
+        next await), with every run below them that has not ended."""
+        jobs = JobRepository(self.pool)
+        for run_id in run_ids:
+            for job_id in [run_id, *await self.unfinished_descendants(run_id)]:
+                await jobs.cancel_job(job_id)
+
     async def unfinished_descendants(self, run_id: uuid.UUID) -> list[uuid.UUID]:
         return [r["run_id"] for r in await self.pool.fetch(sql("workflows/unfinished_descendants"), run_id)]
 
 
 def _record_params(run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str,
                    result_json: str | None, error: str | None, attempts: int, wake_in_sec: float | None,
-                   remaining: int | None) -> tuple[Any, ...]:
-    """$1..$11 of record_step.sql (its header)."""
-    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining)
+                   remaining: int | None, fail_fast: bool) -> tuple[Any, ...]:
+    """$1..$12 of record_step.sql (its header)."""
+    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, fail_fast)

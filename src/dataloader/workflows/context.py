@@ -248,23 +248,36 @@ class Workflow:
         check_name("workflow name", workflow)
         return Child(workflow, input, queue)
 
-    async def gather(self, *children: Child, return_exceptions: bool = False) -> list[Any]:
+    async def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
         """Start the child runs and wait, without a worker, until every one has ended (succeeded,
         failed, canceled or lost: each end counts down the join in its own transaction, once).
         Returns their results in order; a child that did not succeed raises ChildFailed (the first
-        one), or is returned as a ChildFailed with `return_exceptions=True`."""
+        one), or is returned as a ChildFailed with `return_exceptions=True`. `fail_fast`: at the
+        first child that does not succeed, cancel the others (and their children) and decide now;
+        a child still running then is reported as a ChildFailed with its status at that moment."""
         for child in children:
             if not isinstance(child, Child):
                 raise TypeError("gather takes children made by wf.child(...)")
         name = "+".join(c.workflow for c in children)[:MAX_STEP_NAME] or "nothing"
         seq, rec = self._next("gather", name)
         if rec is None:
-            rec = await self._start_children(seq, name, children)
+            rec = await self._start_children(seq, name, children, fail_fast)
         if rec.state == "pending":
+            ids = [uuid.UUID(i) for i in rec.result or []]
             current = await self._read(self._repo.get_step(self.run_id, seq))
-            if current is None or (current.remaining or 0) > 0:
-                raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}")
-            ends = await self._read(self._repo.children([uuid.UUID(i) for i in rec.result or []]))
+            ends = None
+            if current is not None and (current.remaining or 0) > 0 and fail_fast:
+                ends = await self._read(self._repo.children(ids))
+                if any(e.status in ("failed", "canceled", "lost") for e in ends):
+                    unfinished = [e.run_id for e in ends if e.status in ("queued", "running")]
+                    await self._read(self._repo.cancel_runs(unfinished))
+                    ends = await self._read(self._repo.children(ids))  # as they are after the cancel
+                else:
+                    ends = None
+            if ends is None:
+                if current is None or (current.remaining or 0) > 0:
+                    raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}")
+                ends = await self._read(self._repo.children(ids))
             outcome = [{"run_id": str(e.run_id), "workflow": c.workflow, "status": e.status,
                         "result": None if e.result is None else json.loads(e.result), "error": e.error}
                        for e, c in zip(ends, children, strict=True)]
@@ -283,7 +296,7 @@ class Workflow:
 
     # -- machinery ------------------------------------------------------------------------------
 
-    async def _start_children(self, seq: int, name: str, children: tuple[Child, ...]) -> Recorded:
+    async def _start_children(self, seq: int, name: str, children: tuple[Child, ...], fail_fast: bool) -> Recorded:
         if not children:
             return self._stored(await self._write(self._repo.record(
                 self.run_id, self.attempt, seq, "gather", name, "done", result_json="[]")), seq)
@@ -305,7 +318,7 @@ class Workflow:
         ids = [str(j.job_id) for j in jobs]
         try:
             started = await self._repo.start(jobs, names, parent=(self.run_id, seq),
-                                             gather=(self.attempt, name, len(jobs), json.dumps(ids), seq))
+                                             gather=(self.attempt, name, len(jobs), json.dumps(ids), seq, fail_fast))
         except Exception as exc:
             if is_connection_error(exc):
                 raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable") from exc
@@ -412,5 +425,5 @@ class SyncWorkflow:
     def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
         return self._inner.child(workflow, input, queue=queue)
 
-    def gather(self, *children: Child, return_exceptions: bool = False) -> list[Any]:
-        return self._run(self._inner.gather(*children, return_exceptions=return_exceptions))
+    def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
+        return self._run(self._inner.gather(*children, return_exceptions=return_exceptions, fail_fast=fail_fast))

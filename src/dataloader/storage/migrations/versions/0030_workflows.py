@@ -11,7 +11,8 @@
   code asks): `kind` step / sleep / wait / gather / patch (a version gate's marker), its `name`, `state` (done, failed, or pending:
   a step between retries, a wait not yet answered, a gather whose children are not all ended),
   its `result` (JSON) or `error`, `attempts`, `wake_at` (a sleep's end, a wait's deadline, a
-  retry's time) and a gather's `remaining` (the join counter).
+  retry's time) and a gather's `remaining` (the join counter) and `fail_fast` (wake it at the
+  first child that does not succeed, too).
 - `dl_workflow_signals`: signals sent to a run, kept until a wait consumes one (`consumed_seq`).
 
 Two triggers on dl_jobs, each with a WHEN that lets every non-workflow row pass without calling
@@ -19,7 +20,8 @@ anything (the hot finish path pays one string comparison):
 - `dl_workflow_child_end` (AFTER UPDATE OF status): a workflow job reaching a terminal status —
   by its finish, a cancel, the reaper's `lost`, a bulk operation: every path is an UPDATE of
   status — marks its run `joined` (once) and counts down its parent's gather in the SAME
-  transaction as the end. The count reaching zero wakes the parent.
+  transaction as the end. The count reaching zero (or, for a fail-fast gather, a child that did
+  not succeed) wakes the parent.
 - `dl_workflow_requeue` (BEFORE UPDATE OF status, running → queued): a run handing itself back
   (a sleep, a wait, a join not complete) while a wake arrived after it last looked
   (`wakes > seen_wakes`) is made due now instead of at its planned time. With the waker locking
@@ -69,6 +71,7 @@ STATEMENTS = [
       attempts int NOT NULL DEFAULT 0,
       wake_at timestamptz,
       remaining int,
+      fail_fast boolean NOT NULL DEFAULT false,
       created_at timestamptz NOT NULL DEFAULT now(),
       finished_at timestamptz,
       PRIMARY KEY (run_id, seq),
@@ -109,6 +112,7 @@ STATEMENTS = [
         v_parent uuid;
         v_seq int;
         v_left int;
+        v_fast boolean;
     BEGIN
         -- `joined` flips once: a child revived by a manual retry and ending again is not counted again
         UPDATE dl_workflow_runs SET joined = true
@@ -119,8 +123,9 @@ STATEMENTS = [
         END IF;
         UPDATE dl_workflow_steps SET remaining = remaining - 1
         WHERE run_id = v_parent AND seq = v_seq AND kind = 'gather'
-        RETURNING remaining INTO v_left;
-        IF v_left = 0 THEN
+        RETURNING remaining, fail_fast INTO v_left, v_fast;
+        -- the last end completes the join; a fail-fast gather also looks at the first failure
+        IF v_left = 0 OR (v_fast AND NEW.status <> 'succeeded') THEN
             PERFORM dl_workflow_wake(v_parent);
         END IF;
         RETURN NULL;

@@ -5,7 +5,7 @@
 -- the same kind and name.
 -- $1 run id, $2 attempt, $3 seq, $4 kind, $5 name, $6 state ('pending'|'done'|'failed'),
 -- $7 result (JSON text or NULL), $8 error, $9 attempts, $10 seconds from now to wake_at (NULL: none),
--- $11 remaining (a gather's join counter; NULL otherwise).
+-- $11 remaining (a gather's join counter; NULL otherwise), $12 fail_fast (a gather's; false otherwise).
 -- Returns `live` (false: fenced off, nothing written) and the stored row when this wrote it.
 WITH live AS (
     SELECT job_id, queue FROM dl_jobs
@@ -13,9 +13,9 @@ WITH live AS (
     FOR SHARE
 ), rec AS (
     INSERT INTO dl_workflow_steps AS s (run_id, seq, kind, name, state, result, error, attempts, wake_at,
-                                        remaining, finished_at)
+                                        remaining, fail_fast, finished_at)
     SELECT $1, $3, $4, $5, $6, $7::text::jsonb, $8, $9,
-           now() + make_interval(secs => $10::float8), $11, CASE WHEN $6 <> 'pending' THEN now() END
+           now() + make_interval(secs => $10::float8), $11, $12, CASE WHEN $6 <> 'pending' THEN now() END
     FROM live
     ON CONFLICT (run_id, seq) DO UPDATE
     SET state = EXCLUDED.state, result = EXCLUDED.result, error = EXCLUDED.error,
