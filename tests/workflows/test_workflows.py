@@ -58,7 +58,7 @@ async def test_durable_sleep_holds_no_worker_and_wakes_on_time(app: App, wdb: as
         assert job.status == "queued" and job.attempt == 0  # handed back without using an attempt
         assert await app.workflows.result(run_id, timeout=20) == {"before": 1, "after": 1}
         elapsed = time.monotonic() - started
-    assert 1.5 <= elapsed < 4.5, elapsed
+    assert 1.5 <= elapsed < 8, elapsed  # woken on time (bounded for a loaded CI machine), never early
     run = await app.workflows.get(run_id)
     assert [s.kind for s in run.steps] == ["step", "sleep", "step"]
     assert await probe_counts(wdb, run_id) == {"before": 1, "after": 1}
@@ -81,7 +81,7 @@ async def test_a_signal_sent_during_the_wait_wakes_the_run(app: App, wdb: asyncp
         sent = time.monotonic()
         await app.signal_workflow(run_id, "go", {"paid": 100})
         assert await app.workflows.result(run_id, timeout=20) == {"first": {"paid": 100}, "second": None}
-        assert time.monotonic() - sent < 3  # woken by the signal, not by the 60 s deadline
+        assert time.monotonic() - sent < 15  # woken by the signal, not by the 60 s deadline
 
 
 async def _waiting(pool: asyncpg.Pool, run_id: uuid.UUID) -> bool:
