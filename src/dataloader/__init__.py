@@ -55,7 +55,12 @@ from dataloader.exceptions import (
     TooManyQueries,
     UnknownNamespace,
     UnknownTask,
+    UnknownWorkflow,
     ValidationFailed,
+    WorkflowFailed,
+    WorkflowFinished,
+    WorkflowNotFound,
+    WorkflowTimeout,
 )
 from dataloader.jobs.manager import JobRequest
 from dataloader.jobs.search import SearchPage
@@ -83,6 +88,7 @@ from dataloader.sync import SyncApp
 from dataloader.version import __version__ as __version__
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
+from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, Workflow, WorkflowRun, workflow
 
 __all__ = [
     "App",
@@ -91,11 +97,13 @@ __all__ = [
     "Cancel",
     "Chain",
     "ChainNotFound",
+    "ChildFailed",
     "ConfigError",
     "DatabaseUnavailable",
     "DataloaderError",
     "EmbeddedServerFailed",
     "FatalError",
+    "HistoryMismatch",
     "HistoryRange",
     "IdempotencyConflict",
     "Intent",
@@ -166,16 +174,25 @@ __all__ = [
     "Settings",
     "Snooze",
     "Stage",
+    "StepFailed",
     "SyncApp",
     "Then",
     "TooManyQueries",
     "TraceEntry",
     "UnknownNamespace",
     "UnknownTask",
+    "UnknownWorkflow",
     "UnsetTimer",
     "ValidationFailed",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowFinished",
+    "WorkflowNotFound",
+    "WorkflowRun",
+    "WorkflowTimeout",
     "observer",
     "pipeline",
     "processor",
     "schedule",
+    "workflow",
 ]

@@ -76,8 +76,11 @@ from dataloader.storage.process_repository import ProcessRepository
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.storage.search_repository import SearchRepository
+from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules, registry
+from dataloader.workflows.manager import WorkflowManager
+from dataloader.workflows.registry import workflows as workflow_definitions
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -129,6 +132,7 @@ class App:
         self._schedules: ScheduleManager | None = None
         self._observers: ObserverManager | None = None
         self._processes: ProcessManager | None = None
+        self._workflows: WorkflowManager | None = None
         self._health: HealthReader | None = None
         self.repo: JobRepository
         self.jobs: JobManager
@@ -729,6 +733,21 @@ class App:
                 default_lease_ttl_sec=self.settings.default_lease_ttl_sec, operations=lambda: self.operations,
                 idle_sec=self.settings.process_idle_sec)
         return self._processes
+
+    @property
+    def workflows(self) -> WorkflowManager:
+        """Durable workflows (docs/workflows.md): `await app.workflows.start("orders.fulfil", order)`,
+        `get`, `result`, `signal`, `cancel`. Workflows are registered with `@workflow(name)`; their
+        runs are jobs of the workflow's queue."""
+        if self._workflows is None:
+            self._workflows = WorkflowManager(
+                WorkflowRepository(self.pool), self.jobs, workflow_definitions,
+                max_args_bytes=self.settings.max_args_bytes, default_lease_ttl_sec=self.settings.default_lease_ttl_sec)
+        return self._workflows
+
+    async def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
+        """Send signal `name` to a workflow run (`app.workflows.signal`)."""
+        await self.workflows.signal(run_id, name, payload)
 
     @property
     def health(self) -> HealthReader:

@@ -255,6 +255,44 @@ class ProcessTimeout(DataloaderError):
         self.task_id = task_id
 
 
+
+# -- requests about workflows (docs/workflows.md) --------------------------------------------------
+
+class UnknownWorkflow(DataloaderError):
+    """No workflow of that name is registered in this process (DL_PIPELINE_MODULES imports them)."""
+
+    code = "unknown_workflow"
+
+
+class WorkflowNotFound(DataloaderError):
+    code = "workflow_not_found"
+
+
+class WorkflowFinished(DataloaderError):
+    """The run has ended (a signal or a cancel needs a run that has not); `status` is its end."""
+
+    code = "workflow_finished"
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WorkflowFailed(DataloaderError):
+    """The run ended failed, canceled or lost (`status`); the message is its error."""
+
+    code = "workflow_failed"
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WorkflowTimeout(DataloaderError):
+    """The run did not end within the caller's wait; it goes on."""
+
+    code = "workflow_timeout"
+
 class QueuePaused(DataloaderError):
     """A caller's task (`init`, `call`, `repair`) would wait in a paused queue: nothing is queued,
     and the caller hears so at once instead of waiting out its timeout (resume the queue, or the

@@ -35,7 +35,7 @@ import threading
 import uuid
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,6 +48,7 @@ from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.model.workflow import WorkflowRun
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -278,6 +279,38 @@ class SyncApp:
         with self.running(queues, reaper=reaper):
             (stop if stop is not None else threading.Event()).wait()
 
+
+    # -- workflows (docs/workflows.md) -------------------------------------------------------------
+
+    @property
+    def workflows(self) -> SyncWorkflows:
+        """`app.workflows` of the async App, blocking: start, get, result, signal, cancel."""
+        return SyncWorkflows(self)
+
+    def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
+        self._call(self.app.signal_workflow(run_id, name, payload))
+
+
+class SyncWorkflows:
+    """The blocking twin of `App.workflows` (each call runs the async one on the SyncApp's loop)."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def start(self, workflow: str, input: Any = None, **options: Any) -> uuid.UUID:
+        return self._owner._call(self._owner.app.workflows.start(workflow, input, **options))
+
+    def get(self, run_id: uuid.UUID | str) -> WorkflowRun:
+        return self._owner._call(self._owner.app.workflows.get(run_id))
+
+    def result(self, run_id: uuid.UUID | str, *, timeout: float | timedelta = 30.0) -> Any:
+        return self._owner._call(self._owner.app.workflows.result(run_id, timeout=timeout))
+
+    def signal(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
+        self._owner._call(self._owner.app.workflows.signal(run_id, name, payload))
+
+    def cancel(self, run_id: uuid.UUID | str) -> WorkflowRun:
+        return self._owner._call(self._owner.app.workflows.cancel(run_id))
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)

@@ -26,8 +26,10 @@ def _registries() -> list[dict | list]:
     from dataloader.processes.registry import processors
     from dataloader.schedules import declare
     from dataloader.workers.pipelines.registry import registry
+    from dataloader.workflows.registry import workflows
 
-    return [registry._pipelines, processors._processors, observers._kinds, declare._DECLARED, services._FACTORIES]
+    return [registry._pipelines, processors._processors, observers._kinds, declare._DECLARED, services._FACTORIES,
+            workflows._workflows]
 
 
 def _pytest(path: str) -> dict:

@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("duty framework", frozenset({"maintenance"})),
     ("engine", frozenset({"workers"})),
     ("capabilities", frozenset({"jobs", "operations", "retention", "processes", "schedules", "observers", "flow",
-                                "health"})),
+                                "health", "workflows"})),
     ("node", frozenset({"node"})),
     ("facade", frozenset({"app", "sync"})),
     ("adapters", frozenset({"api", "ui", "cli", "testing", "__main__"})),

@@ -26,6 +26,7 @@ from dataloader.api.v1.queues_router import router as queues_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
+from dataloader.api.v1.workflows_router import router as workflows_router
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
 from dataloader.heap import freeze_startup_objects
@@ -49,6 +50,7 @@ def register_routers(app: FastAPI) -> None:
     app.include_router(stats_router)
     app.include_router(processes_router)
     app.include_router(chains_router)
+    app.include_router(workflows_router)
     app.include_router(operations_router)
     app.include_router(observers_router)
     app.include_router(nodes_router)

@@ -42,6 +42,11 @@ class ErrorCode(StrEnum):
     process_task_failed = "process_task_failed"
     process_timeout = "process_timeout"
     queue_paused = "queue_paused"
+    unknown_workflow = "unknown_workflow"
+    workflow_not_found = "workflow_not_found"
+    workflow_finished = "workflow_finished"
+    workflow_failed = "workflow_failed"
+    workflow_timeout = "workflow_timeout"
     process_busy = "process_busy"
     restart_not_possible = "restart_not_possible"
     operation_not_found = "operation_not_found"
@@ -87,6 +92,11 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.process_task_failed: 422,
     ErrorCode.process_timeout: 504,
     ErrorCode.queue_paused: 409,
+    ErrorCode.unknown_workflow: 404,
+    ErrorCode.workflow_not_found: 404,
+    ErrorCode.workflow_finished: 409,
+    ErrorCode.workflow_failed: 409,
+    ErrorCode.workflow_timeout: 504,
     ErrorCode.process_busy: 409,
     ErrorCode.restart_not_possible: 409,
     ErrorCode.operation_not_found: 404,

@@ -1,0 +1,181 @@
+"""API v1 workflows (docs/workflows.md): `/api/v1/workflows` — start a run, read it with its
+recorded history, wait for its result, signal it, cancel it (with every run below it), restart
+it from a step.
+
+Errors have the house's one shape (`{error, detail}`): an unknown workflow or run is a 404, a
+signal or cancel for a run that has ended a 409 (`workflow_finished`), a result asked of a run that
+failed a 409 (`workflow_failed`, its error in `detail`), a wait that outlasts `timeout_sec` a 504
+(`workflow_timeout`; the run goes on). A body that fails validation is a 422 that writes nothing.
+The rules are `dataloader.workflows.manager.WorkflowManager`'s, as in Python and the CLI.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dataloader.api.runtime import Runtime, get_runtime, require_token
+from dataloader.api.v1.exceptions import error_responses
+from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.utils import location
+from dataloader.model.storable import check_storable
+from dataloader.model.workflow import NAME_PATTERN, WorkflowRun
+from dataloader.workflows.manager import MAX_IDEMPOTENCY_KEY, WorkflowManager
+
+router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_token)])
+
+
+async def get_workflow_manager(runtime: Runtime = Depends(get_runtime)) -> WorkflowManager:
+    return runtime.require_app().workflows
+
+
+Api = Annotated[WorkflowManager, Depends(get_workflow_manager)]
+RunId = Annotated[uuid.UUID, Path(description="The run's id (the id of the job that runs it)")]
+SignalName = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="The signal's name")]
+
+
+class StartBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"workflow": "orders.fulfil", "input": {"order": 7}, "idempotency_key": "order-7"}]})
+
+    workflow: str = Field(pattern=f"^{NAME_PATTERN}$", description="A registered workflow's name")
+    input: Any = Field(default=None, description="The workflow's input (any JSON)")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY,
+                                        description="The same key for the same workflow starts one run")
+    lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 86400,
+                                      description="Lease of the run's job: how soon a dead node's run resumes")
+
+    @field_validator("input", "idempotency_key")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    payload: Any = Field(default=None, description="What the waiting `wf.wait_for` returns (any JSON)")
+
+    @field_validator("payload")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
+
+
+class RestartBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"from_step": "charge"}, {}]})
+
+    from_step: str | None = Field(default=None, min_length=1, max_length=200,
+                                  description="The step to run again from (its first position); none: the start")
+
+    @field_validator("from_step")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
+
+
+class StepView(BaseModel):
+    seq: int = Field(description="Its position in the run's history: 1, 2, 3… in the order the code asks")
+    kind: str = Field(description="step, sleep, wait or gather")
+    name: str
+    state: str = Field(description="done, failed, or pending (between retries, waiting, joining)")
+    result: Any = Field(default=None, description="The recorded result (any JSON)")
+    error: str | None = None
+    attempts: int
+    wake_at: datetime | None = Field(description="A sleep's end, a wait's deadline, a retry's time")
+    remaining: int | None = Field(description="A gather's children not yet ended")
+    created_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunView(BaseModel):
+    run_id: uuid.UUID
+    workflow: str
+    status: str = Field(description="Its job's status: queued (also while it sleeps, waits or joins), running, "
+                                    "succeeded, failed, canceled, lost")
+    input: Any = None
+    result: Any = None
+    error: str | None = None
+    queue: str
+    parent_run_id: uuid.UUID | None
+    created_at: datetime
+    finished_at: datetime | None
+    available_at: datetime | None = Field(description="When its job runs next (a sleeping run's wake-up)")
+    steps: list[StepView]
+
+
+class ResultView(BaseModel):
+    run_id: uuid.UUID
+    result: Any = Field(default=None, description="What the workflow returned (any JSON)")
+
+
+class SignalSent(BaseModel):
+    run_id: uuid.UUID
+    signal: str
+
+
+def view(run: WorkflowRun) -> RunView:
+    return RunView.model_validate(run.to_dict())
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=RunView, summary="Start a workflow run",
+             responses=error_responses(ErrorCode.unknown_workflow, ErrorCode.args_too_large, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type))
+async def start_run(body: StartBody, api: Api, response: Response) -> RunView:
+    """201 with the run (an idempotent repeat returns the run the key started)."""
+    run_id = await api.start(body.workflow, body.input, idempotency_key=body.idempotency_key,
+                             lease_ttl_sec=body.lease_ttl_sec)
+    response.headers["Location"] = location("api", "v1", "workflows", str(run_id))
+    return view(await api.get(run_id))
+
+
+@router.get("/{run_id}", response_model=RunView, summary="A run with its recorded history",
+            responses=error_responses(ErrorCode.workflow_not_found))
+async def get_run(run_id: RunId, api: Api) -> RunView:
+    return view(await api.get(run_id))
+
+
+@router.get("/{run_id}/result", response_model=ResultView, summary="Wait for a run's result",
+            responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.workflow_failed,
+                                      ErrorCode.workflow_timeout))
+async def get_result(run_id: RunId, api: Api,
+                     timeout_sec: Annotated[float, Query(ge=0, le=300, description="How long to wait")] = 30.0
+                     ) -> ResultView:
+    """Waits for the run to end: its result; 409 `workflow_failed` if it failed, was canceled or
+    lost; 504 `workflow_timeout` past `timeout_sec` (the run goes on)."""
+    return ResultView(run_id=run_id, result=await api.result(run_id, timeout=timeout_sec))
+
+
+@router.post("/{run_id}/signals/{name}", status_code=status.HTTP_202_ACCEPTED, response_model=SignalSent,
+             summary="Send a signal to a run",
+             responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.workflow_finished,
+                                       ErrorCode.invalid_json, ErrorCode.unsupported_media_type))
+async def signal_run(run_id: RunId, name: SignalName, api: Api,
+                     body: Annotated[SignalBody | None, Body()] = None) -> SignalSent:
+    """Stored until a `wf.wait_for(name)` of the run takes it (each signal answers one wait, oldest
+    first); a run waiting for it wakes at once. 409 if the run has ended (nothing stored)."""
+    await api.signal(run_id, name, body.payload if body is not None else None)
+    return SignalSent(run_id=run_id, signal=name)
+
+
+@router.post("/{run_id}/cancel", response_model=RunView, summary="Cancel a run and the runs below it",
+             responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.workflow_finished))
+async def cancel_run(run_id: RunId, api: Api) -> RunView:
+    """A sleeping, waiting or joining run ends at once, a running one at its next await; its
+    children (and theirs) that have not ended are canceled too."""
+    return view(await api.cancel(run_id))
+
+
+@router.post("/{run_id}/restart", response_model=RunView, summary="Run an ended run again from a step",
+             responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.job_not_retryable,
+                                       ErrorCode.restart_not_possible, ErrorCode.invalid_json,
+                                       ErrorCode.unsupported_media_type))
+async def restart_run(run_id: RunId, api: Api, body: Annotated[RestartBody | None, Body()] = None) -> RunView:
+    """For a failed, canceled or lost run (409 `job_not_retryable` otherwise), e.g. after a fix: its
+    history from the step on is removed and it runs again from there; the steps before keep their
+    results. 409 `restart_not_possible` from before a gather (not built yet)."""
+    return view(await api.restart(run_id, from_step=body.from_step if body is not None else None))

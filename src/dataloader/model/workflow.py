@@ -1,0 +1,112 @@
+"""Workflows as data: a run, one recorded position of its history, and the rules of what may be
+named and stored — defined once here, so Python, HTTP and the CLI validate alike (docs/workflows.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from dataloader.model.clock import iso
+
+StepKind = Literal["step", "sleep", "wait", "gather", "patch"]
+StepState = Literal["pending", "done", "failed"]
+
+# A workflow's name and a signal's name: what a task name may carry after `workflow:`.
+NAME_PATTERN = r"[A-Za-z0-9_.:-]{1,100}"
+_NAME = re.compile(NAME_PATTERN)
+TASK_PREFIX = "workflow:"
+# A step's name is for people and for the history check: any text, bounded.
+MAX_STEP_NAME = 200
+
+
+def check_name(what: str, value: Any) -> str:
+    """A workflow or signal name, or ValueError saying what is wrong."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ValueError(f"{what} must be 1-100 letters, digits, '_', '.', ':' or '-' (got {value!r})")
+    return value
+
+
+def task_of(workflow: str) -> str:
+    """The task name of a workflow's run jobs."""
+    return TASK_PREFIX + workflow
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    return None if value is None else iso(value)
+
+
+def decode(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One position of a run's history (`dl_workflow_steps`)."""
+
+    seq: int
+    kind: StepKind
+    name: str
+    state: StepState
+    result: Any = None
+    error: str | None = None
+    attempts: int = 0
+    wake_at: datetime | None = None
+    remaining: int | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Recorded:
+        keys = row.keys()
+        return cls(seq=row["seq"], kind=row["kind"], name=row["name"], state=row["state"],
+                   result=decode(row["result"]), error=row["error"], attempts=row["attempts"],
+                   wake_at=row["wake_at"], remaining=row["remaining"],
+                   created_at=row["created_at"] if "created_at" in keys else None,
+                   finished_at=row["finished_at"] if "finished_at" in keys else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "name": self.name, "state": self.state,
+                "result": self.result, "error": self.error, "attempts": self.attempts,
+                "wake_at": iso_utc(self.wake_at), "remaining": self.remaining,
+                "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at)}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """A run: its job's state (the run IS that job: `run_id` is its job id) and its history."""
+
+    run_id: uuid.UUID
+    workflow: str
+    status: str  # the job's: queued (also while it sleeps or waits), running, succeeded, failed, canceled, lost
+    input: Any
+    result: Any
+    error: str | None
+    queue: str
+    parent_run_id: uuid.UUID | None
+    created_at: datetime
+    finished_at: datetime | None
+    available_at: datetime | None
+    steps: list[Recorded] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("succeeded", "failed", "canceled", "lost")
+
+    @classmethod
+    def from_row(cls, row: Any, steps: list[Recorded]) -> WorkflowRun:
+        return cls(run_id=row["run_id"], workflow=row["workflow"], status=row["status"],
+                   input=decode(row["input"]) if isinstance(row["input"], str) else row["input"],
+                   result=decode(row["result"]), error=row["error"], queue=row["queue"],
+                   parent_run_id=row["parent_run_id"], created_at=row["created_at"],
+                   finished_at=row["finished_at"], available_at=row["available_at"], steps=steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "workflow": self.workflow, "status": self.status,
+                "input": self.input, "result": self.result, "error": self.error, "queue": self.queue,
+                "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
+                "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at),
+                "available_at": iso_utc(self.available_at), "steps": [s.to_dict() for s in self.steps]}

@@ -1,0 +1,153 @@
+"""SQL of durable workflows (`queries/workflows/*.sql`) on the pool.
+
+Every write a run's attempt makes to its history is fenced on the run's job (running, with that
+attempt) and writes its journal row in the same statement, so a run that lost its job to the
+reaper records nothing, and the journal is the true history (promises 3, 4). Starting runs — a
+top-level one or a gather's children — inserts their jobs and their run rows in one transaction,
+with the gather's join counter when there is one, so a child can never end before the counter
+that counts it exists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from dataloader.model.workflow import Recorded, WorkflowRun
+from dataloader.storage.queries import sql
+from dataloader.storage.repositories import JobRepository, NewJob
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What a run's attempt replays from: the wake count it read and its recorded positions."""
+
+    wakes: int
+    steps: dict[int, Recorded]
+    lease_ttl_sec: int = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A fenced write: `live` false means the attempt no longer holds the run (nothing written);
+    `step` is the row as this write stored it, or None when it was already recorded otherwise."""
+
+    live: bool
+    step: Recorded | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnd:
+    run_id: uuid.UUID
+    status: str | None  # None: the child's job is gone (deleted)
+    result: str | None  # JSON text
+    error: str | None
+
+
+class WorkflowRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def start(self, jobs: list[NewJob], workflows: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
+                    gather: tuple[int, str, int, str, int, bool] | None = None) -> list[uuid.UUID] | None:
+        """Insert run jobs and their run rows in one transaction; returns the ids inserted (a run
+        whose idempotency key exists is skipped; None: the parent no longer holds its job).
+        `parent`: (parent run id, gather seq) of children. `gather`: (attempt, name, children,
+        child ids JSON, seq, fail_fast) — the parent's pending gather, its join counter set to the number of
+        children, written first and fenced: a parent that lost its job starts nothing."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if gather is not None and parent is not None:
+                attempt, name, count, ids_json, seq, fail_fast = gather
+                row = await conn.fetchrow(sql("workflows/record_step"), *_record_params(
+                    parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count, fail_fast))
+                if not row["live"]:
+                    return None
+            inserted = await JobRepository(self.pool).insert_jobs(jobs, "workflow", conn=conn)
+            names = {j.job_id: w for j, w in zip(jobs, workflows, strict=True)}
+            await conn.execute(sql("workflows/insert_runs"), inserted, [names[i] for i in inserted],
+                               parent[0] if parent else None, parent[1] if parent else None)
+            return inserted
+
+    async def history(self, run_id: uuid.UUID) -> History | None:
+        rows = await self.pool.fetch(sql("workflows/load_history"), run_id)
+        if not rows:
+            return None
+        return History(rows[0]["wakes"], {r["seq"]: Recorded.from_row(r) for r in rows if r["seq"] is not None},
+                       rows[0]["lease_ttl_sec"] or 60)
+
+    async def record(self, run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str, *,
+                     result_json: str | None = None, error: str | None = None, attempts: int = 0,
+                     wake_in_sec: float | None = None, remaining: int | None = None) -> Written:
+        row = await self.pool.fetchrow(sql("workflows/record_step"), *_record_params(
+            run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
+        return await self._written(row, run_id, seq)
+
+    async def take_signal(self, run_id: uuid.UUID, attempt: int, seq: int, name: str) -> Written:
+        row = await self.pool.fetchrow(sql("workflows/take_signal"), run_id, attempt, seq, name)
+        return await self._written(row, run_id, seq)
+
+    async def _written(self, row: Any, run_id: uuid.UUID, seq: int) -> Written:
+        if not row["live"]:
+            return Written(False, None)
+        if row["seq"] is not None:
+            return Written(True, Recorded.from_row(row))
+        return Written(True, await self.get_step(run_id, seq))
+
+    async def get_step(self, run_id: uuid.UUID, seq: int) -> Recorded | None:
+        row = await self.pool.fetchrow(sql("workflows/get_step"), run_id, seq)
+        return None if row is None else Recorded.from_row(row)
+
+    async def mark_seen(self, run_id: uuid.UUID, attempt: int, wakes: int) -> None:
+        await self.pool.execute(sql("workflows/mark_seen"), run_id, attempt, wakes)
+
+    async def children(self, run_ids: list[uuid.UUID]) -> list[ChildEnd]:
+        rows = await self.pool.fetch(sql("workflows/children"), run_ids)
+        return [ChildEnd(r["run_id"], r["status"], r["result"], r["error"]) for r in rows]
+
+    async def send_signal(self, run_id: uuid.UUID, name: str, payload_json: str | None) -> tuple[str | None, bool]:
+        """(the run's job status or None when there is no such run, whether the signal was stored).
+        A stored signal wakes the run in the same transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql("workflows/send_signal"), run_id, name, payload_json)
+            if row is None:
+                return None, False
+            if row["signal_id"] is None:
+                return row["status"], False
+            await conn.execute(sql("workflows/wake"), run_id)
+            return row["status"], True
+
+    async def get_run(self, run_id: uuid.UUID, *, with_steps: bool = True) -> WorkflowRun | None:
+        row = await self.pool.fetchrow(sql("workflows/get_run"), run_id)
+        if row is None:
+            return None
+        steps = ([Recorded.from_row(r) for r in await self.pool.fetch(sql("workflows/list_steps"), run_id)]
+                 if with_steps else [])
+        return WorkflowRun.from_row(row, steps)
+
+    async def run_by_key(self, idempotency_key: str) -> uuid.UUID | None:
+        return await self.pool.fetchval(sql("workflows/run_by_key"), idempotency_key)
+
+    async def restart_cut(self, run_id: uuid.UUID, from_seq: int) -> Any:
+        """restart_cut.sql's row (status, gather, removed), or None: no such run."""
+        return await self.pool.fetchrow(sql("workflows/restart_cut"), run_id, from_seq)
+
+    async def cancel_runs(self, run_ids: list[uuid.UUID]) -> None:
+        """Cancel the jobs of these runs as a cancel does (a queued one at once, a running one at its
+        next await), with every run below them that has not ended."""
+        jobs = JobRepository(self.pool)
+        for run_id in run_ids:
+            for job_id in [run_id, *await self.unfinished_descendants(run_id)]:
+                await jobs.cancel_job(job_id)
+
+    async def unfinished_descendants(self, run_id: uuid.UUID) -> list[uuid.UUID]:
+        return [r["run_id"] for r in await self.pool.fetch(sql("workflows/unfinished_descendants"), run_id)]
+
+
+def _record_params(run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str,
+                   result_json: str | None, error: str | None, attempts: int, wake_in_sec: float | None,
+                   remaining: int | None, fail_fast: bool) -> tuple[Any, ...]:
+    """$1..$12 of record_step.sql (its header)."""
+    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, fail_fast)

@@ -1,0 +1,429 @@
+"""`wf`, what a workflow function receives: steps, sleeps, waits for signals, and child runs.
+
+A run is replayed from the start on every attempt of its job. Each `wf` call takes the next
+position of the run's history (1, 2, 3…): a position already recorded returns what was recorded
+without running anything; a new one runs (a step), or is recorded and the run hands its job back
+(a sleep, a wait, a join not complete) by raising `Suspend`, which the runner turns into a delayed
+hand-back of the job — no worker is held while a run sleeps or waits. A position recorded as
+another kind or name than the code now asks for stops the run (`HistoryMismatch`): the history
+and the code disagree, and guessing would re-run or skip a step.
+
+Step results are recorded once they succeed, fenced on the run's job (a run that lost its job to
+the reaper writes nothing), with a journal row in the same statement. A step cut off before its
+record (kill -9, a lost lease) runs again on the next attempt with the same `wf.step_key`: steps
+are at least once, their recorded results exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dataloader.exceptions import FatalError
+from dataloader.model.storable import encode_json
+from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, task_of
+from dataloader.storage.db import is_connection_error
+from dataloader.storage.repositories import NewJob
+from dataloader.storage.workflow_repository import History, WorkflowRepository, Written
+from dataloader.workers.outcome import describe
+
+# The longest a run hands its job back for at once (a wait without a deadline, a join): just under
+# the engine's longest delay; it then replays and hands back again, which costs one replay a year.
+MAX_SUSPEND_SEC = 360 * 24 * 3600.0
+# A write cut off by a database restart: the run runs again this long after (promise 10).
+DATABASE_LOST_SUSPEND_SEC = 1.0
+DEFAULT_STEP_ATTEMPTS = 3
+SKEW_RETRY_SEC = 0.05
+MAX_VALUE_BYTES = 1024 * 1024
+
+
+def default_step_backoff(attempt: int) -> float:
+    """Seconds before a failed step's next attempt: 1, 2, 4… capped at five minutes."""
+    return float(min(2 ** (attempt - 1), 300))
+
+
+class Suspend(BaseException):
+    """Not an error, hence a BaseException: a workflow's `except Exception` cannot swallow it.
+    The run hands its job back for `seconds` (a sleep, a wait, a join, a step's retry delay)."""
+
+    def __init__(self, seconds: float, reason: str) -> None:
+        self.seconds = min(max(seconds, 0.0), MAX_SUSPEND_SEC)
+        self.reason = reason
+        super().__init__(f"suspended for {self.seconds:g} s ({reason})")
+
+
+class HistoryMismatch(Exception):
+    """The code asks for another step than the run's history recorded at that position."""
+
+
+class StepFailed(Exception):
+    """A step failed for good (its attempts ran out, or it raised FatalError); recorded, so a
+    replay raises it again at the same place."""
+
+    def __init__(self, name: str, error: str | None) -> None:
+        self.name = name
+        self.error = error
+        super().__init__(f"step {name!r} failed: {error}")
+
+
+class ChildFailed(Exception):
+    """A child run of a gather did not succeed (failed, canceled or lost)."""
+
+    def __init__(self, run_id: str, workflow: str, status: str | None, error: str | None) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.status = status
+        self.error = error
+        super().__init__(f"child {workflow} {run_id} ended {status}: {error}")
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child run to start in a `gather` (`wf.child(...)` makes one; nothing is started yet)."""
+
+    workflow: str
+    input: Any = None
+    queue: str | None = None
+
+
+# The longest sleep or wait (ten years): any longer is a bug, and past it no timestamp arithmetic is safe.
+MAX_DURATION_SEC = 3650 * 86400.0
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds != seconds or not 0 <= seconds <= MAX_DURATION_SEC:
+        raise ValueError(f"{what} must be 0 to {MAX_DURATION_SEC:.0f} seconds (ten years) or a timedelta")
+    return seconds
+
+
+class Workflow:
+    """The `wf` of an async workflow."""
+
+    def __init__(self, *, run_id: uuid.UUID, workflow: str, input: Any, attempt: int, history: History,
+                 repo: WorkflowRepository, queue_of: Callable[[str], tuple[str, int] | None], lease_ttl_sec: int,
+                 log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.input = input
+        self.attempt = attempt
+        self.log = log
+        self._history = history
+        self._repo = repo
+        self._queue_of = queue_of
+        self._lease_ttl_sec = lease_ttl_sec
+        self._seq = 0
+        self._step_key: str | None = None
+        # The first mismatch seen; kept so a workflow that catches it cannot carry on regardless.
+        self.broken: HistoryMismatch | None = None
+
+    # -- what a workflow calls ------------------------------------------------------------------
+
+    @property
+    def step_key(self) -> str:
+        """The running step's idempotency key for outside systems: the same on every attempt and
+        every replay of that step (`<run_id>:<position>`)."""
+        if self._step_key is None:
+            raise RuntimeError("wf.step_key is defined only while a step runs")
+        return self._step_key
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
+                   backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
+                   **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` (async, or sync in a thread) once and record its result; on a
+        replay return the recorded result without running it. Its JSON form is what is returned,
+        the first time too, so the first run and a replay see the same value. A failure is retried
+        `max_attempts` times in all, `backoff(attempt)` seconds apart, the run's job handed back
+        meanwhile; then (or at once for FatalError) the step is recorded failed and StepFailed is
+        raised here — on every replay too."""
+        self._check_step_name(name)
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        seq, rec = self._next("step", name)
+        if rec is not None and rec.state == "done":
+            return rec.result
+        if rec is not None and rec.state == "failed":
+            raise StepFailed(name, rec.error)
+        if rec is not None and rec.wake_at is not None:
+            left = (rec.wake_at - datetime.now(UTC)).total_seconds()
+            if left > 0:
+                raise Suspend(left, f"step {name!r} retries later")
+        attempt = (rec.attempts if rec is not None else 0) + 1
+        self._step_key = f"{self.run_id}:{seq}"
+        try:
+            value = await self._call(fn, args, kwargs, timeout)
+        except Exception as exc:
+            if isinstance(exc, FatalError) or attempt >= max_attempts:
+                written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
+                                                              error=describe(exc), attempts=attempt))
+                raise StepFailed(name, self._stored(written, seq).error) from exc
+            delay = (backoff or default_step_backoff)(attempt)
+            await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "pending",
+                                                error=describe(exc), attempts=attempt, wake_in_sec=delay))
+            self.log.warning("workflow step failed; retrying", extra={"step": name, "attempt": attempt,
+                                                                      "error": describe(exc)})
+            raise Suspend(delay, f"step {name!r} retries") from exc
+        finally:
+            self._step_key = None
+        text, problem = encode_json(value, MAX_VALUE_BYTES)
+        if problem is not None:
+            error = f"the step's value cannot be recorded: {problem}"
+            written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
+                                                          error=error, attempts=attempt))
+            raise StepFailed(name, self._stored(written, seq).error)
+        written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "done",
+                                                      result_json=text, attempts=attempt))
+        stored = self._stored(written, seq)
+        if stored.state == "failed":
+            raise StepFailed(name, stored.error)
+        return stored.result
+
+    async def sleep(self, duration: float | timedelta, name: str = "sleep") -> None:
+        """Sleep durably: the end time is recorded once, and the run's job waits in the queue as a
+        delayed job until then (no worker held); a replay after it passed goes straight on."""
+        seconds = _seconds(duration, "a sleep")
+        seq, rec = self._next("sleep", name)
+        if rec is None:
+            rec = self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "sleep", name, "done", wake_in_sec=seconds)), seq)
+        if rec.wake_at is not None:
+            left = (rec.wake_at - datetime.now(UTC)).total_seconds()
+            if left > 0:
+                raise Suspend(left, f"sleep {name!r}")
+
+    async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+        """The payload of the next signal `signal` sent to this run (one sent before the wait
+        counts: signals are stored), or None when `timeout` passes first. Waits without a worker."""
+        check_name("signal name", signal)
+        seconds = None if timeout is None else _seconds(timeout, "a wait's timeout")
+        seq, rec = self._next("wait", signal)
+        if rec is None:
+            rec = self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "wait", signal, "pending", wake_in_sec=seconds)), seq)
+        if rec.state == "pending":
+            written = await self._write(self._repo.take_signal(self.run_id, self.attempt, seq, signal))
+            if written.step is not None:
+                rec = written.step
+        if rec.state == "done":
+            return rec.result
+        left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - datetime.now(UTC)).total_seconds()
+        # past the deadline by this clock but not by the database's (which decides): look again
+        # shortly rather than at once, so clock skew cannot make a hand-back loop
+        raise Suspend(max(left, SKEW_RETRY_SEC), f"wait for {signal!r}")
+
+    async def patched(self, change: str) -> bool:
+        """The version gate: True where the run takes the code's new path, False for a run whose
+        history was recorded by the code before `change`. Wrap a change to the sequence of steps:
+
+            if await wf.patched("charge-before-reserve"):
+                await wf.step("charge", charge, order)
+            stock = await wf.step("reserve", reserve, order)
+
+        A run that already recorded something at this position (old code was there) gets False and
+        the gate takes no position, so its history still lines up; any other run records the
+        gate's marker here and gets True, on every replay. Remove a gate once no run older than it
+        is left."""
+        check_name("change name", change)
+        if self.broken is not None:
+            raise self.broken
+        seq = self._seq + 1
+        rec = self._history.steps.get(seq)
+        if rec is not None and not (rec.kind == "patch" and rec.name == change):
+            return False  # recorded by the code before the change: the old path, no position taken
+        self._seq = seq
+        if rec is None:
+            self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "patch", change, "done")), seq)
+        return True
+
+    def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
+        """A child run for `gather` (started by the gather, not here)."""
+        check_name("workflow name", workflow)
+        return Child(workflow, input, queue)
+
+    async def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
+        """Start the child runs and wait, without a worker, until every one has ended (succeeded,
+        failed, canceled or lost: each end counts down the join in its own transaction, once).
+        Returns their results in order; a child that did not succeed raises ChildFailed (the first
+        one), or is returned as a ChildFailed with `return_exceptions=True`. `fail_fast`: at the
+        first child that does not succeed, cancel the others (and their children) and decide now;
+        a child still running then is reported as a ChildFailed with its status at that moment."""
+        for child in children:
+            if not isinstance(child, Child):
+                raise TypeError("gather takes children made by wf.child(...)")
+        name = "+".join(c.workflow for c in children)[:MAX_STEP_NAME] or "nothing"
+        seq, rec = self._next("gather", name)
+        if rec is None:
+            rec = await self._start_children(seq, name, children, fail_fast)
+        if rec.state == "pending":
+            ids = [uuid.UUID(i) for i in rec.result or []]
+            current = await self._read(self._repo.get_step(self.run_id, seq))
+            ends = None
+            if current is not None and (current.remaining or 0) > 0 and fail_fast:
+                ends = await self._read(self._repo.children(ids))
+                if any(e.status in ("failed", "canceled", "lost") for e in ends):
+                    unfinished = [e.run_id for e in ends if e.status in ("queued", "running")]
+                    await self._read(self._repo.cancel_runs(unfinished))
+                    ends = await self._read(self._repo.children(ids))  # as they are after the cancel
+                else:
+                    ends = None
+            if ends is None:
+                if current is None or (current.remaining or 0) > 0:
+                    raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}")
+                ends = await self._read(self._repo.children(ids))
+            outcome = [{"run_id": str(e.run_id), "workflow": c.workflow, "status": e.status,
+                        "result": None if e.result is None else json.loads(e.result), "error": e.error}
+                       for e, c in zip(ends, children, strict=True)]
+            rec = self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "gather", name, "done", result_json=json.dumps(outcome))), seq)
+        values: list[Any] = []
+        for item in rec.result or []:
+            if item["status"] == "succeeded":
+                values.append(item["result"])
+                continue
+            failed = ChildFailed(item["run_id"], item["workflow"], item["status"], item["error"])
+            if not return_exceptions:
+                raise failed
+            values.append(failed)
+        return values
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    async def _start_children(self, seq: int, name: str, children: tuple[Child, ...], fail_fast: bool) -> Recorded:
+        if not children:
+            return self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "gather", name, "done", result_json="[]")), seq)
+        jobs, names = [], []
+        for index, child in enumerate(children):
+            found = self._queue_of(child.workflow)
+            if found is None:
+                raise FatalError(f"gather: no workflow {child.workflow!r} is registered on this worker")
+            queue, max_attempts = child.queue or found[0], found[1]
+            text, problem = encode_json({"input": child.input}, MAX_VALUE_BYTES)
+            if problem is not None:
+                raise FatalError(f"gather: the input of child {index} cannot be stored: {problem}")
+            # the same ids and keys on every replay: a start cut off and repeated starts nothing twice
+            child_id = uuid.uuid5(self.run_id, f"{seq}:{index}")
+            jobs.append(NewJob(queue=queue, task=task_of(child.workflow), lock_key=str(child_id),
+                               args_json=text or "{}", idempotency_key=f"workflow:{self.run_id}:{seq}:{index}",
+                               max_attempts=max_attempts, lease_ttl_sec=self._lease_ttl_sec, job_id=child_id))
+            names.append(child.workflow)
+        ids = [str(j.job_id) for j in jobs]
+        try:
+            started = await self._repo.start(jobs, names, parent=(self.run_id, seq),
+                                             gather=(self.attempt, name, len(jobs), json.dumps(ids), seq, fail_fast))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable") from exc
+            raise
+        if started is None:
+            raise Suspend(0.0, "the run's job was taken back")
+        return Recorded(seq, "gather", name, "pending", result=ids, remaining=len(jobs))
+
+    def _check_step_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+            raise ValueError(f"a step's name must be 1-{MAX_STEP_NAME} characters")
+
+    def _next(self, kind: str, name: str) -> tuple[int, Recorded | None]:
+        if self.broken is not None:
+            raise self.broken
+        self._seq += 1
+        rec = self._history.steps.get(self._seq)
+        if rec is not None and (rec.kind != kind or rec.name != name):
+            self.broken = HistoryMismatch(
+                f"the code no longer matches run {self.run_id}'s history at position {self._seq}: it recorded "
+                f"{rec.kind} {rec.name!r} but the code now asks for {kind} {name!r}; the run is stopped "
+                f"rather than re-running or skipping {rec.kind} {rec.name!r}")
+            raise self.broken
+        return self._seq, rec
+
+    def check_history_consumed(self) -> None:
+        """At the run's end: a history with positions past the last one the code asked for means
+        the code skipped recorded steps."""
+        extra = [s for seq, s in sorted(self._history.steps.items()) if seq > self._seq]
+        if extra and self.broken is None:
+            first = extra[0]
+            self.broken = HistoryMismatch(
+                f"the code no longer matches run {self.run_id}'s history: it ended after position {self._seq} "
+                f"but the history records {first.kind} {first.name!r} at position {first.seq}")
+        if self.broken is not None:
+            raise self.broken
+
+    def _stored(self, written: Written, seq: int) -> Recorded:
+        if written.step is None:  # cannot happen: a live write either stores or finds the row
+            raise RuntimeError(f"run {self.run_id}: position {seq} was not recorded")
+        return written.step
+
+    async def _write(self, write: Awaitable[Written]) -> Written:
+        written = await self._read(write)
+        if not written.live:
+            # the reaper took the run's job back: this attempt must not go on (promise 3)
+            raise Suspend(0.0, "the run's job was taken back")
+        return written
+
+    async def _read(self, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable") from exc
+            raise
+
+    async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    timeout: float | timedelta | None) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            call: Awaitable[Any] = fn(*args, **kwargs)
+        else:
+            call = asyncio.to_thread(fn, *args, **kwargs)
+        if timeout is not None:
+            value = await asyncio.wait_for(call, _seconds(timeout, "a step's timeout"))
+        else:
+            value = await call
+        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+            value = await value
+        return value
+
+
+class SyncWorkflow:
+    """The `wf` of a plain (sync) workflow, which runs in a worker thread: each call runs the
+    async one on the engine's loop and blocks for it."""
+
+    def __init__(self, inner: Workflow, loop: asyncio.AbstractEventLoop) -> None:
+        self._inner = inner
+        self._loop = loop
+        self.run_id = inner.run_id
+        self.workflow = inner.workflow
+        self.input = inner.input
+        self.log = inner.log
+
+    def _run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    @property
+    def step_key(self) -> str:
+        return self._inner.step_key
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._run(self._inner.step(name, fn, *args, **kwargs))
+
+    def sleep(self, duration: float | timedelta, name: str = "sleep") -> None:
+        self._run(self._inner.sleep(duration, name))
+
+    def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+        return self._run(self._inner.wait_for(signal, timeout))
+
+    def patched(self, change: str) -> bool:
+        return self._run(self._inner.patched(change))
+
+    def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
+        return self._inner.child(workflow, input, queue=queue)
+
+    def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
+        return self._run(self._inner.gather(*children, return_exceptions=return_exceptions, fail_fast=fail_fast))

@@ -1,0 +1,189 @@
+"""`app.workflows`: start runs, read them and their results, signal and cancel them.
+
+The same calls serve Python (`App`, `SyncApp`), HTTP (`/api/v1/workflows`) and the CLI
+(`dataloader workflows …`), so each face validates alike and raises the same errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from dataloader.exceptions import (
+    ArgsTooLarge,
+    JobAlreadyFinished,
+    JobNotFound,
+    JobNotRetryable,
+    RestartNotPossible,
+    UnknownWorkflow,
+    ValidationFailed,
+    WorkflowFailed,
+    WorkflowFinished,
+    WorkflowNotFound,
+    WorkflowTimeout,
+)
+from dataloader.jobs.manager import JobManager
+from dataloader.model.ids import new_id
+from dataloader.model.storable import encode_json
+from dataloader.model.workflow import WorkflowRun, check_name
+from dataloader.storage.repositories import NewJob
+from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.workflows.registry import WorkflowRegistry
+
+# How often `result` looks again while it waits (it starts fast: most short runs end quickly).
+RESULT_POLL_MIN_SEC = 0.02
+RESULT_POLL_MAX_SEC = 1.0
+MAX_IDEMPOTENCY_KEY = 300
+
+
+def run_id_of(value: uuid.UUID | str) -> uuid.UUID:
+    """A run id from a UUID or its text; anything else is a validation error naming `run_id`."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValidationFailed(f"run_id: {str(value)[:100]!r} is not a UUID",
+                               [{"loc": ["run_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
+
+
+class WorkflowManager:
+    def __init__(self, repo: WorkflowRepository, jobs: JobManager, registry: WorkflowRegistry, *,
+                 max_args_bytes: int, default_lease_ttl_sec: int) -> None:
+        self.repo = repo
+        self.jobs = jobs
+        self.registry = registry
+        self.max_args_bytes = max_args_bytes
+        self.default_lease_ttl_sec = default_lease_ttl_sec
+
+    async def start(self, workflow: str, input: Any = None, *, idempotency_key: str | None = None,
+                    queue: str | None = None, lease_ttl_sec: int | None = None) -> uuid.UUID:
+        """Start a run of `workflow` with `input` (any JSON); returns its run id (the id of its job).
+        A known `idempotency_key` returns that run instead of starting another."""
+        try:
+            check_name("workflow name", workflow)
+        except ValueError as exc:
+            raise ValidationFailed(str(exc)) from None
+        definition = self.registry.get(workflow)
+        if definition is None:
+            raise UnknownWorkflow(f"no workflow {workflow!r} is registered here "
+                                  f"(registered: {', '.join(self.registry.names()) or 'none'})")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key
+                                            or len(idempotency_key) > MAX_IDEMPOTENCY_KEY):
+            raise ValidationFailed(f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters")
+        if lease_ttl_sec is not None and not 1 <= lease_ttl_sec <= 7 * 86400:
+            raise ValidationFailed("lease_ttl_sec must be 1 s to a week")
+        text, problem = encode_json({"input": input}, self.max_args_bytes)
+        if problem is not None:
+            if "larger" in problem or "bytes" in problem:
+                raise ArgsTooLarge(f"the workflow's input cannot be stored: {problem}")
+            raise ValidationFailed(f"the workflow's input cannot be stored: {problem}")
+        run_id = new_id()
+        key = None if idempotency_key is None else f"workflow-start:{workflow}:{idempotency_key}"
+        job = NewJob(queue=queue or definition.queue, task=definition.task, lock_key=str(run_id),
+                     args_json=text or "{}", idempotency_key=key, max_attempts=definition.max_attempts,
+                     lease_ttl_sec=lease_ttl_sec or self.default_lease_ttl_sec, producer="workflow", job_id=run_id)
+        inserted = await self.repo.start([job], [workflow])
+        if inserted:
+            return run_id
+        assert key is not None  # an unkeyed insert always inserts
+        existing = await self.repo.run_by_key(key)
+        if existing is None:  # its job was deleted between the two statements: start again
+            return await self.start(workflow, input, idempotency_key=idempotency_key, queue=queue,
+                                    lease_ttl_sec=lease_ttl_sec)
+        return existing
+
+    async def get(self, run_id: uuid.UUID | str) -> WorkflowRun:
+        run_id = run_id_of(run_id)
+        run = await self.repo.get_run(run_id)
+        if run is None:
+            raise WorkflowNotFound(f"no workflow run {run_id}")
+        return run
+
+    async def result(self, run_id: uuid.UUID | str, *, timeout: float | timedelta = 30.0) -> Any:
+        """Wait for the run to end: its result, or WorkflowFailed (failed, canceled or lost), or
+        WorkflowTimeout when `timeout` passes first (the run goes on)."""
+        run_id = run_id_of(run_id)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        pause = RESULT_POLL_MIN_SEC
+        while True:
+            run = await self.repo.get_run(run_id, with_steps=False)
+            if run is None:
+                raise WorkflowNotFound(f"no workflow run {run_id}")
+            if run.status == "succeeded":
+                return run.result
+            if run.finished:
+                raise WorkflowFailed(f"workflow run {run_id} ended {run.status}: {run.error}", run.status)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise WorkflowTimeout(f"workflow run {run_id} is still {run.status} after {seconds:g} s")
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, RESULT_POLL_MAX_SEC)
+
+    async def signal(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
+        """Send signal `name` with `payload` (any JSON) to a run that has not ended. Stored: a wait
+        for it, now or later, receives it (each signal answers one wait, oldest first)."""
+        run_id = run_id_of(run_id)
+        try:
+            check_name("signal name", name)
+        except ValueError as exc:
+            raise ValidationFailed(str(exc)) from None
+        text, problem = encode_json(payload, self.max_args_bytes)
+        if problem is not None:
+            raise ValidationFailed(f"the signal's payload cannot be stored: {problem}")
+        status, stored = await self.repo.send_signal(run_id, name, text)
+        if status is None:
+            raise WorkflowNotFound(f"no workflow run {run_id}")
+        if not stored:
+            raise WorkflowFinished(f"workflow run {run_id} has ended ({status}); the signal was not stored", status)
+
+    async def cancel(self, run_id: uuid.UUID | str) -> WorkflowRun:
+        """Cancel a run and every run below it that has not ended: a queued one (sleeping, waiting,
+        joining) at once, a running one at its next await."""
+        run_id = run_id_of(run_id)
+        run = await self.get(run_id)
+        if run.finished:
+            raise WorkflowFinished(f"workflow run {run_id} has ended ({run.status}); nothing to cancel", run.status)
+        # the run first: it must not start more children while these are canceled
+        await self._cancel_job(run_id)
+        for child in await self.repo.unfinished_descendants(run_id):
+            await self._cancel_job(child)
+        return await self.get(run_id)
+
+    async def restart(self, run_id: uuid.UUID | str, *, from_step: str | None = None) -> WorkflowRun:
+        """Run an ended run (failed, canceled or lost) again from step `from_step` (its first
+        position of that name; None: from the start), e.g. with fixed code: the history from
+        there on is removed (the signals its waits took are freed), and the run's job is retried
+        with a fresh attempt budget. Steps before it keep their results and are not run again.
+        Refused (nothing changed) for a run that has not ended, and from before a gather."""
+        run = await self.get(run_id)
+        from_seq = 1
+        if from_step is not None:
+            found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
+            if found is None:
+                raise ValidationFailed(f"workflow run {run.run_id} has no recorded step {from_step!r}")
+            from_seq = found
+        row = await self.repo.restart_cut(run.run_id, from_seq)
+        if row is None:
+            raise WorkflowNotFound(f"no workflow run {run.run_id}")
+        if row["status"] not in ("failed", "canceled", "lost"):
+            raise JobNotRetryable(f"workflow run {run.run_id} is {row['status']}; only a failed, canceled or "
+                                  "lost run can be restarted")
+        if row["gather"]:
+            raise RestartNotPossible(f"workflow run {run.run_id}: a restart from before a gather is not built yet "
+                                     f"(position {from_seq} or later is a gather)")
+        try:
+            await self.jobs.retry(run.run_id)
+        except JobNotRetryable:
+            pass  # retried by someone else since the cut: it replays from the cut all the same
+        return await self.get(run.run_id)
+
+    async def _cancel_job(self, job_id: uuid.UUID) -> None:
+        try:
+            await self.jobs.cancel(job_id)
+        except (JobAlreadyFinished, JobNotFound):
+            pass  # it ended (or was pruned) meanwhile: nothing left to cancel

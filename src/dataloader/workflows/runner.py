@@ -1,0 +1,88 @@
+"""The pipeline of a workflow's run jobs (task `workflow:<name>`): replay the run and end its job.
+
+Each attempt reads the run's history and wake count in one snapshot, calls the workflow function
+with a fresh `wf`, and ends the job by what happened:
+- the function returned: the job succeeds with the value as its result (the run's result);
+- it suspended (sleep, wait, join, a step's retry delay): the run remembers the wake count it
+  read, then hands the job back as a delayed job (`Snooze`: no attempt used, no worker held). A
+  wake that came after the read makes that hand-back due at once (0030's trigger);
+- the code and the history disagree, or the function raised: the run fails at once (FatalError:
+  a replay would only do the same), its error saying why;
+- the database went away: handed back, to replay once it is back (promise 10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from dataloader.exceptions import FatalError, JobStopped, Snooze
+from dataloader.storage.db import is_connection_error
+from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.workers.outcome import describe
+from dataloader.workers.pipelines.context import JobContext
+from dataloader.workflows.context import DATABASE_LOST_SUSPEND_SEC, Suspend, SyncWorkflow, Workflow
+
+if TYPE_CHECKING:
+    from dataloader.workflows.registry import WorkflowDefinition
+
+log = logging.getLogger("dataloader.workflows")
+
+
+def pipeline_of(definition: WorkflowDefinition) -> Callable[[JobContext], Awaitable[Any]]:
+    async def run(ctx: JobContext) -> Any:
+        return await run_workflow(definition, ctx)
+
+    run.__name__ = f"workflow_{definition.name}"
+    return run
+
+
+async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
+    from dataloader.workflows.registry import workflows  # the registry imports this module
+
+    if ctx.db is None:
+        raise FatalError("a workflow runs only in the engine (it needs the database)")
+    repo = WorkflowRepository(ctx.db)
+    try:
+        history = await repo.history(ctx.job_id)
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
+        raise
+    if history is None:
+        raise FatalError(f"job {ctx.job_id} is not a workflow run (no dl_workflow_runs row)")
+
+    def queue_of(name: str) -> tuple[str, int] | None:
+        """A child workflow's queue and attempts, as its registration says."""
+        found = workflows.get(name)
+        return None if found is None else (found.queue, found.max_attempts)
+
+    wf = Workflow(run_id=ctx.job_id, workflow=definition.name, input=ctx.args.get("input"), attempt=ctx.attempt,
+                  history=history, repo=repo, queue_of=queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log)
+    try:
+        if definition.is_async:
+            value = await definition.func(wf, wf.input)
+        else:
+            loop = asyncio.get_running_loop()
+            value = await asyncio.to_thread(definition.func, SyncWorkflow(wf, loop), wf.input)
+        wf.check_history_consumed()
+    except Suspend as suspended:
+        if wf.broken is not None:
+            raise FatalError(str(wf.broken)) from None
+        try:
+            await repo.mark_seen(ctx.job_id, ctx.attempt, history.wakes)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
+            raise
+        raise Snooze(suspended.seconds) from None
+    except JobStopped:
+        raise  # a cancel or a shutdown: the engine decides
+    except Exception as exc:
+        if wf.broken is not None:
+            raise FatalError(str(wf.broken)) from exc
+        raise FatalError(describe(exc)) from exc
+    return value
+

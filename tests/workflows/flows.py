@@ -1,0 +1,162 @@
+"""The workflows the tests run, in process and in `dataloader worker` child processes
+(DL_PIPELINE_MODULES=tests.workflows.flows). Every step writes a row to `wf_probe`, a table
+outside the engine, so a test counts how often each step really ran and with which key."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from dataloader import FatalError, Workflow, workflow
+from dataloader.workflows import SyncWorkflow
+
+QUEUE = "wf"
+
+PROBE_DDL = """
+CREATE TABLE IF NOT EXISTS wf_probe (
+    id bigserial PRIMARY KEY,
+    run_id text NOT NULL,
+    step text NOT NULL,
+    step_key text,
+    pid int NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+async def probe(dsn: str, wf: Workflow, step: str, pause: float = 0.0) -> int:
+    """Record one execution of `step`; returns how many times it ran so far (this one included)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("INSERT INTO wf_probe (run_id, step, step_key, pid) VALUES ($1, $2, $3, $4)",
+                           str(wf.run_id), step, wf.step_key, os.getpid())
+        count = await conn.fetchval("SELECT count(*) FROM wf_probe WHERE run_id = $1 AND step = $2",
+                                    str(wf.run_id), step)
+    finally:
+        await conn.close()
+    if pause and count == 1:  # only its first execution lingers (the one a test kills)
+        await asyncio.sleep(pause)
+    return count
+
+
+@workflow("t.steps", queue=QUEUE)
+async def three_steps(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    dsn = input["dsn"]
+    one = await wf.step("one", probe, dsn, wf, "one")
+    two = await wf.step("two", probe, dsn, wf, "two", input.get("pause", 0.0))
+    three = await wf.step("three", probe, dsn, wf, "three")
+    return {"one": one, "two": two, "three": three}
+
+
+@workflow("t.sleep", queue=QUEUE)
+async def sleeper(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    dsn = input["dsn"]
+    before = await wf.step("before", probe, dsn, wf, "before")
+    await wf.sleep(timedelta(seconds=input["seconds"]))
+    after = await wf.step("after", probe, dsn, wf, "after")
+    return {"before": before, "after": after}
+
+
+@workflow("t.wait", queue=QUEUE)
+async def waiter(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    await wf.step("started", probe, input["dsn"], wf, "started")
+    first = await wf.wait_for("go", timeout=input.get("timeout"))
+    second = await wf.wait_for("go", timeout=input.get("timeout")) if input.get("twice") else None
+    return {"first": first, "second": second}
+
+
+@workflow("t.child", queue=QUEUE)
+async def child(wf: Workflow, input: dict[str, Any]) -> Any:
+    mode = input.get("mode", "ok")
+    await wf.step("work", probe, input["dsn"], wf, f"child-{input['i']}")
+    if mode == "fail":
+        raise ValueError(f"child {input['i']} refuses")
+    if mode == "wait":
+        return await wf.wait_for("go")
+    return input["i"] * 10
+
+
+@workflow("t.gather", queue=QUEUE)
+async def gatherer(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    modes = input["modes"]
+    results = await wf.gather(*(wf.child("t.child", {"dsn": input["dsn"], "i": i, "mode": m})
+                                for i, m in enumerate(modes)), return_exceptions=True,
+                            fail_fast=input.get("fail_fast", False))
+    after = await wf.step("after", probe, input["dsn"], wf, "after-join")
+    return {"results": [r if not isinstance(r, Exception) else f"failed: {r.status}" for r in results],
+            "after": after}
+
+
+@workflow("t.flaky", queue=QUEUE)
+async def flaky(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    async def attempt() -> int:
+        runs = await probe(input["dsn"], wf, "flaky")
+        if runs < input["succeed_on"]:
+            raise RuntimeError(f"not yet ({runs})")
+        return runs
+
+    async def fatal() -> None:
+        await probe(input["dsn"], wf, "fatal")
+        raise FatalError("never")
+
+    value = await wf.step("flaky", attempt, max_attempts=input.get("max_attempts", 5), backoff=lambda n: 0.1)
+    if input.get("fatal"):
+        await wf.step("fatal", fatal, max_attempts=5)
+    return {"value": value}
+
+
+@workflow("t.sync", queue=QUEUE)
+def sync_flow(wf: SyncWorkflow, input: dict[str, Any]) -> dict[str, Any]:
+    def blocking(x: int) -> int:
+        time.sleep(0.01)
+        return x + 1
+
+    a = wf.step("blocking", blocking, input["x"])
+    wf.sleep(0.2)
+    got = wf.wait_for("go", timeout=input.get("timeout", 30))
+    return {"a": a, "got": got}
+
+
+@workflow("t.versioned", queue=QUEUE)
+async def versioned(wf: Workflow, input: dict[str, Any]) -> list[str]:
+    """Version 1; tests/workflows/test_workflows.py deploys version 2 (versioned_v2) under a running run."""
+    await wf.step("a", probe, input["dsn"], wf, "a")
+    await wf.sleep(input["sleep"])
+    await wf.step("b", probe, input["dsn"], wf, "b")
+    return ["a", "b"]
+
+
+async def versioned_v2(wf: Workflow, input: dict[str, Any]) -> list[str]:
+    done = []
+    if await wf.patched("charge-first"):
+        await wf.step("charge", probe, input["dsn"], wf, "charge")
+        done.append("charge")
+    await wf.step("a", probe, input["dsn"], wf, "a")
+    done.append("a")
+    await wf.sleep(input["sleep"])
+    if await wf.patched("notify-after-sleep"):
+        await wf.step("notify", probe, input["dsn"], wf, "notify")
+        done.append("notify")
+    await wf.step("b", probe, input["dsn"], wf, "b")
+    return [*done, "b"]
+
+
+@workflow("t.fixable", queue=QUEUE)
+async def fixable(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Step b fails until it has run `fix_after` times (a bug fixed by then): restart from b."""
+    async def b() -> int:
+        runs = await probe(input["dsn"], wf, "b")
+        if runs < input["fix_after"]:
+            raise FatalError(f"bug (run {runs})")
+        return runs
+
+    a = await wf.step("a", probe, input["dsn"], wf, "a")
+    got = await wf.wait_for("go", timeout=0.1) if input.get("wait") else None
+    value = await wf.step("b", b)
+    c = await wf.step("c", probe, input["dsn"], wf, "c")
+    return {"a": a, "b": value, "c": c, "got": got}
