@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, before it starts the xdist workers
         bytecode.write_once()
+    bytecode.allow_pytest_cache()
     tiers.install_audit()
     tiers.make_lock_dir(config)
 
