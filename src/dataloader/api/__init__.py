@@ -3,6 +3,7 @@ the lifespan that opens the App and runs its workers next to the HTTP server."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
-from dataloader.api.middleware import ApiGuardMiddleware, OneSegmentPaths, RequestContextMiddleware
+from dataloader.api.middleware import ApiGuardMiddleware, OneSegmentPaths, RequestContextMiddleware, flat_routes
 from dataloader.api.runtime import Runtime
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
@@ -115,6 +116,9 @@ def exact_integer_bounds(schema: dict[str, Any]) -> None:
             stack.extend(node)
 
 
+_SCHEMAS: dict[tuple[Any, bool], dict[str, Any]] = {}
+
+
 def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None:
     """The OpenAPI schema declares bearer auth (and its 401) on /api/ routes only when DL_API_TOKEN
     is set: without a token none is needed, and a schema that asks for one misleads clients and
@@ -123,6 +127,15 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
+            return app.openapi_schema
+        # Building the schema costs about 1.3 s of CPU, and it depends only on the routes and on
+        # whether a token is set (the models are the modules'): a process that builds several apps
+        # (the API App beside the engine's, tests) builds it once per kind and copies it.
+        key = (tuple((getattr(route, "path", ""), tuple(sorted(getattr(route, "methods", None) or ())))
+                     for route in flat_routes(app.routes)),
+               bool(settings.api_token))
+        if key in _SCHEMAS:
+            app.openapi_schema = copy.deepcopy(_SCHEMAS[key])
             return app.openapi_schema
         schema = build()
         exact_integer_bounds(schema)
@@ -144,6 +157,7 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
                                                 "description": f"{responses['429']['description']}, {throttled}"}
                         else:
                             responses["429"] = {"description": f"error: {throttled}", "content": content}
+        _SCHEMAS[key] = copy.deepcopy(schema)
         app.openapi_schema = schema
         return schema
 
