@@ -67,6 +67,7 @@ from dataloader.storage import migrate, session_probe
 from dataloader.storage.console_session_repository import ConsoleSessionRepository
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
 from dataloader.storage.embedded import EmbeddedPostgres, EmbeddedServerError
+from dataloader.storage.executor import CallersConnection, GroupCommit, Pooled
 from dataloader.storage.flow_repository import FlowRepository
 from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.insert_group import InsertGroup
@@ -200,7 +201,7 @@ class App:
             raise
         self._dsn, self._pool = dsn, pool
         self._insert_group = InsertGroup(dsn, pooled=self._pooled)
-        self.repo = JobRepository(pool, self._insert_group)
+        self.repo = JobRepository(GroupCommit(self._insert_group, Pooled(pool)))
         self.jobs = JobManager(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
         if settings.shards_json:
@@ -430,7 +431,7 @@ class App:
         of this task, queue and key (default: the args) per window; a repeat returns that job.
         """
         request = enqueue_request(task, args, "enqueue", options)
-        result = await self.jobs.trigger(request, producer="python", job_id=new_id(), conn=conn,
+        result = await self.jobs.trigger(request, producer="python", job_id=new_id(), on=_callers(conn),
                                          lock_key_given=options.get("lock_key") is not None)
         return result.job
 
@@ -439,7 +440,7 @@ class App:
         """Enqueue many jobs in one statement (the fast path). Each item is a `JobRequest` or a
         mapping with `enqueue`'s keyword names (`task` required). Returns the ids of the jobs
         inserted, in input order; a known `idempotency_key` is skipped."""
-        return await self.jobs.trigger_many(batch_items(jobs), producer="python", conn=conn)
+        return await self.jobs.trigger_many(batch_items(jobs), producer="python", on=_callers(conn))
 
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
@@ -834,3 +835,8 @@ def _uuid(value: uuid.UUID | str) -> uuid.UUID:
     except ValueError:
         raise ValidationFailed(f"job_id: {str(value)[:100]!r} is not a UUID",
                                [{"loc": ["job_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
+
+
+def _callers(conn: Any) -> CallersConnection | None:
+    """The caller's connection (`conn=`) as the executor its enqueue runs on; None: the App's own."""
+    return None if conn is None else CallersConnection(conn)

@@ -19,6 +19,7 @@ from dataloader.jobs.manager import MAX_LIST_LIMIT, JobManager, JobRequest, Trig
 from dataloader.jobs.search import SearchPage
 from dataloader.model.job import Chain, Job, JobEvent, JobPage
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.storage.executor import Executor
 
 T = TypeVar("T")
 
@@ -94,7 +95,7 @@ class ShardedJobManager:
         return await self.managers[shard].trigger(req, **options)
 
     async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
-                           conn: Any = None, request_id: str | None = None) -> list[uuid.UUID]:
+                           on: Executor | None = None, request_id: str | None = None) -> list[uuid.UUID]:
         """One statement per shard the batch touches. Every item is checked before any shard
         inserts (bad input writes nothing); the shards' inserts are separate transactions."""
         groups: dict[str, list[int]] = {}
@@ -102,9 +103,9 @@ class ShardedJobManager:
             groups.setdefault(self.shard_of(queue_of(item)), []).append(index)
         if len(groups) <= 1:
             shard = next(iter(groups), next(iter(self.managers)))
-            return await self.managers[shard].trigger_many(reqs, producer=producer, conn=conn,
+            return await self.managers[shard].trigger_many(reqs, producer=producer, on=on,
                                                            request_id=request_id)
-        if conn is not None:
+        if on is not None:
             raise InvalidJobRequest(f"the jobs of one enqueue in your transaction (conn=) must live on one "
                                     f"shard; these are on {', '.join(sorted(groups))}")
         batches = {shard: self.managers[shard].batch_columns([reqs[i] for i in positions])
