@@ -23,7 +23,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,11 +40,11 @@ from dataloader.health.reader import HealthReader
 from dataloader.jobs.enqueue import EnqueueOptions, batch_items, enqueue_request
 from dataloader.jobs.manager import JobManager, JobRequest
 from dataloader.jobs.search import ExpensiveQueries, JobSearch, SearchPage
-from dataloader.jobs.shards import ShardedJobManager, merge_search_pages
+from dataloader.jobs.shards import ShardedJobManager, ShardedSearch, check_schedule_shard
 from dataloader.logger import ensure_visible
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
-from dataloader.model.ids import new_id
-from dataloader.model.job import FINISHED_STATUS_NAMES, Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.ids import job_id_of, new_id
+from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.observers.manager import ObserverManager
@@ -52,8 +52,8 @@ from dataloader.operations.manager import OperationManager
 from dataloader.operations.shards import ShardedOperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.retention.policy import RetentionPolicy
-from dataloader.retention.pruner import PruneReport, prune
-from dataloader.retention.rollup import read_errors, read_stats, rollup
+from dataloader.retention.pruner import PruneReport
+from dataloader.retention.shards import chosen_policy, errors_shards, prune_shards, rollup_shards, stats_shards
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage.database import ConsoleSessionRepository, Database, JobRepository
 from dataloader.workers.manager import WorkerManager
@@ -78,7 +78,6 @@ class App:
         # Every shard but the default is an App of its own over its shard's Database (opened, run and
         # closed with this one); this App is the default shard. Empty with one database.
         self._shards: dict[str, App] = {}
-        self._shard_name = DEFAULT_SHARD
         self._shard_of = self.settings.shard_of
         self.registry = pipelines if pipelines is not None else registry
         self.db = Database(self.settings, embedded=embedded, process_slots=node.process_concurrency)
@@ -115,7 +114,7 @@ class App:
         self.repo, self.jobs = node.jobs(self.db, self.registry, self.settings, self.served_queues)
         for name, shard_db in self.db.shards.items():
             shard = self._shards[name] = App(shard_db.settings, pipelines=self.registry)
-            shard.db, shard._shard_name, shard._shard_of = shard_db, name, self._shard_of
+            shard.db, shard._shard_of = shard_db, self._shard_of
             if self._engine_app is not None:
                 shard._engine_app = self._engine_app._shards[name]
             shard.repo, shard.jobs = node.jobs(shard_db, self.registry, shard.settings, shard.served_queues)
@@ -128,6 +127,10 @@ class App:
     def _shard_apps(self) -> list[App]:
         """This App (the default shard) and every other shard's, in DL_SHARDS_JSON's order."""
         return [self, *self._shards.values()]
+
+    def _pools(self, queue: str | None = None) -> list[asyncpg.Pool]:
+        """The pool of `queue`'s shard; without a queue, every shard's."""
+        return [self._shard_app(queue).pool] if queue is not None else [app.pool for app in self._shard_apps()]
 
     def shard_of(self, queue: str) -> str:
         """The name of the shard that holds `queue` (`default` unless DL_SHARDS_JSON names it)."""
@@ -228,10 +231,10 @@ class App:
     async def chain(self, chain_or_job_id: uuid.UUID | str) -> Chain:
         """A multi-stage run (docs/patterns.md "Chains and stages"): its jobs oldest first, found by
         the chain's id or the id of any of its jobs."""
-        return await self.jobs.chain(_uuid(chain_or_job_id))
+        return await self.jobs.chain(job_id_of(chain_or_job_id))
 
     async def get(self, job_id: uuid.UUID | str) -> Job:
-        return await self.jobs.get(_uuid(job_id))
+        return await self.jobs.get(job_id_of(job_id))
 
     async def list(self, *, queue: str | None = None, task: str | None = None,
                    status: JobStatus | str | Sequence[JobStatus | str] | None = None,
@@ -244,27 +247,27 @@ class App:
 
     async def cancel(self, job_id: uuid.UUID | str) -> Job:
         """A queued job is canceled at once; a running one stops at its next chunk."""
-        return await self.jobs.cancel(_uuid(job_id))
+        return await self.jobs.cancel(job_id_of(job_id))
 
     async def retry(self, job_id: uuid.UUID | str) -> Job:
         """A failed, canceled or lost job back to the queue with a fresh attempt budget."""
-        return await self.jobs.retry(_uuid(job_id))
+        return await self.jobs.retry(job_id_of(job_id))
 
     async def set_job_priority(self, job_id: uuid.UUID | str, priority: int) -> Job:
         """A queued job's new priority (lower runs first; 0..2^31-1, as `enqueue`'s), journaled as
         `priority_changed` with the old and new value; the same priority again changes nothing.
         JobNotQueued for a running or finished job (only the claim reads priority)."""
-        return await self.jobs.set_priority(_uuid(job_id), priority)
+        return await self.jobs.set_priority(job_id_of(job_id), priority)
 
     async def delete_job(self, job_id: uuid.UUID | str) -> None:
         """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
         delete does; the log line `job deleted` is its audit record. JobNotFinished for a queued or
         running job: cancel it first."""
-        await self.jobs.delete(_uuid(job_id))
+        await self.jobs.delete(job_id_of(job_id))
 
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
         """The job's journal, oldest first."""
-        return await self.jobs.events(_uuid(job_id), after_event_id=after, limit=limit)
+        return await self.jobs.events(job_id_of(job_id), after_event_id=after, limit=limit)
 
     def served_queues(self) -> frozenset[str]:
         """Queues whose workers run in this process right now."""
@@ -300,29 +303,10 @@ class App:
         async with self._running_here(wanted, reaper) as manager:
             yield manager
 
-    @asynccontextmanager
-    async def _running_here(self, queues: list[Queue], reaper: bool) -> AsyncIterator[WorkerManager]:
+    def _running_here(self, queues: list[Queue], reaper: bool) -> AbstractAsyncContextManager[WorkerManager]:
         """The node of this App's own database, working `queues`."""
-        settings = self.settings.model_copy(update={"workers": queues})
-        await self.db.require_sessions()
-        if self._shard_name == DEFAULT_SHARD:
-            settings = node.with_process_queues(settings)
-        manager = node.build_node(settings, self.session_dsn, await self.db.workers_pool(), self.registry,
-                                  reaper=reaper, capabilities=True)
-        declared = {q: s for q, s in settings.declared_queue_settings().items()
-                    if self._shard_of(q) == self._shard_name}
-        await self._own_flow().apply_declared(declared)
-        tasks = settings.declared_task_settings(self.registry.declared_task_limits())
-        await self._own_flow().apply_declared_tasks({(q, t): s for (q, t), s in tasks.items()
-                                                     if self._shard_of(q) == self._shard_name})
-        await manager.start()
-        self._managers.append(manager)
-        try:
-            await manager.wait_listening()
-            yield manager
-        finally:
-            self._managers.remove(manager)
-            await manager.stop()
+        return node.running(self.db, self.settings.model_copy(update={"workers": queues}), self.registry,
+                            self._own_flow(), self._managers, reaper=reaper, shard_of=self._shard_of)
 
     async def work(self, stop: asyncio.Event | None = None, queues: Sequence[Queue | str] | None = None,
                    *, reaper: bool = True) -> None:
@@ -342,32 +326,14 @@ class App:
         """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
         Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
         age for `statuses` (default: every finished status). `dry_run` only counts."""
-        if older_than is not None:
-            seconds = (older_than.total_seconds() if isinstance(older_than, timedelta)
-                       else Settings.duration_seconds(older_than))
-            if seconds < 0:
-                raise ValueError("older_than must not be negative")
-            chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUS_NAMES)
-            bad = sorted(set(chosen) - set(FINISHED_STATUS_NAMES))
-            if bad:
-                raise ValueError(f"only finished jobs can be pruned, not {bad}")
-            policy = RetentionPolicy.uniform(seconds, chosen)
-        else:
-            policy = self.retention_policy()
-            if statuses:
-                keep = {str(JobStatus(s).value) for s in statuses}
-                policy = RetentionPolicy({k: v for k, v in policy.ages.items() if k in keep},
-                                         {q: {k: v for k, v in a.items() if k in keep}
-                                          for q, a in policy.queues.items()})
-        reports = [await prune(app.pool, policy, batch_size=batch_size or self.settings.retention_batch_size,
-                               dry_run=dry_run, queues=queues) for app in self._shard_apps()]
-        return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
+        policy = chosen_policy(self.settings, older_than, statuses)
+        return await prune_shards(self._pools(), policy, dry_run=dry_run, queues=queues,
+                                  batch_size=batch_size or self.settings.retention_batch_size)
 
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
         DL_STATS_PERIOD_SEC); returns how many jobs were counted."""
-        return sum([await rollup(app.pool, lag_sec=self.settings.stats_lag_sec, keep_sec=self.settings.stats_keep)
-                    for app in self._shard_apps()])
+        return await rollup_shards(self._pools(), self.settings)
 
     async def stats(self, *, queue: str | None = None, start: datetime | None = None,
                     end: datetime | None = None, hours: float = 24, unrolled: bool = False) -> dict[str, Any]:
@@ -377,31 +343,15 @@ class App:
         finished since the rollup's watermark (read from dl_jobs, so a job counts the moment it
         finished; their times are not in the timings): the console's overview."""
         end = end or datetime.now(UTC)
-        start = start or end - timedelta(hours=hours)
-        if start > end:
-            raise ValueError("start must not be after end")
-        if queue is not None or not self._shards:
-            return await read_stats(self._shard_app(queue).pool if queue else self.pool, queue=queue,
-                                    start=start, end=end, unrolled=unrolled)
-        reports = [await read_stats(app.pool, queue=None, start=start, end=end, unrolled=unrolled)
-                   for app in self._shard_apps()]
-        merged = dict(reports[0])
-        merged["queues"] = sorted((q for r in reports for q in r["queues"]), key=lambda q: q["queue"])
-        watermarks = [r["rolled_up_to"] for r in reports if r["rolled_up_to"] is not None]
-        merged["rolled_up_to"] = min(watermarks) if len(watermarks) == len(reports) else None
-        return merged
+        return await stats_shards(self._pools(queue), queue=queue, start=start or end - timedelta(hours=hours),
+                                  end=end, unrolled=unrolled)
 
     async def stats_errors(self, *, queue: str | None = None, since: datetime | None = None,
                            limit: int = 20) -> dict[str, Any]:
         """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
         hours from `since` (default: the last hour) on."""
         since = since or datetime.now(UTC) - timedelta(hours=1)
-        if queue is not None or not self._shards:
-            return await read_errors(self._shard_app(queue).pool if queue else self.pool, queue=queue,
-                                     since=since, limit=limit)
-        reports = [await read_errors(app.pool, queue=None, since=since, limit=limit) for app in self._shard_apps()]
-        errors = sorted((e for r in reports for e in r["errors"]), key=lambda e: -e["jobs"])
-        return {**reports[0], "errors": errors[:limit]}
+        return await errors_shards(self._pools(queue), queue=queue, since=since, limit=limit)
 
     # -- capabilities: one manager each, built on this App's pool -----------------------------------
     # The cached ones are dropped on close(), so an App opened again builds them on the new pool.
@@ -417,11 +367,7 @@ class App:
     def _check_schedule_task(self, task: str, queue: str, served: frozenset[str] | None = None) -> None:
         """A schedule's task as an enqueue's; and its queue on the default shard, whose scheduler
         enqueues its ticks into its own database (docs/scaling.md "Past one primary")."""
-        shard = self._shard_of(queue)
-        if shard != DEFAULT_SHARD:
-            raise ValidationFailed(f"queue: {queue!r} lives on shard {shard!r}; schedules live on the default "
-                                   "shard and enqueue there (docs/scaling.md)",
-                                   [{"loc": ["queue"], "msg": f"lives on shard {shard!r}", "type": "value_error"}])
+        check_schedule_shard(queue, self._shard_of, DEFAULT_SHARD)
         self.jobs.check_task(task, queue, served)
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
@@ -429,12 +375,7 @@ class App:
         """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
         error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
         newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
-        if not self._shards:
-            return await self._job_search().search(filter, cursor=cursor, limit=limit, count=count)
-        async with self._job_search().expensive_slot():  # one slot for the fan-out, as for one shard
-            pages = await asyncio.gather(*(app._job_search(limited=False).search(
-                filter, cursor=cursor, limit=limit, count=count) for app in self._shard_apps()))
-        return merge_search_pages(pages, limit)
+        return await self._search().search(filter, cursor=cursor, limit=limit, count=count)
 
     async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
                          at_most: int | None = None) -> int:
@@ -443,13 +384,7 @@ class App:
         if at_most is not None and at_most < 1:
             raise ValidationFailed(f"at_most must be at least 1, not {at_most}",
                                    [{"loc": ["at_most"], "msg": "must be at least 1", "type": "value_error"}])
-        if not self._shards:
-            return await self._job_search().count(filter, at_most=at_most)
-        async with self._job_search().expensive_slot():
-            counts = await asyncio.gather(*(app._job_search(limited=False).count(filter, at_most=at_most)
-                                            for app in self._shard_apps()))
-        total = sum(counts)
-        return min(total, at_most) if at_most is not None else total
+        return await self._search().count(filter, at_most=at_most)
 
     @property
     def operations(self) -> OperationManager:
@@ -459,10 +394,16 @@ class App:
         if not self._shards:
             return self._own_operations()
         return ShardedOperationManager(  # type: ignore[return-value]
-            {app._shard_name: app._own_operations() for app in self._shard_apps()}, self._shard_of)
+            {app.db.shard: app._own_operations() for app in self._shard_apps()}, self._shard_of)
 
     def _own_operations(self) -> OperationManager:
         return node.operations(self.db, self._job_search(), self._count_timeout_sec)
+
+    def _search(self) -> JobSearch | ShardedSearch:
+        """Search and counts: on this database, or on every shard's within one expensive slot."""
+        if not self._shards:
+            return self._job_search()
+        return ShardedSearch(self._job_search(), [app._job_search(limited=False) for app in self._shard_apps()])
 
     def _job_search(self, *, limited: bool = True) -> JobSearch:
         return node.job_search(self.db, self._expensive if limited else None, self._count_timeout_sec)
@@ -518,7 +459,7 @@ class App:
         if not self._shards:
             return self._own_flow()
         return ShardedFlowManager(  # type: ignore[return-value]
-            {app._shard_name: app._own_flow() for app in self._shard_apps()}, self._shard_of)
+            {app.db.shard: app._own_flow() for app in self._shard_apps()}, self._shard_of)
 
     def _own_flow(self) -> FlowManager:
         return node.flow(self.db)
@@ -576,15 +517,3 @@ class App:
         self._schedules = self._observers = self._health = None
         if processes is not None:
             await processes.waiter.close()
-
-
-def _uuid(value: uuid.UUID | str) -> uuid.UUID:
-    """A job id from a UUID or its text; anything else is the validation_error HTTP gives a bad path."""
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise ValidationFailed(f"job_id: {str(value)[:100]!r} is not a UUID",
-                               [{"loc": ["job_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
-

@@ -21,13 +21,14 @@ order (the supervisor stops them in reverse) and on which switch, is decided her
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 from pydantic import BaseModel, ValidationError
 
-from dataloader.config import Queue, Settings
+from dataloader.config import DEFAULT_SHARD, Queue, Settings
 from dataloader.exceptions import ConfigError
 from dataloader.flow.manager import FlowManager
 from dataloader.health.reader import HealthReader
@@ -138,6 +139,32 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
                                       owner=settings.node_name, default_lease_ttl_sec=settings.default_lease_ttl_sec,
                                       dsn=dsn))
     return duties
+
+
+@asynccontextmanager
+async def running(db: Database, settings: Settings, registry: PipelineRegistry, flow: FlowManager,
+                  managers: list[WorkerManager], *, reaper: bool, shard_of: Callable[[str], str]
+                  ) -> AsyncIterator[WorkerManager]:
+    """The node of one database working `settings.workers` (with the process queues on the default
+    shard), listed in `managers` while it runs: the queues' declared limits applied first, then
+    the workers and duties started; leaving stops them."""
+    await db.require_sessions()
+    if db.shard == DEFAULT_SHARD:
+        settings = with_process_queues(settings)
+    manager = build_node(settings, db.session_dsn, await db.workers_pool(), registry, reaper=reaper,
+                         capabilities=True)
+    await flow.apply_declared({q: s for q, s in settings.declared_queue_settings().items()
+                               if shard_of(q) == db.shard})
+    tasks = settings.declared_task_settings(registry.declared_task_limits())
+    await flow.apply_declared_tasks({(q, t): s for (q, t), s in tasks.items() if shard_of(q) == db.shard})
+    await manager.start()
+    managers.append(manager)
+    try:
+        await manager.wait_listening()
+        yield manager
+    finally:
+        managers.remove(manager)
+        await manager.stop()
 
 
 def scheduler(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: PipelineRegistry) -> Scheduler:

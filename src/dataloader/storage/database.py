@@ -131,6 +131,8 @@ class Database:
         self._dsn, self._pool = dsn, pool
         self.insert_group = InsertGroup(dsn, pooled=self.pooled)
         self.enqueue_on = GroupCommit(self.insert_group, Pooled(pool))
+        # Here the node's Notifier (storage/notifier.py) is made and started on `self.session_dsn`
+        # (LISTEN needs a real session), once per database: the one LISTEN session of the node.
         try:
             await self._open_shards(migrate_schema)
         except BaseException:
@@ -201,6 +203,7 @@ class Database:
         shards, self.shards = self.shards, {}
         for shard in reversed(shards.values()):
             await shard.close(locks_held=locks_held)
+        # Here the Notifier is closed, before the pools: its subscribers stop hearing first.
         insert_group, self.insert_group = self.insert_group, None
         if insert_group is not None:
             await insert_group.close()
