@@ -60,9 +60,12 @@ class Database:
 
     def __init__(self, settings: Settings, *, embedded: bool = False, api: bool = False,
                  process_slots: Callable[[], int] = lambda: 0, shard: str = DEFAULT_SHARD,
+                 shard_of: Callable[[str], str] | None = None,
                  dsn_names: tuple[str, str] = ("DL_DB_DSN", "DL_DB_DIRECT_DSN")) -> None:
         self.settings = settings
         self.shard = shard
+        # Which shard holds a queue: the whole node's rule (a shard's own settings name no shards).
+        self.shard_of = shard_of if shard_of is not None else settings.shard_of
         self.api = api
         self.dsn_names = dsn_names
         self._use_embedded = embedded
@@ -169,16 +172,15 @@ class Database:
             self.shards[name] = Database(
                 settings.model_copy(update={
                     "db_dsn": shard.dsn, "db_direct_dsn": shard.direct_dsn, "shards_json": {},
-                    "workers": [w for w in settings.workers if settings.shard_of(w.queue) == name]}),
-                api=self.api, shard=name,
+                    "workers": [w for w in settings.workers if self.shard_of(w.queue) == name]}),
+                api=self.api, shard=name, shard_of=self.shard_of,
                 dsn_names=(f"DL_SHARDS_JSON[{name}].dsn", f"DL_SHARDS_JSON[{name}].direct_dsn"))
             await self.shards[name].open(migrate_schema=migrate_schema)
 
     def _own_concurrency(self) -> int:
         """The job slots this database's pool serves: its queues' workers (and, on the default
         shard, the process tasks: processes live there)."""
-        shard_of = self.settings.shard_of
-        own = sum(w.concurrency for w in self.settings.workers if shard_of(w.queue) == self.shard)
+        own = sum(w.concurrency for w in self.settings.workers if self.shard_of(w.queue) == self.shard)
         return own + (self._process_slots() if self.shard == DEFAULT_SHARD else 0)
 
     async def _create_pool(self, dsn: str) -> asyncpg.Pool:
