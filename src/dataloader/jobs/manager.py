@@ -47,7 +47,7 @@ from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.storable import args_problem
-from dataloader.model.stored_job import NewJob, replay_outcome
+from dataloader.model.stored_job import EnqueueOutcome, NewJob, replay_outcome
 from dataloader.storage.executor import Executor
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -55,6 +55,8 @@ from dataloader.workers.pipelines.registry import PipelineRegistry
 log = logging.getLogger("dataloader.jobs")
 
 MAX_LIST_LIMIT = 500
+# The optional fields of a request that a replay of its idempotency key is compared on, when set.
+_REPLAY_COMPARED = ("lock_key", "max_attempts", "lease_ttl_sec", "timeout_sec", "unique_for_sec")
 MAX_CHAIN_JOBS = 10_000
 PG_INT_MAX = 2**31 - 1
 # Times a job may be enqueued for. Anything earlier means "now" anyway; anything later is almost
@@ -361,11 +363,16 @@ class JobManager:
         """Enqueue one job. With `on` (the caller's transaction), the job commits or rolls back
         with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
         made for this call (the job's own id), so a replay is not compared on it."""
-        given = _given(req, lock_key_given and req.lock_key is not None)
         new_job = self.to_new_job(req, producer, job_id)
         inserted = await self.repo.insert_job(new_job, on or self.repo.on, request_id,
                                               traceparent=tracing.current_traceparent())
-        outcome = "enqueued" if inserted.created else replay_outcome(new_job, inserted, given)
+        if inserted.created:  # the common case: nothing to compare
+            outcome: EnqueueOutcome = "enqueued"
+        else:  # a replay is compared on the optional fields its producer set (only then worked out)
+            given = {name for name in _REPLAY_COMPARED if getattr(req, name) is not None}
+            if not (lock_key_given and req.lock_key is not None):
+                given.discard("lock_key")
+            outcome = replay_outcome(new_job, inserted, frozenset(given))
         metrics.count_enqueue(outcome, req.queue, req.task)
         return TriggerResult(inserted.job, inserted.created)
 
@@ -503,13 +510,6 @@ def check_priority(priority: Any) -> int:
     else:
         return priority
     raise ValidationFailed(f"priority: {problem}", [{"loc": ["priority"], "msg": problem, "type": kind}])
-
-
-def _given(req: JobRequest, lock_key_given: bool) -> frozenset[str]:
-    """The optional fields of `req` its producer set: what a replay is compared on."""
-    given = {name for name in ("max_attempts", "lease_ttl_sec", "timeout_sec", "unique_for_sec")
-             if getattr(req, name) is not None}
-    return frozenset(given | {"lock_key"}) if lock_key_given else frozenset(given)
 
 
 def unique_window_key(req: JobRequest, now: datetime) -> str:
