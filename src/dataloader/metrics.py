@@ -344,6 +344,16 @@ def jobs_enqueued(queue: str, task: str) -> Any:
     return series
 
 
+def count_enqueue(outcome: str, queue: str, task: str) -> None:
+    """One enqueue, by what it did (model/stored_job.py EnqueueOutcome); a replay counts nothing."""
+    if outcome == "enqueued":
+        jobs_enqueued(queue, task).inc()
+    elif outcome == "retriggered":
+        JOBS_RETRIGGERED.labels(queue, task).inc()
+    elif outcome == "unique_hit":
+        JOBS_UNIQUE_HITS.labels(queue, task).inc()
+
+
 def attempt_metrics(queue: str, task: str) -> AttemptMetrics:
     """The series of (queue, task): as many pairs as the labels themselves have."""
     series = _ATTEMPT_METRICS.get((queue, task))

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from dataloader import App, IdempotencyConflict, Job, Settings
+from dataloader.storage.executor import GroupCommit
 from dataloader.storage.insert_group import InsertGroup
 
 CALLERS = 40
@@ -24,9 +25,9 @@ async def app(db: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
 
 
 def group_of(app: App) -> InsertGroup:
-    group = app.repo.insert_group
-    assert group is not None
-    return group
+    on = app.repo.on  # the App's enqueues run on the group commit in front of its pool
+    assert isinstance(on, GroupCommit)
+    return on.group
 
 
 @pytest.fixture

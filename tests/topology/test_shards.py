@@ -80,6 +80,8 @@ async def test_each_queue_lands_and_runs_on_its_shard_and_every_face_finds_it(tw
     app = await sharded(a, b, Queue("qa", 2), Queue("qb", 2)).open(migrate_schema=True)
     try:
         assert (app.shard_of("qa"), app.shard_of("qb")) == ("default", "b")
+        # A shard's pool has a connection for every worker of its own queues (and the spare ones).
+        assert app._shards["b"].db.max_connections() == 2 + app.settings.db_pool_extra
         ja = await app.enqueue("shard.where", {}, queue="qa")
         jb = await app.enqueue("shard.where", {}, queue="qb")
         batch = await app.enqueue_many([{"task": "shard.where", "queue": q} for q in ("qb", "qa", "qb", "qa")])

@@ -103,3 +103,36 @@ def test_the_check_sees_an_upward_deferred_import_and_a_ring(tmp_path: Path) -> 
     assert rings == ["jobs <-> processes", "storage <-> workers"]
     assert unplaced == []  # `from dataloader import metrics` names a module that is not there: the package
     assert not import_graph(pkg)["dataloader.storage.repo"], "without deferred, the import inside f is not seen"
+
+
+# The facade reaches storage through the database root only (shared/DESIGN.md "Layers": `App` a
+# facade, its wiring in the node and database roots).
+FACADE = "dataloader.app"
+DATABASE_ROOT = "dataloader.storage.database"
+
+
+def facade_storage_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The storage modules app.py imports (deferred and TYPE_CHECKING ones too), the root aside."""
+    return sorted(t for t in graph.get(FACADE, set())
+                  if room_of(t) == "storage" and t not in (DATABASE_ROOT, "dataloader.storage"))
+
+
+def test_the_facade_imports_no_storage_module_but_the_database_root() -> None:
+    graph = import_graph(deferred=True)
+    assert DATABASE_ROOT in graph[FACADE], "the parse did not see app.py's import of the database root"
+    assert not facade_storage_imports(graph), (
+        "app.py imports storage modules besides storage/database.py: move that wiring into the node root "
+        f"(node.py) or the database root: {facade_storage_imports(graph)}")
+
+
+def test_the_facade_check_sees_a_deferred_storage_import(tmp_path: Path) -> None:
+    """The guard can fail: an App that imports a repository inside a method is caught; its import of
+    the database root is not."""
+    pkg = tmp_path / PACKAGE
+    (pkg / "storage").mkdir(parents=True)
+    for name in ("__init__.py", "storage/__init__.py", "storage/database.py", "storage/repositories.py"):
+        (pkg / name).write_text("")
+    (pkg / "app.py").write_text("from dataloader.storage.database import Database\n\n\n"
+                                "def f():\n    from dataloader.storage.repositories import JobRepository\n")
+    graph = import_graph(pkg, deferred=True)
+    assert facade_storage_imports(graph) == ["dataloader.storage.repositories"]

@@ -31,7 +31,6 @@ from dataloader import metrics, tracing
 from dataloader.base import StrictModel
 from dataloader.exceptions import (
     ChainNotFound,
-    IdempotencyConflict,
     InvalidCursor,
     InvalidJobRequest,
     JobAlreadyFinished,
@@ -39,7 +38,6 @@ from dataloader.exceptions import (
     JobNotFound,
     JobNotQueued,
     JobNotRetryable,
-    RestartConflict,
     UnknownTask,
     ValidationFailed,
 )
@@ -49,12 +47,16 @@ from dataloader.model.ids import new_id, new_ids
 from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.storable import args_problem
-from dataloader.storage.repositories import JobRepository, NewJob
+from dataloader.model.stored_job import EnqueueOutcome, NewJob, replay_outcome
+from dataloader.storage.executor import Executor
+from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
 log = logging.getLogger("dataloader.jobs")
 
 MAX_LIST_LIMIT = 500
+# The optional fields of a request that a replay of its idempotency key is compared on, when set.
+_REPLAY_COMPARED = ("lock_key", "max_attempts", "lease_ttl_sec", "timeout_sec", "unique_for_sec")
 MAX_CHAIN_JOBS = 10_000
 PG_INT_MAX = 2**31 - 1
 # Times a job may be enqueued for. Anything earlier means "now" anyway; anything later is almost
@@ -281,15 +283,15 @@ class JobManager:
         pipeline_max = self._pipeline_max(req.task, req.queue, served)
         self._check_stages(req.then, req.queue, served)
         encoded = self._encode_args(req.args)
-        try:
-            chain_next_json = stages_json(req.then, self.max_args_bytes)
-        except ValueError as exc:
-            raise InvalidJobRequest(str(exc)) from None
         idempotency_key = req.idempotency_key
         if req.lock_key is None:  # the documented default in every face: the job's own id
             job_id = job_id or new_id()
         if req.unique_for_sec is not None:
             idempotency_key = unique_window_key(req, datetime.now(UTC))
+        try:
+            chain_next_json = stages_json(req.then, self.max_args_bytes)
+        except ValueError as exc:
+            raise InvalidJobRequest(str(exc)) from None
         return NewJob(
             queue=req.queue, task=req.task, lock_key=req.lock_key or str(job_id), args_json=encoded,
             idempotency_key=idempotency_key, partition_key=req.partition_key, priority=req.priority,
@@ -356,78 +358,40 @@ class JobManager:
                                   available, attempts, leases), timeouts, counts)
 
     async def trigger(self, req: JobRequest, *, producer: str | None = None, request_id: str | None = None,
-                      job_id: uuid.UUID | None = None, conn: Any = None,
+                      job_id: uuid.UUID | None = None, on: Executor | None = None,
                       lock_key_given: bool = True) -> TriggerResult:
-        """Enqueue one job. With `conn` (the caller's connection), the job commits or rolls back
+        """Enqueue one job. With `on` (the caller's transaction), the job commits or rolls back
         with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
         made for this call (the job's own id), so a replay is not compared on it."""
-        lock_key_given = lock_key_given and req.lock_key is not None
         new_job = self.to_new_job(req, producer, job_id)
-        inserted = await self.repo.insert_job(new_job, request_id, conn=conn, traceparent=tracing.current_traceparent())
-        job = inserted.job
-        if inserted.created:
-            metrics.jobs_enqueued(req.queue, req.task).inc()
-        elif req.restartable:
-            self.check_restart_target(req, job, created=False)
-        elif req.unique_for_sec is not None:
-            metrics.JOBS_UNIQUE_HITS.labels(req.queue, req.task).inc()
-        else:
-            self._check_same_request(req, new_job, job, inserted.same_args, lock_key_given)
-        return TriggerResult(job, inserted.created)
+        inserted = await self.repo.insert_job(new_job, on or self.repo.on, request_id,
+                                              traceparent=tracing.current_traceparent())
+        if inserted.created:  # the common case: nothing to compare
+            outcome: EnqueueOutcome = "enqueued"
+        else:  # a replay is compared on the optional fields its producer set (only then worked out)
+            given = {name for name in _REPLAY_COMPARED if getattr(req, name) is not None}
+            if not (lock_key_given and req.lock_key is not None):
+                given.discard("lock_key")
+            outcome = replay_outcome(new_job, inserted, frozenset(given))
+        metrics.count_enqueue(outcome, req.queue, req.task)
+        return TriggerResult(inserted.job, inserted.created)
 
     async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
-                           conn: Any = None, request_id: str | None = None) -> list[uuid.UUID]:
+                           on: Executor | None = None, request_id: str | None = None) -> list[uuid.UUID]:
         """Enqueue many jobs in one statement (no per-job idempotency check of the body); returns
         the ids of the jobs inserted, in input order (a known idempotency_key is skipped). `reqs`:
         JobRequests or `plain_jobs`' dicts."""
         if not reqs:
             return []
-        return await self.insert_batch(self.batch_columns(reqs), producer, conn=conn, request_id=request_id)
+        return await self.insert_batch(self.batch_columns(reqs), producer, on=on, request_id=request_id)
 
-    async def insert_batch(self, batch: BatchColumns, producer: str | None, *, conn: Any = None,
+    async def insert_batch(self, batch: BatchColumns, producer: str | None, *, on: Executor | None = None,
                            request_id: str | None = None) -> list[uuid.UUID]:
         """Insert a checked batch (`batch_columns`) in one statement; the ids inserted."""
-        ids = await self.repo.insert_job_columns(batch.columns, producer, batch.timeouts, conn=conn,
+        ids = await self.repo.insert_job_columns(batch.columns, on or self.repo.on, producer, batch.timeouts,
                                                  request_id=request_id, traceparent=tracing.current_traceparent())
         batch.count_enqueued(ids)
         return ids
-
-    @staticmethod
-    def check_restart_target(req: JobRequest, job: Job, *, created: bool) -> None:
-        """A restartable trigger that did not insert updated the queued job of its key, unless that
-        job has another task or queue (then nothing changed: RestartConflict)."""
-        if created:
-            metrics.jobs_enqueued(req.queue, req.task).inc()
-            return
-        if (job.task, job.queue) != (req.task, req.queue):
-            raise RestartConflict(
-                f"lock_key {req.lock_key!r} names queued restartable job {job.id} of task {job.task!r} "
-                f"on queue {job.queue!r}; a restartable trigger must name the same task and queue")
-        metrics.JOBS_RETRIGGERED.labels(req.queue, req.task).inc()
-
-    @staticmethod
-    def _check_same_request(req: JobRequest, new_job: NewJob, job: Job, same_args: bool,
-                            lock_key_given: bool = True) -> None:
-        # available_at is not compared: the engine moves it (retries, lock hand-offs), so a
-        # faithful replay of the original request would look different after the job ran.
-        # args are compared by the database (jsonb equality), as it stores them.
-        lock_key_given = lock_key_given and req.lock_key is not None
-        compared = ("queue", "task", "lock_key", "partition_key", "priority") if lock_key_given else (
-            "queue", "task", "partition_key", "priority")
-        differs = [name for name in compared if getattr(req, name) != getattr(job, name)]
-        if not same_args:
-            differs.insert(2, "args")
-        if req.max_attempts is not None and new_job.max_attempts != job.max_attempts:
-            differs.append("max_attempts")
-        if req.lease_ttl_sec is not None and req.lease_ttl_sec != job.lease_ttl_sec:
-            differs.append("lease_ttl_sec")
-        if req.timeout_sec is not None and req.timeout_sec != job.timeout_sec:
-            differs.append("timeout_sec")
-        if differs:
-            raise IdempotencyConflict(
-                f"idempotency_key {req.idempotency_key!r} already names job {job.id} "
-                f"with a different {', '.join(differs)}"
-            )
 
     async def chain(self, chain_or_job_id: uuid.UUID, *, limit: int = MAX_CHAIN_JOBS) -> Chain:
         """A chain's jobs oldest first, by the chain's id or any of its jobs' ids."""

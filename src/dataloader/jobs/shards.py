@@ -14,11 +14,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from dataloader.exceptions import ChainNotFound, InvalidJobRequest, JobNotFound
+from dataloader.exceptions import ChainNotFound, InvalidJobRequest, JobNotFound, ValidationFailed
 from dataloader.jobs.manager import MAX_LIST_LIMIT, JobManager, JobRequest, TriggerResult, decode_cursor, encode_cursor
-from dataloader.jobs.search import SearchPage
+from dataloader.jobs.search import JobSearch, SearchPage
 from dataloader.model.job import Chain, Job, JobEvent, JobPage
+from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.storage.executor import Executor
 
 T = TypeVar("T")
 
@@ -94,7 +96,7 @@ class ShardedJobManager:
         return await self.managers[shard].trigger(req, **options)
 
     async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
-                           conn: Any = None, request_id: str | None = None) -> list[uuid.UUID]:
+                           on: Executor | None = None, request_id: str | None = None) -> list[uuid.UUID]:
         """One statement per shard the batch touches. Every item is checked before any shard
         inserts (bad input writes nothing); the shards' inserts are separate transactions."""
         groups: dict[str, list[int]] = {}
@@ -102,9 +104,9 @@ class ShardedJobManager:
             groups.setdefault(self.shard_of(queue_of(item)), []).append(index)
         if len(groups) <= 1:
             shard = next(iter(groups), next(iter(self.managers)))
-            return await self.managers[shard].trigger_many(reqs, producer=producer, conn=conn,
+            return await self.managers[shard].trigger_many(reqs, producer=producer, on=on,
                                                            request_id=request_id)
-        if conn is not None:
+        if on is not None:
             raise InvalidJobRequest(f"the jobs of one enqueue in your transaction (conn=) must live on one "
                                     f"shard; these are on {', '.join(sorted(groups))}")
         batches = {shard: self.managers[shard].batch_columns([reqs[i] for i in positions])
@@ -168,3 +170,36 @@ def merge_search_pages(pages: Sequence[SearchPage], limit: int) -> SearchPage:
     counts = [p.count for p in pages]
     total = None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
     return SearchPage(jobs, next_cursor, total, any(p.count_capped for p in pages), pages[0].filter)
+
+
+class ShardedSearch:
+    """Search and counts over every shard (`JobSearch`'s two calls): each shard's own search,
+    unbounded, inside one slot of the first's bound, so a fan-out costs one expensive query of the
+    HTTP API's budget, as on one shard. Pages merge newest first; counts add up."""
+
+    def __init__(self, bounded: JobSearch, shards: Sequence[JobSearch]) -> None:
+        self.bounded = bounded
+        self.shards = shards
+
+    async def search(self, value: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
+                     limit: int = 100, count: bool = False) -> SearchPage:
+        async with self.bounded.expensive_slot():
+            pages = await asyncio.gather(*(s.search(value, cursor=cursor, limit=limit, count=count)
+                                           for s in self.shards))
+        return merge_search_pages(pages, limit)
+
+    async def count(self, value: JobFilter | Mapping[str, Any] | None = None, *, at_most: int | None = None) -> int:
+        async with self.bounded.expensive_slot():
+            counts = await asyncio.gather(*(s.count(value, at_most=at_most) for s in self.shards))
+        total = sum(counts)
+        return min(total, at_most) if at_most is not None else total
+
+
+def check_schedule_shard(queue: str, shard_of: Callable[[str], str], default: str) -> None:
+    """A schedule's queue must be on the default shard, whose scheduler enqueues its ticks into its
+    own database (docs/scaling.md "Past one primary")."""
+    shard = shard_of(queue)
+    if shard != default:
+        raise ValidationFailed(f"queue: {queue!r} lives on shard {shard!r}; schedules live on the default "
+                               "shard and enqueue there (docs/scaling.md)",
+                               [{"loc": ["queue"], "msg": f"lives on shard {shard!r}", "type": "value_error"}])

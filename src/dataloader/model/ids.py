@@ -21,6 +21,8 @@ import threading
 import time
 import uuid
 
+from dataloader.exceptions import ValidationFailed
+
 _lock = threading.Lock()
 _last_tick = 0  # the last id's 60 time bits: ms << 12 | sub-ms fraction
 _UUID = uuid.UUID
@@ -61,3 +63,14 @@ def new_ids(n: int) -> list[uuid.UUID]:
         return []
     first = _ticks(n)
     return [_make(first + i, rand) for i, rand in enumerate(struct.unpack(f"<{n}Q", os.urandom(8 * n)))]
+
+
+def job_id_of(value: uuid.UUID | str) -> uuid.UUID:
+    """A job id from a UUID or its text; anything else is the validation_error HTTP gives a bad path."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValidationFailed(f"job_id: {str(value)[:100]!r} is not a UUID",
+                               [{"loc": ["job_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None

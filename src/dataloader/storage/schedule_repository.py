@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.model.schedule import Schedule, ScheduleRun, ScheduleSpec
+from dataloader.storage.executor import Pooled
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
 
@@ -74,18 +75,17 @@ class ScheduleRepository:
         Otherwise the ticks whose job was inserted (a tick whose key already named a job is left
         out, and gets no history row). `traceparent`: the tick's span, the jobs' parent (None: not traced)."""
         last_run_at = ticks[-1].tick_at if ticks else None
-        async with self.pool.acquire() as conn, conn.transaction():
-            won = await conn.fetchrow(sql("schedules/advance_schedule"), schedule.name, schedule.revision,
-                                      next_run_at, last_run_at)
+        async with Pooled(self.pool).transaction() as tx:
+            won = await tx.fetchrow(sql("schedules/advance_schedule"), schedule.name, schedule.revision,
+                                    next_run_at, last_run_at)
             if won is None:
                 return None
             if not jobs:
                 return []
-            inserted = set(await JobRepository(self.pool).insert_jobs(jobs, "schedule", conn=conn,
-                                                                      traceparent=traceparent))
+            inserted = set(await JobRepository(tx).insert_jobs(jobs, tx, "schedule", traceparent=traceparent))
             fired = [t for t in ticks if t.job_id in inserted]
             if fired:
-                await conn.execute(sql("schedules/insert_runs"), schedule.name, [t.tick_at for t in fired],
+                await tx.execute(sql("schedules/insert_runs"), schedule.name, [t.tick_at for t in fired],
                                    [t.job_id for t in fired], [t.lag_sec for t in fired],
                                    [t.skipped_before for t in fired])
             return fired

@@ -125,7 +125,7 @@ async def dead_db_client(dsn: str) -> AsyncIterator:
     repo = JobRepository(pool)
     # An App that opened fine and whose database then went away (open() itself would refuse).
     ctx = App(settings)
-    ctx._dsn, ctx._pool = dead, pool
+    ctx.db._dsn, ctx.db._pool = dead, pool
     ctx.repo = repo
     ctx.jobs = JobManager(repo, registry, default_lease_ttl_sec=60, max_args_bytes=1024)
     async with client_for(create_app(settings, context=ctx)) as c:

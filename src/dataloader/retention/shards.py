@@ -1,0 +1,79 @@
+"""Retention and stats over every shard (docs/scaling.md "Past one primary"): what `App.prune`,
+`App.rollup_stats`, `App.stats` and `App.stats_errors` do on each shard's pool, and how the
+shards' reports merge into one. With one shard, each runs once on its pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from dataloader.config import Settings
+from dataloader.model.job import FINISHED_STATUS_NAMES, JobStatus
+from dataloader.retention.policy import RetentionPolicy
+from dataloader.retention.pruner import PruneReport, prune
+from dataloader.retention.rollup import read_errors, read_stats, rollup
+
+
+def chosen_policy(settings: Settings, older_than: float | timedelta | str | None,
+                  statuses: Sequence[JobStatus | str] | None) -> RetentionPolicy:
+    """The policy of a prune asked for now: without `older_than`, the configured one (limited to
+    `statuses`); with it (seconds, a timedelta or "7d"), that age for `statuses` (default: every
+    finished status). ValueError for a negative age or a status that is not finished."""
+    if older_than is None:
+        policy = RetentionPolicy.from_settings(settings)
+        if not statuses:
+            return policy
+        keep = {str(JobStatus(s).value) for s in statuses}
+        return RetentionPolicy({k: v for k, v in policy.ages.items() if k in keep},
+                               {q: {k: v for k, v in a.items() if k in keep} for q, a in policy.queues.items()})
+    seconds = (older_than.total_seconds() if isinstance(older_than, timedelta)
+               else Settings.duration_seconds(older_than))
+    if seconds < 0:
+        raise ValueError("older_than must not be negative")
+    chosen = [str(JobStatus(s).value) for s in statuses] if statuses else list(FINISHED_STATUS_NAMES)
+    bad = sorted(set(chosen) - set(FINISHED_STATUS_NAMES))
+    if bad:
+        raise ValueError(f"only finished jobs can be pruned, not {bad}")
+    return RetentionPolicy.uniform(seconds, chosen)
+
+
+async def prune_shards(pools: Sequence[asyncpg.Pool], policy: RetentionPolicy, *, batch_size: int,
+                       dry_run: bool, queues: Sequence[str] | None) -> PruneReport:
+    """The policy applied on every shard in turn; one report (the shards' summed)."""
+    reports = [await prune(pool, policy, batch_size=batch_size, dry_run=dry_run, queues=queues) for pool in pools]
+    return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
+
+
+async def rollup_shards(pools: Sequence[asyncpg.Pool], settings: Settings) -> int:
+    """Every shard's rollup; how many jobs were counted on all of them."""
+    return sum([await rollup(pool, lag_sec=settings.stats_lag_sec, keep_sec=settings.stats_keep) for pool in pools])
+
+
+async def stats_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, start: datetime, end: datetime,
+                       unrolled: bool) -> dict[str, Any]:
+    """The stats of every shard in one report: the queues of all, and the rollup's watermark the
+    oldest of theirs (None unless every shard has one). One queue lives on one shard: one pool."""
+    if start > end:
+        raise ValueError("start must not be after end")
+    reports = [await read_stats(pool, queue=queue, start=start, end=end, unrolled=unrolled) for pool in pools]
+    if len(reports) == 1:
+        return reports[0]
+    merged = dict(reports[0])
+    merged["queues"] = sorted((q for r in reports for q in r["queues"]), key=lambda q: q["queue"])
+    watermarks = [r["rolled_up_to"] for r in reports if r["rolled_up_to"] is not None]
+    merged["rolled_up_to"] = min(watermarks) if len(watermarks) == len(reports) else None
+    return merged
+
+
+async def errors_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, since: datetime,
+                        limit: int) -> dict[str, Any]:
+    """The error groups of every shard, most frequent first, the first `limit` of all."""
+    reports = [await read_errors(pool, queue=queue, since=since, limit=limit) for pool in pools]
+    if len(reports) == 1:
+        return reports[0]
+    errors = sorted((e for r in reports for e in r["errors"]), key=lambda e: -e["jobs"])
+    return {**reports[0], "errors": errors[:limit]}
