@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.model.workflow import Recorded, WorkflowRun
+from dataloader.storage.executor import InTransaction
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
 
@@ -65,7 +66,8 @@ class WorkflowRepository:
                     parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count, fail_fast))
                 if not row["live"]:
                     return None
-            inserted = await JobRepository(self.pool).insert_jobs(jobs, "workflow", conn=conn)
+            tx = InTransaction(conn)
+            inserted = await JobRepository(tx).insert_jobs(jobs, tx, "workflow")
             names = {j.job_id: w for j, w in zip(jobs, workflows, strict=True)}
             await conn.execute(sql("workflows/insert_runs"), inserted, [names[i] for i in inserted],
                                parent[0] if parent else None, parent[1] if parent else None)
