@@ -187,9 +187,11 @@ async def test_a_node_with_every_duty_and_process_callers_holds_one_listening_se
         async with app.running() as manager:
             await app.processes.waiter.start()
             assert manager.notifier is app.notifier
-            assert sorted(app.notifier.topics()) == sorted([
-                "dl_jobs", "dl_cancel", "dl_schedules", "dl_operations", "dl_observers", "dl_process_task",
-                "dl_process_feed"])
+            every = sorted(["dl_jobs", "dl_cancel", "dl_schedules", "dl_operations", "dl_observers",
+                            "dl_process_task", "dl_process_feed"])
+            # the duties subscribe as they start, each in its own task: wait for the last one
+            await wait_until(lambda: sorted(app.notifier.topics()) == every, timeout=10,
+                             message=f"every duty's topic on the one session ({sorted(app.notifier.topics())})")
             assert app.notifier.sessions == 1
             pid = app.notifier.backend_pid
             listening = await db.fetch(
