@@ -17,7 +17,7 @@ import pytest
 from dataloader.processes import processors
 from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
-from tests.support import bytecode, order, tiers
+from tests.support import bytecode, tiers
 from tests.support.database import (
     TestServer,
     create_database,
@@ -38,7 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, before it starts the xdist workers
         bytecode.write_once()
     bytecode.allow_pytest_cache()
-    config.pluginmanager.register(order.FrontLoad(), "dataloader-front-load")
     tiers.install_audit()
     tiers.make_lock_dir(config)
 
