@@ -756,3 +756,29 @@ async def test_a_bad_task_limits_json_is_the_same_config_error_in_python_and_the
     result = await asyncio.to_thread(invoke, ["worker"], {**cli_env(dsn), "DL_TASK_LIMITS_JSON": text})
     assert result.exit_code == 2
     assert error_line(result) == f"dataloader: configuration error: {caught.value}"
+
+
+# (id, Python call on app.workflows, HTTP request, CLI args, code): workflows' refusals (docs/workflows.md)
+_NO_RUN = "00000000-0000-4000-8000-000000000000"
+WORKFLOW_REFUSALS = [
+    ("unknown workflow", ("start", ("t.no-such-workflow", {})), ("POST", "/api/v1/workflows",
+     {"workflow": "t.no-such-workflow", "input": {}}), ["workflows", "start", "t.no-such-workflow"], "unknown_workflow"),
+    ("signal to no run", ("signal", (_NO_RUN, "go")), ("POST", f"/api/v1/workflows/{_NO_RUN}/signals/go", None),
+     ["workflows", "signal", _NO_RUN, "go"], "workflow_not_found"),
+    ("run id not a uuid", ("get", ("not-a-uuid",)), ("GET", "/api/v1/workflows/not-a-uuid", None),
+     ["workflows", "get", "not-a-uuid"], "validation_error"),
+]
+
+
+@pytest.mark.parametrize(("call", "request_", "cli", "code"), [row[1:] for row in WORKFLOW_REFUSALS],
+                         ids=[row[0] for row in WORKFLOW_REFUSALS])
+async def test_a_workflow_refusal_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, db, dsn, call,
+                                                                                          request_, cli, code):
+    method, args = call
+    with pytest.raises(DataloaderError) as caught:
+        await getattr(py_app.workflows, method)(*args)
+    assert caught.value.code == code
+    assert await http_code(http, *request_) == code
+    assert await cli_code(dsn, cli) == code
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_workflow_signals") == 0
