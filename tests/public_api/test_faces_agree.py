@@ -761,8 +761,9 @@ async def test_a_bad_task_limits_json_is_the_same_config_error_in_python_and_the
 # (id, Python call on app.workflows, HTTP request, CLI args, code): workflows' refusals (docs/workflows.md)
 _NO_RUN = "00000000-0000-4000-8000-000000000000"
 WORKFLOW_REFUSALS = [
-    ("unknown workflow", ("start", ("t.no-such-workflow", {})), ("POST", "/api/v1/workflows",
-     {"workflow": "t.no-such-workflow", "input": {}}), ["workflows", "start", "t.no-such-workflow"], "unknown_workflow"),
+    ("unknown workflow", ("start", ("t.no-such-workflow", {})),
+     ("POST", "/api/v1/workflows", {"workflow": "t.no-such-workflow", "input": {}}),
+     ["workflows", "start", "t.no-such-workflow"], "unknown_workflow"),
     ("signal to no run", ("signal", (_NO_RUN, "go")), ("POST", f"/api/v1/workflows/{_NO_RUN}/signals/go", None),
      ["workflows", "signal", _NO_RUN, "go"], "workflow_not_found"),
     ("run id not a uuid", ("get", ("not-a-uuid",)), ("GET", "/api/v1/workflows/not-a-uuid", None),
