@@ -311,7 +311,10 @@ class ChaosRun:
             # the restart and the SIGTERM get a slot of their own, so the next kill does not
             # immediately take away the node whose recovery they should exercise
             if k == restart_at:
+                before = {s.current.name for s in self.slots if s.current is not None and s.alive()}
+                started = time.time()
                 await self._restart_postgres(t0)
+                await self._first_claim_by(before, since=started)
                 await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
             if k == sigterm_at:
                 await self._sigterm(t0)
@@ -352,6 +355,22 @@ class ChaosRun:
             await asyncio.sleep(0.05)
         self.aimed[what] = None
         return None
+
+    async def _first_claim_by(self, names: set[str], since: float) -> None:
+        """Holds the next kill until one of the nodes that lived through the restart has claimed a job
+        after it: the kill -9s go on 2-3 s apart, and a node still reconnecting when its turn came was
+        a run in which no node showed its recovery (a failure with nothing wrong). A node that never
+        recovers is still caught: the wait ends at the drain timeout and the report's checks fail."""
+        deadline = time.monotonic() + self.cfg.drain_timeout_sec
+        sql = ("SELECT count(*) FROM dl_job_events WHERE kind = 'picked' AND ts > to_timestamp($1) "
+               "AND payload->>'worker' = ANY($2::text[])")
+        while names and time.monotonic() < deadline:
+            try:
+                if await self.db.fetchval(sql, since, sorted(names)):
+                    return
+            except CONNECTION_ERRORS:
+                pass  # past Db's own retries: the check after the drain reports it
+            await asyncio.sleep(0.2)
 
     async def _restart_postgres(self, t0: float) -> None:
         started = time.time()

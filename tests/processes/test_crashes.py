@@ -88,7 +88,9 @@ async def test_a_task_lost_on_its_last_attempt_puts_the_process_in_error(app, pd
     first = workers(queues={"plain": 1}, **WORKER)
     await first.wait_ready()
     await app.processes.init("clitest", "lost1", {}, timeout=60)
-    call = asyncio.create_task(app.processes.call("clitest", "lost1", {"n": 1, "sleep": 2.5}, timeout=60))
+    # long enough that the kill always cuts it (it never runs again here): at 2.5 s, a loaded machine's
+    # poll once saw the call running so late that it had finished before the kill -9
+    call = asyncio.create_task(app.processes.call("clitest", "lost1", {"n": 1, "sleep": 60}, timeout=60))
     await wait_until(lambda: _running_call(pdb, "clitest", "lost1"), timeout=30)
     first.kill()
     task_id = await pdb.fetchval("SELECT task_id FROM dl_process_tasks WHERE ns = 'clitest' AND process_id = 'lost1' "

@@ -87,6 +87,9 @@ class WorkflowRepository:
             run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
         return await self._written(row, run_id, seq)
 
+    async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> bool:
+        return bool(await self.pool.fetchval(sql("workflows/step_may_start"), run_id, attempt))
+
     async def take_signal(self, run_id: uuid.UUID, attempt: int, seq: int, name: str) -> Written:
         row = await self.pool.fetchrow(sql("workflows/take_signal"), run_id, attempt, seq, name)
         return await self._written(row, run_id, seq)

@@ -9,9 +9,11 @@ another kind or name than the code now asks for stops the run (`HistoryMismatch`
 and the code disagree, and guessing would re-run or skip a step.
 
 Step results are recorded once they succeed, fenced on the run's job (a run that lost its job to
-the reaper writes nothing), with a journal row in the same statement. A step cut off before its
-record (kill -9, a lost lease) runs again on the next attempt with the same `wf.step_key`: steps
-are at least once, their recorded results exactly once.
+the reaper writes nothing), with a journal row in the same statement. A step's function runs only
+after the database confirmed the attempt still holds the run's job and its lease: an attempt that
+lost it (a stalled node) may hold a stale history, and must not run a step another attempt
+recorded. A step cut off before its record (kill -9, a lost lease) runs again on the next attempt
+with the same `wf.step_key`: steps are at least once, their recorded results exactly once.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ class Workflow:
             if left > 0:
                 raise Suspend(left, f"step {name!r} retries later")
         attempt = (rec.attempts if rec is not None else 0) + 1
+        if not await self._read(self._repo.step_may_start(self.run_id, self.attempt)):
+            # this attempt's history may be stale: another attempt may have recorded this step
+            raise Suspend(0.0, "the run's job was taken back")
         self._step_key = f"{self.run_id}:{seq}"
         try:
             value = await self._call(fn, args, kwargs, timeout)

@@ -92,6 +92,33 @@ async def tables_content(pool: asyncpg.Pool) -> dict[str, tuple[int, str]]:
     return {r["name"]: (r["n"], r["digest"]) for r in await pool.fetch(_CONTENT_QUERY[0])}
 
 
+async def next_xid(pool: asyncpg.Pool) -> int:
+    """The server's next transaction id, read without taking one. Every write to a table (insert,
+    update, delete, truncate) takes an id, and a request's transactions have ended when its response
+    is back: while this has not moved, no row of any table has changed."""
+    return int(await pool.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+
+
+class TablesAt:
+    """`tables_content` with its last reading kept while the next transaction id stays put: reading
+    every dl_* table costs the server more the longer the worker's session has run, and a run of
+    refused requests changes nothing."""
+
+    def __init__(self) -> None:
+        self._xid: int | None = None
+        self._content: dict[str, tuple[int, str]] = {}
+
+    async def read(self, pool: asyncpg.Pool) -> tuple[int, dict[str, tuple[int, str]]]:
+        """(the next transaction id before the reading, the content)."""
+        xid = await next_xid(pool)
+        if xid != self._xid:
+            content = await tables_content(pool)
+            # kept only when nothing wrote meanwhile, so it is the content at exactly that id
+            self._xid, self._content = (xid, content) if await next_xid(pool) == xid else (None, {})
+            return xid, content
+        return xid, self._content
+
+
 @pytest.fixture(autouse=True)
 def log_at_info() -> Iterator[None]:
     """Run with INFO enabled, as the service does, so every log call on the request path executes
