@@ -8,9 +8,9 @@ import asyncpg
 import httpx
 import pytest
 
-from dataloader.api import create_app
 from dataloader.app import App
 from tests.integration_tests.v1_api.conftest import api_settings, client_for
+from tests.support.api_apps import api_for
 
 
 @pytest.fixture(scope="session")
@@ -22,5 +22,5 @@ async def hardening_ctx(dsn: str) -> AsyncIterator[App]:
 
 @pytest.fixture
 async def http(db: asyncpg.Pool, hardening_ctx: App) -> AsyncIterator[httpx.AsyncClient]:
-    async with client_for(create_app(hardening_ctx.settings, context=hardening_ctx)) as client:
+    async with client_for(api_for(hardening_ctx)) as client:
         yield client

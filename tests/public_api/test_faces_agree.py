@@ -21,6 +21,7 @@ from dataloader import App, Settings
 from dataloader.api import create_app
 from dataloader.config import load_settings
 from dataloader.exceptions import INPUT_ERROR_CODES, DataloaderError
+from tests.support.api_apps import api_for
 from tests.support.cli import error_line, invoke
 
 MAX_ARGS_BYTES = 1000
@@ -46,7 +47,7 @@ async def py_app(dsn: str) -> AsyncIterator[App]:
 
 @pytest.fixture
 async def http(db, py_app: App) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(py_app.settings, context=py_app))
+    transport = httpx.ASGITransport(app=api_for(py_app))
     async with httpx.AsyncClient(transport=transport, base_url="http://faces") as client:
         yield client
 

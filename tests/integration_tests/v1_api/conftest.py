@@ -16,6 +16,7 @@ from dataloader.app import App
 from dataloader.config import Settings
 from dataloader.workers.manager import WorkerManager
 from tests.integration_tests.v1_api.constants import MAX_ARGS_BYTES, WORKER_QUEUE
+from tests.support.api_apps import api_for
 
 
 def api_settings(dsn: str, **overrides: object) -> Settings:
@@ -51,7 +52,7 @@ def client_for(app) -> httpx.AsyncClient:
 @pytest.fixture
 async def client(db: asyncpg.Pool, app_ctx: App) -> AsyncIterator[httpx.AsyncClient]:
     """An app without workers in this process (jobs stay queued)."""
-    async with client_for(create_app(app_ctx.settings, context=app_ctx)) as c:
+    async with client_for(api_for(app_ctx)) as c:
         yield c
 
 
