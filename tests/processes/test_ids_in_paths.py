@@ -82,7 +82,9 @@ async def test_the_openapi_still_has_one_path_parameter_per_segment(client):
 def _cli(env: dict[str, str], real: bool, *args: str) -> subprocess.CompletedProcess[str]:
     if real:
         return cli(env, *args)
-    return run(["processes", *args], {**env, "DL_PIPELINE_MODULES": "tests.processes.cli_processors"})
+    # subprocess_env's modules: importing cli_processors here would register its namespaces in this
+    # worker for every later test (its served queues)
+    return run(["processes", *args], env)
 
 
 # The last id goes through a real process (its argv as the OS hands it over, not UTF-8 by assumption);
