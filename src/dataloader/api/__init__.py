@@ -45,19 +45,17 @@ log = logging.getLogger("dataloader.api")
 BODY_OVERHEAD_BYTES = 64 * 1024
 
 
+ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
+           operations_router, observers_router, nodes_router, queues_router, os_router.router, metric_router.router)
+
+
 def register_routers(app: FastAPI) -> None:
-    app.include_router(v1_router)
-    app.include_router(schedules_router)
-    app.include_router(stats_router)
-    app.include_router(processes_router)
-    app.include_router(chains_router)
-    app.include_router(workflows_router)
-    app.include_router(operations_router)
-    app.include_router(observers_router)
-    app.include_router(nodes_router)
-    app.include_router(queues_router)
-    app.include_router(os_router.router)
-    app.include_router(metric_router.router)
+    """The routers' routes, added to the app as they are. Each router built its routes once, at
+    import, with its prefix, tags and dependencies applied; `include_router` would wrap each router
+    for the app and build every route again on the app's first request (about 0.1 s of CPU per app:
+    a node's start, every app a test builds)."""
+    for router in ROUTERS:
+        app.router.routes.extend(router.routes)
 
 
 _BOUNDS = ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum")
