@@ -47,6 +47,9 @@ from tests.chaos.limits import COPY_FLOW_STARTS_SQL, FLOW_STARTS_DDL, check_limi
 from tests.chaos.nodes import NodeError, NodeSlot, free_port, node_env
 from tests.chaos.pipelines import CONNECTION_ERRORS, OBSERVER_RUNS_DDL, RUNS_DDL, TASK
 
+# The longest the next kill waits for a node that lived through the restart to claim a job again.
+RECOVERY_WAIT_SEC = 30.0
+
 ROOT = Path(__file__).resolve().parents[2]
 RestartFn = Callable[[], Awaitable[str]]
 
@@ -360,8 +363,9 @@ class ChaosRun:
         """Holds the next kill until one of the nodes that lived through the restart has claimed a job
         after it: the kill -9s go on 2-3 s apart, and a node still reconnecting when its turn came was
         a run in which no node showed its recovery (a failure with nothing wrong). A node that never
-        recovers is still caught: the wait ends at the drain timeout and the report's checks fail."""
-        deadline = time.monotonic() + self.cfg.drain_timeout_sec
+        recovers is still caught: the wait ends after RECOVERY_WAIT_SEC (a run with no job left to
+        claim by then goes on as before) and the failover's checks fail."""
+        deadline = time.monotonic() + RECOVERY_WAIT_SEC
         sql = ("SELECT count(*) FROM dl_job_events WHERE kind = 'picked' AND ts > to_timestamp($1) "
                "AND payload->>'worker' = ANY($2::text[])")
         while names and time.monotonic() < deadline:

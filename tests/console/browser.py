@@ -17,6 +17,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -115,27 +116,50 @@ class Browser:
         assert not self.errors, "the browser logged errors:\n" + "\n".join(self.errors)
 
 
-@contextlib.asynccontextmanager
-async def browser(name: str, *, viewport: tuple[int, int] = (1280, 800)) -> AsyncIterator[Browser]:
+# This worker's one chromium and its Playwright, launched at the first browser test and closed at
+# the end of the session (tests/console/conftest.py): each test gets a fresh context of its own (no
+# cookie, storage or cache of another test), without a browser start of about a second of CPU each.
+_CHROMIUM: dict[str, Any] = {}
+
+
+async def _shared_chromium() -> Any:
+    executable = chromium_path()
+    found = _CHROMIUM.get("browser")
+    if found is not None and found.is_connected():
+        return found
     from playwright.async_api import async_playwright
 
-    executable = chromium_path()
-    async with async_playwright() as pw:
-        chromium = await pw.chromium.launch(executable_path=executable, headless=True,
-                                            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            context = await chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]},
-                                                 timezone_id="Europe/Berlin", locale="en-GB")
-            page = await context.new_page()
-            page.set_default_timeout(15_000)
-            seen = Browser(page, name)
-            page.on("console", lambda msg: seen.errors.append(f"console {msg.type}: {msg.text}")
-                    if msg.type == "error" else None)
-            page.on("pageerror", lambda exc: seen.errors.append(f"page error: {exc}"))
-            yield seen
-            seen.check_no_errors()
-        finally:
-            await chromium.close()
+    if "playwright" not in _CHROMIUM:
+        _CHROMIUM["playwright"] = await async_playwright().start()
+    _CHROMIUM["browser"] = await _CHROMIUM["playwright"].chromium.launch(
+        executable_path=executable, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+    return _CHROMIUM["browser"]
+
+
+async def close_shared_chromium() -> None:
+    found, playwright = _CHROMIUM.pop("browser", None), _CHROMIUM.pop("playwright", None)
+    if found is not None:
+        await found.close()
+    if playwright is not None:
+        await playwright.stop()
+
+
+@contextlib.asynccontextmanager
+async def browser(name: str, *, viewport: tuple[int, int] = (1280, 800)) -> AsyncIterator[Browser]:
+    chromium = await _shared_chromium()
+    context = await chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                         timezone_id="Europe/Berlin", locale="en-GB")
+    try:
+        page = await context.new_page()
+        page.set_default_timeout(15_000)
+        seen = Browser(page, name)
+        page.on("console", lambda msg: seen.errors.append(f"console {msg.type}: {msg.text}")
+                if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: seen.errors.append(f"page error: {exc}"))
+        yield seen
+        seen.check_no_errors()
+    finally:
+        await context.close()
 
 
 async def sign_in(seen: Browser, service: Service) -> None:

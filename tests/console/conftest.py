@@ -7,11 +7,21 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 
 from dataloader import App, Settings
 from dataloader.api import create_app
 
 TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def shared_chromium_closed() -> AsyncIterator[None]:
+    """The worker's shared chromium (tests/console/browser.py), closed when the session ends."""
+    yield
+    from tests.console.browser import close_shared_chromium
+
+    await close_shared_chromium()
 
 
 @asynccontextmanager
