@@ -186,6 +186,21 @@ OBSERVER_CRASHES = Counter(
 NODES_MARKED_DEAD = Counter("dl_nodes_marked_dead_total", "Silent nodes this node declared dead")
 NODE_HEARTBEAT_SECONDS = Histogram("dl_node_heartbeat_duration_seconds", "One node heartbeat statement",
                                    buckets=_FAST)
+# Workflows (docs/workflows.md). Labeled by the registered workflow's name, never by a step's name
+# (a step name may be built at run time: no bound on its values).
+WORKFLOW_STEPS = Counter(
+    "dl_workflow_steps_total", "Workflow step functions run by this process, by how they ended (succeeded, "
+    "retried: it raised and runs again after its backoff, failed: out of attempts or a FatalError)",
+    ["workflow", "outcome"],
+)
+WORKFLOW_STEP_SECONDS = Histogram(
+    "dl_workflow_step_duration_seconds", "A workflow step function's run time", ["workflow"], buckets=_SLOW,
+)
+WORKFLOW_SUSPENDS = Counter(
+    "dl_workflow_suspends_total", "Runs that handed their job back without a worker, by why: sleep, wait, "
+    "gather, retry (a step's backoff), taken_back (the run's job was no longer this attempt's), database",
+    ["workflow", "reason"],
+)
 # Processes (docs/processes.md). Progressor's timings in seconds: scanning is
 # dl_claim_duration_seconds (the claim of queue process:<ns>), the rest are below.
 PROCESS_PREPARE_SECONDS = Histogram(

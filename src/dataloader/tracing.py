@@ -165,6 +165,19 @@ def root_span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterato
 
 
 @contextmanager
+def producer_span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """A PRODUCER span, a child of the current span when there is one and the root of a trace of its
+    own otherwise (a workflow's start: every attempt of the run is its child); nothing when off."""
+    if not enabled():
+        yield None
+        return
+    from opentelemetry.trace import SpanKind
+
+    with tracer().start_as_current_span(name, kind=SpanKind.PRODUCER, attributes=attributes) as span:
+        yield span
+
+
+@contextmanager
 def child_span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
     """A child of the current span (an attempt's `run`/`finish`); nothing when off."""
     if not enabled():

@@ -53,12 +53,14 @@ class WorkflowRepository:
         self.pool = pool
 
     async def start(self, jobs: list[NewJob], workflows: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
-                    gather: tuple[int, str, int, str, int, bool] | None = None) -> list[uuid.UUID] | None:
+                    gather: tuple[int, str, int, str, int, bool] | None = None,
+                    traceparent: str | None = None) -> list[uuid.UUID] | None:
         """Insert run jobs and their run rows in one transaction; returns the ids inserted (a run
         whose idempotency key exists is skipped; None: the parent no longer holds its job).
         `parent`: (parent run id, gather seq) of children. `gather`: (attempt, name, children,
         child ids JSON, seq, fail_fast) — the parent's pending gather, its join counter set to the number of
-        children, written first and fenced: a parent that lost its job starts nothing."""
+        children, written first and fenced: a parent that lost its job starts nothing. `traceparent`:
+        the span every attempt of these runs is a child of (one trace per run)."""
         async with self.pool.acquire() as conn, conn.transaction():
             if gather is not None and parent is not None:
                 attempt, name, count, ids_json, seq, fail_fast = gather
@@ -67,7 +69,7 @@ class WorkflowRepository:
                 if not row["live"]:
                     return None
             tx = InTransaction(conn)
-            inserted = await JobRepository(tx).insert_jobs(jobs, tx, "workflow")
+            inserted = await JobRepository(tx).insert_jobs(jobs, tx, "workflow", traceparent=traceparent)
             names = {j.job_id: w for j, w in zip(jobs, workflows, strict=True)}
             await conn.execute(sql("workflows/insert_runs"), inserted, [names[i] for i in inserted],
                                parent[0] if parent else None, parent[1] if parent else None)

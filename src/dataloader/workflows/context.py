@@ -22,12 +22,14 @@ import asyncio
 import inspect
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
+from dataloader import metrics, tracing
 from dataloader.exceptions import FatalError
 from dataloader.model.storable import encode_json
 from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, task_of
@@ -51,13 +53,18 @@ def default_step_backoff(attempt: int) -> float:
     return float(min(2 ** (attempt - 1), 300))
 
 
+SuspendKind = Literal["sleep", "wait", "gather", "retry", "taken_back", "database"]
+
+
 class Suspend(BaseException):
     """Not an error, hence a BaseException: a workflow's `except Exception` cannot swallow it.
-    The run hands its job back for `seconds` (a sleep, a wait, a join, a step's retry delay)."""
+    The run hands its job back for `seconds` (a sleep, a wait, a join, a step's retry delay);
+    `kind` says which, for the metrics (dl_workflow_suspends_total's reason)."""
 
-    def __init__(self, seconds: float, reason: str) -> None:
+    def __init__(self, seconds: float, reason: str, kind: SuspendKind) -> None:
         self.seconds = min(max(seconds, 0.0), MAX_SUSPEND_SEC)
         self.reason = reason
+        self.kind = kind
         super().__init__(f"suspended for {self.seconds:g} s ({reason})")
 
 
@@ -156,27 +163,42 @@ class Workflow:
         if rec is not None and rec.wake_at is not None:
             left = (rec.wake_at - datetime.now(UTC)).total_seconds()
             if left > 0:
-                raise Suspend(left, f"step {name!r} retries later")
+                raise Suspend(left, f"step {name!r} retries later", "retry")
         attempt = (rec.attempts if rec is not None else 0) + 1
         if not await self._read(self._repo.step_may_start(self.run_id, self.attempt)):
             # this attempt's history may be stale: another attempt may have recorded this step
-            raise Suspend(0.0, "the run's job was taken back")
+            raise Suspend(0.0, "the run's job was taken back", "taken_back")
         self._step_key = f"{self.run_id}:{seq}"
+        started = time.monotonic()
         try:
-            value = await self._call(fn, args, kwargs, timeout)
+            with tracing.child_span(f"step {name}", {"dataloader.workflow": self.workflow,
+                                                     "dataloader.workflow.step": name,
+                                                     "dataloader.workflow.position": seq,
+                                                     "dataloader.workflow.step_attempt": attempt}) as span:
+                try:
+                    value = await self._call(fn, args, kwargs, timeout)
+                except Exception as exc:
+                    if span is not None:
+                        tracing.mark_error(span, describe(exc))
+                    raise
         except Exception as exc:
+            metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
             if isinstance(exc, FatalError) or attempt >= max_attempts:
+                metrics.WORKFLOW_STEPS.labels(self.workflow, "failed").inc()
                 written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
                                                               error=describe(exc), attempts=attempt))
                 raise StepFailed(name, self._stored(written, seq).error) from exc
+            metrics.WORKFLOW_STEPS.labels(self.workflow, "retried").inc()
             delay = (backoff or default_step_backoff)(attempt)
             await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "pending",
                                                 error=describe(exc), attempts=attempt, wake_in_sec=delay))
             self.log.warning("workflow step failed; retrying", extra={"step": name, "attempt": attempt,
                                                                       "error": describe(exc)})
-            raise Suspend(delay, f"step {name!r} retries") from exc
+            raise Suspend(delay, f"step {name!r} retries", "retry") from exc
         finally:
             self._step_key = None
+        metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
+        metrics.WORKFLOW_STEPS.labels(self.workflow, "succeeded").inc()
         text, problem = encode_json(value, MAX_VALUE_BYTES)
         if problem is not None:
             error = f"the step's value cannot be recorded: {problem}"
@@ -201,7 +223,7 @@ class Workflow:
         if rec.wake_at is not None:
             left = (rec.wake_at - datetime.now(UTC)).total_seconds()
             if left > 0:
-                raise Suspend(left, f"sleep {name!r}")
+                raise Suspend(left, f"sleep {name!r}", "sleep")
 
     async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
         """The payload of the next signal `signal` sent to this run (one sent before the wait
@@ -221,7 +243,7 @@ class Workflow:
         left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - datetime.now(UTC)).total_seconds()
         # past the deadline by this clock but not by the database's (which decides): look again
         # shortly rather than at once, so clock skew cannot make a hand-back loop
-        raise Suspend(max(left, SKEW_RETRY_SEC), f"wait for {signal!r}")
+        raise Suspend(max(left, SKEW_RETRY_SEC), f"wait for {signal!r}", "wait")
 
     async def patched(self, change: str) -> bool:
         """The version gate: True where the run takes the code's new path, False for a run whose
@@ -281,7 +303,7 @@ class Workflow:
                     ends = None
             if ends is None:
                 if current is None or (current.remaining or 0) > 0:
-                    raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}")
+                    raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}", "gather")
                 ends = await self._read(self._repo.children(ids))
             outcome = [{"run_id": str(e.run_id), "workflow": c.workflow, "status": e.status,
                         "result": None if e.result is None else json.loads(e.result), "error": e.error}
@@ -323,13 +345,14 @@ class Workflow:
         ids = [str(j.job_id) for j in jobs]
         try:
             started = await self._repo.start(jobs, names, parent=(self.run_id, seq),
-                                             gather=(self.attempt, name, len(jobs), json.dumps(ids), seq, fail_fast))
+                                             gather=(self.attempt, name, len(jobs), json.dumps(ids), seq, fail_fast),
+                                             traceparent=tracing.current_traceparent())
         except Exception as exc:
             if is_connection_error(exc):
-                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable") from exc
+                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable", "database") from exc
             raise
         if started is None:
-            raise Suspend(0.0, "the run's job was taken back")
+            raise Suspend(0.0, "the run's job was taken back", "taken_back")
         return Recorded(seq, "gather", name, "pending", result=ids, remaining=len(jobs))
 
     def _check_step_name(self, name: str) -> None:
@@ -370,7 +393,7 @@ class Workflow:
         written = await self._read(write)
         if not written.live:
             # the reaper took the run's job back: this attempt must not go on (promise 3)
-            raise Suspend(0.0, "the run's job was taken back")
+            raise Suspend(0.0, "the run's job was taken back", "taken_back")
         return written
 
     async def _read(self, call: Awaitable[Any]) -> Any:
@@ -378,7 +401,7 @@ class Workflow:
             return await call
         except Exception as exc:
             if is_connection_error(exc):
-                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable") from exc
+                raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable", "database") from exc
             raise
 
     async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

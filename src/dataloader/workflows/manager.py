@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from dataloader import metrics, tracing
 from dataloader.exceptions import (
     ArgsTooLarge,
     JobAlreadyFinished,
@@ -85,8 +86,12 @@ class WorkflowManager:
         job = NewJob(queue=queue or definition.queue, task=definition.task, lock_key=str(run_id),
                      args_json=text or "{}", idempotency_key=key, max_attempts=definition.max_attempts,
                      lease_ttl_sec=lease_ttl_sec or self.default_lease_ttl_sec, producer="workflow", job_id=run_id)
-        inserted = await self.repo.start([job], [workflow])
+        # the run's trace: every attempt (each replay) is a child of this span
+        with tracing.producer_span(f"workflow start {workflow}", {"dataloader.workflow": workflow,
+                                                                  "messaging.message.id": str(run_id)}):
+            inserted = await self.repo.start([job], [workflow], traceparent=tracing.current_traceparent())
         if inserted:
+            metrics.count_enqueue("enqueued", job.queue, job.task)
             return run_id
         assert key is not None  # an unkeyed insert always inserts
         existing = await self.repo.run_by_key(key)

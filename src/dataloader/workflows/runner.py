@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from dataloader import metrics
 from dataloader.exceptions import FatalError, JobStopped, Snooze
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.workflow_repository import WorkflowRepository
@@ -71,6 +72,7 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
     except Suspend as suspended:
         if wf.broken is not None:
             raise FatalError(str(wf.broken)) from None
+        metrics.WORKFLOW_SUSPENDS.labels(definition.name, suspended.kind).inc()
         try:
             await repo.mark_seen(ctx.job_id, ctx.attempt, history.wakes)
         except Exception as exc:
