@@ -99,8 +99,7 @@ async def run_of(request: Request) -> WorkflowRun:
 
 async def show(request: Request) -> Response:
     run = await run_of(request)
-    root = request.scope.get("root_path", "")
-    return render.page(request, "workflow.html", run=run, path=root + run_path(run.run_id), shown=shown,
+    return render.page(request, "workflow.html", run=run, shown=shown,
                        children_of=gather_children, restart_points=restart_points(run),
                        can_restart=run.status in RESTARTABLE, masked_json=render.masked_json)
 
