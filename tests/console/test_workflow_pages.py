@@ -122,6 +122,8 @@ async def test_a_run_page_is_its_timeline_with_a_waits_deadline(db, dsn):
         wake_at = await db.fetchval("SELECT wake_at FROM dl_workflow_steps WHERE run_id = $1 AND seq = 2", run_id)
         assert wake_at.strftime("%Y-%m-%d %H:%M:%S") in items["2"]
         assert f'href="/ui/jobs/{run_id}"' in page.text, "the run is its job: linked"
+        job_page = await client.get(f"/ui/jobs/{run_id}")
+        assert f'<a href="/ui/workflows/{run_id}" id="job-workflow-run">' in job_page.text, "and back"
         assert all(f'id="{action}"' in page.text for action in ("cancel-run", "send-signal"))
         assert 'id="restart-run"' not in page.text, "restart is offered only to an ended run"
 
@@ -142,6 +144,25 @@ async def test_a_gathers_children_are_linked_to_their_pages_and_back(db, dsn):
         child = await client.get(f"/ui/workflows/{linked[1]}")
         assert child.status_code == 200 and f'id="run-parent">{run_id}</a>' in child.text
         assert "child 1 refuses" in child.text, "the failed child's error"
+
+
+async def test_a_pending_gathers_children_are_linked_and_a_cancel_ends_them_with_their_parent(db, dsn):
+    await db.execute(PROBE_DDL)
+    async with runner(dsn) as app, console_client(dsn) as client:
+        run_id = await app.workflows.start("t.gather", {"dsn": dsn, "modes": ["wait", "wait"]})
+        children = [uuid.uuid5(run_id, f"1:{i}") for i in range(2)]  # a gather's child ids (workflows/context.py)
+
+        async def all_waiting() -> bool:
+            return all([await _waiting(db, child) for child in children])
+
+        await wait_until(all_waiting, timeout=20, message="both children wait")
+        page = await client.get(f"/ui/workflows/{run_id}")
+        gather = step_items(page.text)["1"]
+        assert '<span class="status pending">pending</span>' in gather and "2 not ended" in gather
+        assert re.findall(r'href="/ui/workflows/([0-9a-f-]{36})"', gather) == [str(c) for c in children]
+        said, done = await confirm(client, f"/ui/workflows/{run_id}/cancel", {})
+        assert "every run below it that has not ended" in said and done.status_code == 303
+        assert [await status_of(db, r) for r in (run_id, *children)] == ["canceled"] * 3, "the run and its children"
 
 
 async def test_a_hostile_recorded_result_and_error_are_escaped_and_cut(db, dsn):
