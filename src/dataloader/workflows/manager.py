@@ -115,9 +115,9 @@ class WorkflowManager:
         if workflow is not None:
             try:
                 check_name("workflow", workflow)
-            except ValueError as exc:
-                raise ValidationFailed(f"workflow: {exc}", [{"loc": ["workflow"], "msg": str(exc),
-                                                             "type": "string_pattern_mismatch"}]) from None
+            except ValueError as exc:  # "workflow must be …": it names the field already
+                raise ValidationFailed(str(exc), [{"loc": ["workflow"], "msg": str(exc),
+                                                   "type": "string_pattern_mismatch"}]) from None
         if status is not None and status not in RUN_STATUSES:
             message = f"unknown status {str(status)[:100]!r}; known: {', '.join(RUN_STATUSES)}"
             raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
