@@ -98,6 +98,7 @@ async def test_every_action_refuses_a_post_without_the_csrf_token(db, dsn):
             for name, value in values.items():
                 path = path.replace("{" + name + "}", value).replace("{" + name + ":uuid}", value) \
                     .replace("{" + name + ":path}", value)
+            assert "{" not in path, f"{path}: a route parameter this test gives no value (add it to `values`)"
             answer = await client.post(path, data={"queue": "csrf", "kind": "cancel", "token": "x"})
             assert answer.status_code == 403, (path, answer.status_code)
     assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id) == "queued"
