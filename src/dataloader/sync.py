@@ -48,7 +48,7 @@ from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.queue_depth import QueueDepth
-from dataloader.model.workflow import WorkflowRun
+from dataloader.model.workflow import WorkflowRun, WorkflowRunPage
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -284,7 +284,7 @@ class SyncApp:
 
     @property
     def workflows(self) -> SyncWorkflows:
-        """`app.workflows` of the async App, blocking: start, get, result, signal, cancel."""
+        """`app.workflows` of the async App, blocking: start, get, list, result, signal, cancel, restart."""
         return SyncWorkflows(self)
 
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
@@ -311,6 +311,14 @@ class SyncWorkflows:
 
     def cancel(self, run_id: uuid.UUID | str) -> WorkflowRun:
         return self._owner._call(self._owner.app.workflows.cancel(run_id))
+
+    def restart(self, run_id: uuid.UUID | str, *, from_step: str | None = None) -> WorkflowRun:
+        return self._owner._call(self._owner.app.workflows.restart(run_id, from_step=from_step))
+
+    def list(self, **filters: Any) -> WorkflowRunPage:
+        """Runs newest first: `workflow`, `status`, `limit`, `cursor` as `App.workflows.list`."""
+        return self._owner._call(self._owner.app.workflows.list(**filters))
+
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)

@@ -86,7 +86,8 @@ async def test_every_action_refuses_a_post_without_the_csrf_token(db, dsn):
     """Every POST route of the console (every action, login and logout) answers 403 to a form
     without this browser's CSRF token, before it reads or writes anything."""
     job_id = await enqueue(db, "dl.noop", queue="csrf")
-    values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s"}
+    values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s",
+              "run_id": str(uuid.uuid4())}
     posts = [route for page in PAGES for route in page.routes
              if isinstance(route, Route) and not isinstance(route, Mount) and "POST" in (route.methods or ())]
     assert len(posts) >= 15, [r.path for r in posts]
@@ -97,6 +98,7 @@ async def test_every_action_refuses_a_post_without_the_csrf_token(db, dsn):
             for name, value in values.items():
                 path = path.replace("{" + name + "}", value).replace("{" + name + ":uuid}", value) \
                     .replace("{" + name + ":path}", value)
+            assert "{" not in path, f"{path}: a route parameter this test gives no value (add it to `values`)"
             answer = await client.post(path, data={"queue": "csrf", "kind": "cancel", "token": "x"})
             assert answer.status_code == 403, (path, answer.status_code)
     assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id) == "queued"

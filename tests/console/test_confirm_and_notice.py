@@ -1,8 +1,9 @@
 """Issue 34: the console confirms destructive actions and says what every action did.
 
 - A destructive action (every red button: cancel or delete a job, start a bulk operation, cancel an
-  operation, stop an observer) POSTed without `confirm=yes` answers a confirmation page and changes
-  nothing; the page's own form, posted back, does it.
+  operation, stop an observer, cancel or restart a workflow run; and sending a run a signal) POSTed
+  without `confirm=yes` answers a confirmation page and changes nothing; the page's own form, posted
+  back, does it.
 - Every action's redirect carries a notice that the next page shows once ("Job … canceled").
 In process, through the HTTP app (httpx); the browser flow is in test_jobs_browser.py."""
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 from starlette.routing import Route
 
+import tests.workflows.flows  # noqa: F401  (registers t.wait, the workflow whose runs these tests act on)
 from dataloader.ui.pages import PAGES
 from tests.console.conftest import console_client, csrf_of
 from tests.support.engine import enqueue
@@ -44,6 +46,13 @@ async def notice_after(client: httpx.AsyncClient, answer: httpx.Response) -> str
     return unescape(found.group(1))
 
 
+async def start_run(client: httpx.AsyncClient) -> uuid.UUID:
+    """A workflow run (tests/workflows/flows.py's t.wait), started through the HTTP API."""
+    started = await client.post("/api/v1/workflows", json={"workflow": "t.wait", "input": {}})
+    assert started.status_code == 201, started.text
+    return uuid.UUID(started.json()["run_id"])
+
+
 async def status_of(db, job_id) -> str | None:
     return await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", job_id)
 
@@ -64,7 +73,7 @@ def danger_actions() -> set[str]:
 def test_every_red_button_is_one_of_the_confirmed_actions():
     """A new destructive button must join the confirmed ones (and this test's list)."""
     assert danger_actions() == {"*/jobs/*/cancel", "*/jobs/*/delete", "*/bulk", "*/operations/*/cancel",
-                                "*/observers/stop"}
+                                "*/observers/stop", "*/workflows/*/cancel", "*/workflows/*/restart"}
 
 
 async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation_does_it(db, dsn):
@@ -77,6 +86,7 @@ async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation
     await db.execute("INSERT INTO dl_observers (name, kind) VALUES ($1, 'test.none')", observer)
     async with console_client(dsn) as client:
         csrf = csrf_of((await client.get("/ui/")).text)
+        run = await start_run(client)  # queued: no worker here runs it
         cases = [
             (f"/ui/jobs/{queued}/cancel", {}, f"Cancel job {queued}?",
              lambda: status_of(db, queued), "queued", "canceled"),
@@ -87,6 +97,13 @@ async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation
             ("/ui/observers/stop", {"name": observer}, f"Stop observer {observer}?",
              lambda: db.fetchval("SELECT state::text FROM dl_observers WHERE name = $1", observer), "created",
              "deleted"),
+            (f"/ui/workflows/{run}/cancel", {}, f"Cancel workflow run {run}?", lambda: status_of(db, run),
+             "queued", "canceled"),
+            (f"/ui/workflows/{run}/restart", {"from_step": ""}, f"Restart workflow run {run} from the start?",
+             lambda: status_of(db, run), "canceled", "queued"),
+            (f"/ui/workflows/{run}/signal", {"name": "go", "payload": '{"n": 1}'},
+             f"Send signal 'go' to workflow run {run}?",
+             lambda: db.fetchval("SELECT count(*) FROM dl_workflow_signals WHERE run_id = $1", run), 0, 1),
         ]
         for path, form, question, state, before, after in cases:
             asked = await client.post(path, data={"csrf": csrf, **form})
@@ -168,6 +185,13 @@ async def test_every_action_says_what_it_did(db, dsn):
             f"Schedule {schedule} triggered: this job runs dl.noop in queue {queue} now")
         assert await act("/processes/{ns}/{process_id:path}/simple-repair", f"/ui/processes/{ns}/p1/simple-repair") \
             == f"Process p1 of {ns}: error cleared; it is running again."
+        run = await start_run(client)
+        assert await act("/workflows/{run_id:uuid}/signal", f"/ui/workflows/{run}/signal", {"name": "go"}) == \
+            f"Signal 'go' sent to workflow run {run}."
+        assert await act("/workflows/{run_id:uuid}/cancel", f"/ui/workflows/{run}/cancel") == \
+            f"Workflow run {run} canceled."
+        assert await act("/workflows/{run_id:uuid}/restart", f"/ui/workflows/{run}/restart", {"from_step": ""}) == \
+            f"Workflow run {run} restarted from the start: it is queued."
     # repair and restart need the processor's tasks to run: their notices are checked in the browser
     # (test_processes_browser.py)
     covered = set(said) | {"/processes/{ns}/{process_id:path}/repair", "/processes/{ns}/{process_id:path}/restart"}

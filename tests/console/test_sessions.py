@@ -104,7 +104,8 @@ async def test_every_console_post_without_a_session_is_refused_and_writes_nothin
     """Every POST route of the console but the login itself, with this browser's right CSRF token
     and no session: 401, and nothing written (the job stays queued, no queue row appears)."""
     job_id = await enqueue(db, "dl.noop", queue="no-session")
-    values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s"}
+    values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s",
+              "run_id": str(uuid.uuid4())}
     posts = [route for page in PAGES for route in page.routes
              if isinstance(route, Route) and not isinstance(route, Mount) and "POST" in (route.methods or ())]
     assert len(posts) >= 15, [r.path for r in posts]
@@ -118,6 +119,7 @@ async def test_every_console_post_without_a_session_is_refused_and_writes_nothin
             for name, value in values.items():
                 path = path.replace("{" + name + "}", value).replace("{" + name + ":uuid}", value) \
                     .replace("{" + name + ":path}", value)
+            assert "{" not in path, f"{path}: a route parameter this test gives no value (add it to `values`)"
             answer = await client.post(path, data={"csrf": csrf, "queue": "no-session", "kind": "cancel",
                                                    "priority": "1", "task": "dl.noop", "token": TOKEN})
             assert answer.status_code == 401, (path, answer.status_code)

@@ -8,8 +8,8 @@ import httpx
 
 from tests.console.browser import browser, serve, sign_in
 
-PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/schedules",
-         "/ui/observers")
+PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/workflows",
+         "/ui/schedules", "/ui/observers")
 
 
 async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):

@@ -107,6 +107,49 @@ def test_revision_ids_fit_alembic_version_column():
     assert ids and all(len(rev) <= 32 for rev in ids), ids  # alembic_version.version_num is varchar(32)
 
 
+WORKFLOW_LIST_INDEXES = {"ix_dl_workflow_runs_created", "ix_dl_workflow_runs_workflow"}
+
+
+def _to_revision(conn, revision: str) -> None:
+    from alembic import command
+
+    cfg = migrate.alembic_config()
+    cfg.attributes["connection"] = conn
+    current = migrate._current_revision(conn)
+    (command.downgrade if revision == "0030_workflows" else command.upgrade)(cfg, revision)
+    conn.commit()
+    assert current != migrate._current_revision(conn)
+
+
+async def test_the_workflow_listing_migration_goes_down_and_up_again(empty_db):
+    """0031 (the listing's indexes) is reversible: down to 0030 drops exactly its indexes, and up
+    again puts them back, at head."""
+    from dataloader.storage.db import create_engine
+
+    await migrate.upgrade(empty_db)
+
+    async def indexes() -> set[str]:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            return {r["indexname"] for r in await conn.fetch(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'dl_workflow_runs'")}
+        finally:
+            await conn.close()
+
+    at_head = await indexes()
+    assert WORKFLOW_LIST_INDEXES <= at_head
+    engine = create_engine(empty_db)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_to_revision, "0030_workflows")
+            assert await indexes() == at_head - WORKFLOW_LIST_INDEXES
+            await conn.run_sync(_to_revision, "head")
+    finally:
+        await engine.dispose()
+    assert await indexes() == at_head
+    assert await migrate.database_revision(empty_db) == migrate.head_revision()
+
+
 async def test_bulk_insert_notifies_each_queue_once(dsn, db):
     conn = await asyncpg.connect(dsn)
     got: list[str] = []

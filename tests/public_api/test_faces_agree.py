@@ -759,7 +759,8 @@ async def test_a_bad_task_limits_json_is_the_same_config_error_in_python_and_the
     assert error_line(result) == f"dataloader: configuration error: {caught.value}"
 
 
-# (id, Python call on app.workflows, HTTP request, CLI args, code): workflows' refusals (docs/workflows.md)
+# (id, Python call on app.workflows (positional args, or a dict of keyword args), HTTP request, CLI args,
+# code): workflows' refusals (docs/workflows.md)
 _NO_RUN = "00000000-0000-4000-8000-000000000000"
 WORKFLOW_REFUSALS = [
     ("unknown workflow", ("start", ("t.no-such-workflow", {})),
@@ -769,6 +770,13 @@ WORKFLOW_REFUSALS = [
      ["workflows", "signal", _NO_RUN, "go"], "workflow_not_found"),
     ("run id not a uuid", ("get", ("not-a-uuid",)), ("GET", "/api/v1/workflows/not-a-uuid", None),
      ["workflows", "get", "not-a-uuid"], "validation_error"),
+    ("list with an unknown status", ("list", {"status": "sleeping"}),
+     ("GET", "/api/v1/workflows?status=sleeping", None), ["workflows", "list", "--status", "sleeping"],
+     "validation_error"),
+    ("list with limit 0", ("list", {"limit": 0}), ("GET", "/api/v1/workflows?limit=0", None),
+     ["workflows", "list", "--limit", "0"], "validation_error"),
+    ("list with limit past the bound", ("list", {"limit": 501}), ("GET", "/api/v1/workflows?limit=501", None),
+     ["workflows", "list", "--limit", "501"], "validation_error"),
 ]
 
 
@@ -778,7 +786,10 @@ async def test_a_workflow_refusal_gets_the_same_code_from_every_face_and_writes_
                                                                                           request_, cli, code):
     method, args = call
     with pytest.raises(DataloaderError) as caught:
-        await getattr(py_app.workflows, method)(*args)
+        if isinstance(args, dict):
+            await getattr(py_app.workflows, method)(**args)
+        else:
+            await getattr(py_app.workflows, method)(*args)
     assert caught.value.code == code
     assert await http_code(http, *request_) == code
     assert await cli_code(dsn, cli) == code

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dataloader.cli.common import _print, _with_app
+from dataloader.workflows.manager import DEFAULT_LIST_LIMIT
 
 if TYPE_CHECKING:
     from dataloader.app import App
 
-workflows_app = typer.Typer(help="Workflows: start, get, result, signal, cancel, restart.", no_args_is_help=True)
+workflows_app = typer.Typer(help="Workflows: start, list, get, result, signal, cancel, restart.", no_args_is_help=True)
 
 
 def _json_option(name: str, text: str) -> Any:
@@ -34,6 +35,22 @@ def workflows_start(
     async def run(app: App) -> dict[str, Any]:
         run_id = await app.workflows.start(workflow, value, idempotency_key=idempotency_key)
         return (await app.workflows.get(run_id)).to_dict()
+
+    _print(_with_app(run))
+
+
+@workflows_app.command("list")
+def workflows_list(
+    workflow: Annotated[str | None, typer.Option(help="Only this workflow's runs")] = None,
+    status: Annotated[str | None, typer.Option(help="Only runs whose job has this status")] = None,
+    limit: Annotated[int, typer.Option(help="Runs per page, 1-500")] = DEFAULT_LIST_LIMIT,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+) -> None:
+    """Runs newest first, without their history; `next_cursor` gets the next page."""
+
+    # the bounds are the manager's (app.workflows.list), checked there as for Python and HTTP
+    async def run(app: App) -> dict[str, Any]:
+        return (await app.workflows.list(workflow=workflow, status=status, limit=limit, cursor=cursor)).to_dict()
 
     _print(_with_app(run))
 

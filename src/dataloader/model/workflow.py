@@ -110,3 +110,50 @@ class WorkflowRun:
                 "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
                 "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at),
                 "available_at": iso_utc(self.available_at), "steps": [s.to_dict() for s in self.steps]}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRunSummary:
+    """A run as a listing shows it: its job's state, without its input, result or history (they
+    can be large; `get` has them)."""
+
+    run_id: uuid.UUID
+    workflow: str
+    status: str
+    queue: str
+    parent_run_id: uuid.UUID | None
+    error: str | None
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    available_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("succeeded", "failed", "canceled", "lost")
+
+    @classmethod
+    def from_row(cls, row: Any) -> WorkflowRunSummary:
+        return cls(run_id=row["run_id"], workflow=row["workflow"], status=row["status"], queue=row["queue"],
+                   parent_run_id=row["parent_run_id"], error=row["error"], attempt=row["attempt"],
+                   created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
+                   available_at=row["available_at"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "workflow": self.workflow, "status": self.status, "queue": self.queue,
+                "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
+                "error": self.error, "attempt": self.attempt, "created_at": iso_utc(self.created_at),
+                "started_at": iso_utc(self.started_at), "finished_at": iso_utc(self.finished_at),
+                "available_at": iso_utc(self.available_at)}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRunPage:
+    """One page of runs, newest first. Pass `next_cursor` back for the next page; None on the last."""
+
+    runs: list[WorkflowRunSummary]
+    next_cursor: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [r.to_dict() for r in self.runs], "next_cursor": self.next_cursor}

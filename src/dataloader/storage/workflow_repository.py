@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.model.workflow import Recorded, WorkflowRun
+from dataloader.model.workflow import Recorded, WorkflowRun, WorkflowRunSummary
 from dataloader.storage.executor import InTransaction
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
@@ -133,6 +133,13 @@ class WorkflowRepository:
         steps = ([Recorded.from_row(r) for r in await self.pool.fetch(sql("workflows/list_steps"), run_id)]
                  if with_steps else [])
         return WorkflowRun.from_row(row, steps)
+
+    async def list_runs(self, *, workflow: str | None, statuses: list[str] | None,
+                        before: tuple[Any, uuid.UUID] | None, limit: int) -> list[WorkflowRunSummary]:
+        """Runs newest first after `before` (the (created_at, run_id) of the previous page's last run)."""
+        rows = await self.pool.fetch(sql("workflows/list_runs"), workflow, statuses,
+                                     before[0] if before else None, before[1] if before else None, limit)
+        return [WorkflowRunSummary.from_row(r) for r in rows]
 
     async def run_by_key(self, idempotency_key: str) -> uuid.UUID | None:
         return await self.pool.fetchval(sql("workflows/run_by_key"), idempotency_key)

@@ -25,10 +25,11 @@ from dataloader.exceptions import (
     WorkflowNotFound,
     WorkflowTimeout,
 )
-from dataloader.jobs.manager import JobManager
+from dataloader.jobs.manager import JobManager, decode_cursor, encode_cursor
 from dataloader.model.ids import new_id
+from dataloader.model.job import JobStatus
 from dataloader.model.storable import encode_json
-from dataloader.model.workflow import WorkflowRun, check_name
+from dataloader.model.workflow import WorkflowRun, WorkflowRunPage, check_name
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workflows.registry import WorkflowRegistry
@@ -37,6 +38,10 @@ from dataloader.workflows.registry import WorkflowRegistry
 RESULT_POLL_MIN_SEC = 0.02
 RESULT_POLL_MAX_SEC = 1.0
 MAX_IDEMPOTENCY_KEY = 300
+# A listing's page: every face's default and bound (HTTP's query, the CLI's option, the console).
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 500
+RUN_STATUSES = tuple(s.value for s in JobStatus)  # a run's status is its job's
 
 
 def run_id_of(value: uuid.UUID | str) -> uuid.UUID:
@@ -106,6 +111,32 @@ class WorkflowManager:
         if run is None:
             raise WorkflowNotFound(f"no workflow run {run_id}")
         return run
+
+    async def list(self, *, workflow: str | None = None, status: str | None = None,
+                   limit: int = DEFAULT_LIST_LIMIT, cursor: str | None = None) -> WorkflowRunPage:
+        """Runs newest first (children too), `limit` at a time, without their history; pass the
+        page's `next_cursor` for the next page. Filters: a workflow's name, a status (its job's).
+        The cursor is a position, not an offset: runs started meanwhile never shift a page."""
+        if workflow is not None:
+            try:
+                check_name("workflow", workflow)
+            except ValueError as exc:  # "workflow must be …": it names the field already
+                raise ValidationFailed(str(exc), [{"loc": ["workflow"], "msg": str(exc),
+                                                   "type": "string_pattern_mismatch"}]) from None
+        if status is not None and status not in RUN_STATUSES:
+            message = f"unknown status {str(status)[:100]!r}; known: {', '.join(RUN_STATUSES)}"
+            raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            message = f"must be a whole number between 1 and {MAX_LIST_LIMIT}"
+            raise ValidationFailed(f"limit: {message}", [{"loc": ["limit"], "msg": message, "type": "int_range"}])
+        before = decode_cursor(cursor) if cursor else None
+        # One row more than asked tells whether another page exists without a count(*).
+        runs = await self.repo.list_runs(workflow=workflow, statuses=[status] if status else None, before=before,
+                                         limit=limit + 1)
+        if len(runs) <= limit:
+            return WorkflowRunPage(runs, None)
+        last = runs[limit - 1]
+        return WorkflowRunPage(runs[:limit], encode_cursor(last.created_at, last.run_id))
 
     async def result(self, run_id: uuid.UUID | str, *, timeout: float | timedelta = 30.0) -> Any:
         """Wait for the run to end: its result, or WorkflowFailed (failed, canceled or lost), or

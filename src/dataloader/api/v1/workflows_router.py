@@ -1,5 +1,5 @@
-"""API v1 workflows (docs/workflows.md): `/api/v1/workflows` — start a run, read it with its
-recorded history, wait for its result, signal it, cancel it (with every run below it), restart
+"""API v1 workflows (docs/workflows.md): `/api/v1/workflows` — start a run, list runs newest
+first, read one with its recorded history, wait for its result, signal it, cancel it (with every run below it), restart
 it from a step.
 
 Errors have the house's one shape (`{error, detail}`): an unknown workflow or run is a 404, a
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -24,7 +24,12 @@ from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import location
 from dataloader.model.storable import check_storable
 from dataloader.model.workflow import NAME_PATTERN, WorkflowRun
-from dataloader.workflows.manager import MAX_IDEMPOTENCY_KEY, WorkflowManager
+from dataloader.workflows.manager import (
+    DEFAULT_LIST_LIMIT,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_LIST_LIMIT,
+    WorkflowManager,
+)
 
 router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_token)])
 
@@ -108,6 +113,25 @@ class RunView(BaseModel):
     steps: list[StepView]
 
 
+class RunSummaryView(BaseModel):
+    run_id: uuid.UUID
+    workflow: str
+    status: str = Field(description="Its job's status")
+    queue: str
+    parent_run_id: uuid.UUID | None = Field(description="The run whose gather started it, if any")
+    error: str | None = None
+    attempt: int = Field(description="Attempts of its job so far")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    available_at: datetime | None = Field(description="When its job runs next (a sleeping run's wake-up)")
+
+
+class RunListView(BaseModel):
+    runs: list[RunSummaryView] = Field(description="Newest first, without input, result or history")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last")
+
+
 class ResultView(BaseModel):
     run_id: uuid.UUID
     result: Any = Field(default=None, description="What the workflow returned (any JSON)")
@@ -131,6 +155,22 @@ async def start_run(body: StartBody, api: Api, response: Response) -> RunView:
                              lease_ttl_sec=body.lease_ttl_sec)
     response.headers["Location"] = location("api", "v1", "workflows", str(run_id))
     return view(await api.get(run_id))
+
+
+@router.get("", response_model=RunListView, summary="List runs, newest first",
+            responses=error_responses(ErrorCode.invalid_cursor))
+async def list_runs(
+    api: Api,
+    workflow: Annotated[str | None, Query(pattern=f"^{NAME_PATTERN}$", description="Only this workflow's runs")] = None,
+    status_: Annotated[Literal["queued", "running", "succeeded", "failed", "canceled", "lost"] | None,
+                       Query(alias="status", description="Only runs whose job has this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = DEFAULT_LIST_LIMIT,
+    cursor: Annotated[str | None, Query(max_length=2000, pattern=r"^[A-Za-z0-9_\-]*$",
+                                        description="next_cursor of the previous page")] = None,
+) -> RunListView:
+    """Runs (children too) newest first, keyset-paged: runs started meanwhile never shift a page."""
+    page = await api.list(workflow=workflow, status=status_, limit=limit, cursor=cursor or None)
+    return RunListView.model_validate(page.to_dict())
 
 
 @router.get("/{run_id}", response_model=RunView, summary="A run with its recorded history",

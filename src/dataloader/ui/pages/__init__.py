@@ -2,6 +2,17 @@
 paths relative to /ui), `NAV` (title and path for the navigation bar, or None) and `TOPICS` (its
 live fragments, by name: ui/topic.py)."""
 
-from dataloader.ui.pages import bulk, errors, jobs, login, observers, operations, overview, processes, schedules
+from dataloader.ui.pages import (
+    bulk,
+    errors,
+    jobs,
+    login,
+    observers,
+    operations,
+    overview,
+    processes,
+    schedules,
+    workflows,
+)
 
-PAGES = (overview, jobs, errors, operations, processes, schedules, observers, bulk, login)
+PAGES = (overview, jobs, errors, operations, processes, workflows, schedules, observers, bulk, login)
