@@ -25,7 +25,10 @@ Two ways to test code built on dataloader, for two different questions:
           result = await drain(app, "load")
           assert [job.task for job in result.succeeded] == ["load.cbr"]
 
-docs/testing.md has a worked pytest example of both.
+- **Does my workflow take the right path over days of sleeps and signals?** `WorkflowTest` runs a
+  workflow in memory with the test's own clock (dataloader.workflows.testing).
+
+docs/testing.md has a worked pytest example of each.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from dataloader.workers.outcome import decide, retry_delay
 from dataloader.workers.pipelines.builtin import BUILTIN_PIPELINES
 from dataloader.workers.pipelines.context import JobContext, StopReason
 from dataloader.workers.pipelines.registry import Pipeline, PipelineRegistry, registry
+from dataloader.workflows.testing import WorkflowTest
 
 if TYPE_CHECKING:
     from dataloader.sync import SyncApp
@@ -58,6 +62,7 @@ __all__ = [
     "DrainResult",
     "DrainTimeout",
     "InlineResult",
+    "WorkflowTest",
     "drain",
     "drain_sync",
     "run_inline",

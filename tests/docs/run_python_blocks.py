@@ -32,6 +32,18 @@ def _registries() -> list[dict | list]:
             workflows._workflows]
 
 
+def _forget_local_modules() -> None:
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(Path.cwd())):
+            del sys.modules[name]
+
+
+def _restore(saved: list[dict | list]) -> None:
+    for kind, before in zip(_registries(), saved, strict=True):
+        kind.clear()
+        kind.update(before) if isinstance(kind, dict) else kind.extend(before)
+
+
 def _pytest(path: str) -> dict:
     import pytest
 
@@ -56,20 +68,21 @@ def main() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block["code"])
         started = time.monotonic()
+        before_block = [kind.copy() for kind in _registries()]
         try:
             exec(compile(block["code"], block["name"], "exec"), {"__name__": "__main__", "__file__": block["name"]})
             results[block["name"]] = {"ok": True}
             if named and Path(named.group(1)).name.startswith("test_"):
+                # pytest imports the file and what it imports afresh: what the exec above registered
+                # would be a second registration of each name (a workflow refuses that)
+                _restore(before_block)
+                _forget_local_modules()
                 results[block["name"]] = _pytest(named.group(1))
         except BaseException:  # SystemExit included: a script that exits is a failure here
             results[block["name"]] = {"ok": False, "error": traceback.format_exc()}
-        for name, module in list(sys.modules.items()):  # the next block imports its own files afresh
-            if str(getattr(module, "__file__", None) or "").startswith(str(Path.cwd())):
-                del sys.modules[name]
+        _forget_local_modules()  # the next block imports its own files afresh
         results[block["name"]]["sec"] = round(time.monotonic() - started, 2)
-        for kind, before in zip(_registries(), saved, strict=True):
-            kind.clear()
-            kind.update(before) if isinstance(kind, dict) else kind.extend(before)
+        _restore(saved)
     Path(sys.argv[2]).write_text(json.dumps(results))
 
 

@@ -57,6 +57,7 @@ EXEMPT: dict[str, str] = {
     "list_jobs": "an operator's listing, newest first, its filters optional",
     "get_chain": "an operator's read of one chain",
     "schedules/list_runs": "an operator's listing of a schedule's runs",
+    "workflows/list_runs": "an operator's listing of workflow runs, under custom plans (search/custom_plans)",
     "processes/list_tasks": "an operator's listing of a process's tasks",
     "processes/count_by_status": "an operator's count of processes per status",
     "processes/check_facts": "the operator's consistency check, which reads what it checks",

@@ -331,7 +331,8 @@ async def test_restart_from_a_step_keeps_the_steps_before_it(app: App, wdb: asyn
         with pytest.raises(ValidationFailed, match="no recorded step 'zz'"):
             await app.workflows.restart(run_id, from_step="zz")
         run = await app.workflows.restart(run_id, from_step="b")  # "the code was fixed"
-        assert [s.name for s in run.steps] == ["a"]
+        # the workers are running: the replay may already have recorded b again by this read
+        assert (run.steps[0].name, run.steps[0].result) == ("a", 1)
         assert await app.workflows.result(run_id, timeout=20) == {"a": 1, "b": 2, "c": 1, "got": None}
         with pytest.raises(JobNotRetryable):
             await app.workflows.restart(run_id)  # it succeeded: nothing to restart

@@ -136,9 +136,13 @@ class WorkflowRepository:
 
     async def list_runs(self, *, workflow: str | None, statuses: list[str] | None,
                         before: tuple[Any, uuid.UUID] | None, limit: int) -> list[WorkflowRunSummary]:
-        """Runs newest first after `before` (the (created_at, run_id) of the previous page's last run)."""
-        rows = await self.pool.fetch(sql("workflows/list_runs"), workflow, statuses,
-                                     before[0] if before else None, before[1] if before else None, limit)
+        """Runs newest first after `before` (the (created_at, run_id) of the previous page's last run).
+        Planned with its values (custom plans, as the jobs search is): a cached generic plan serves
+        every filter at once and walks dl_jobs whole (tests/engine/test_plan_stability.py)."""
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+            await conn.execute(sql("search/custom_plans"))
+            rows = await conn.fetch(sql("workflows/list_runs"), workflow, statuses,
+                                    before[0] if before else None, before[1] if before else None, limit)
         return [WorkflowRunSummary.from_row(r) for r in rows]
 
     async def run_by_key(self, idempotency_key: str) -> uuid.UUID | None:

@@ -118,7 +118,8 @@ class Workflow:
 
     def __init__(self, *, run_id: uuid.UUID, workflow: str, input: Any, attempt: int, history: History,
                  repo: WorkflowRepository, queue_of: Callable[[str], tuple[str, int] | None], lease_ttl_sec: int,
-                 log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+                 log: logging.Logger | logging.LoggerAdapter[Any], clock: Callable[[], datetime] | None = None
+                 ) -> None:
         self.run_id = run_id
         self.workflow = workflow
         self.input = input
@@ -130,6 +131,9 @@ class Workflow:
         self._lease_ttl_sec = lease_ttl_sec
         self._seq = 0
         self._step_key: str | None = None
+        # what "now" is when a recorded wake time is compared (the engine: this machine's clock; the
+        # database decides what counts, this only says how long to hand back for)
+        self._now = clock or (lambda: datetime.now(UTC))
         # The first mismatch seen; kept so a workflow that catches it cannot carry on regardless.
         self.broken: HistoryMismatch | None = None
 
@@ -161,7 +165,7 @@ class Workflow:
         if rec is not None and rec.state == "failed":
             raise StepFailed(name, rec.error)
         if rec is not None and rec.wake_at is not None:
-            left = (rec.wake_at - datetime.now(UTC)).total_seconds()
+            left = (rec.wake_at - self._now()).total_seconds()
             if left > 0:
                 raise Suspend(left, f"step {name!r} retries later", "retry")
         attempt = (rec.attempts if rec is not None else 0) + 1
@@ -221,7 +225,7 @@ class Workflow:
             rec = self._stored(await self._write(self._repo.record(
                 self.run_id, self.attempt, seq, "sleep", name, "done", wake_in_sec=seconds)), seq)
         if rec.wake_at is not None:
-            left = (rec.wake_at - datetime.now(UTC)).total_seconds()
+            left = (rec.wake_at - self._now()).total_seconds()
             if left > 0:
                 raise Suspend(left, f"sleep {name!r}", "sleep")
 
@@ -240,7 +244,7 @@ class Workflow:
                 rec = written.step
         if rec.state == "done":
             return rec.result
-        left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - datetime.now(UTC)).total_seconds()
+        left = MAX_SUSPEND_SEC if rec.wake_at is None else (rec.wake_at - self._now()).total_seconds()
         # past the deadline by this clock but not by the database's (which decides): look again
         # shortly rather than at once, so clock skew cannot make a hand-back loop
         raise Suspend(max(left, SKEW_RETRY_SEC), f"wait for {signal!r}", "wait")
