@@ -119,14 +119,42 @@ class Probe:
             bool(self.probe_ok))
 
     async def record_end_and_close(self, run_id: int, outcome: str) -> None:
-        """The run's end and what its probe saw (database clock), then the probe connection closes."""
+        """The run's end and what its probe saw, then the probe connection closes. The end is the
+        moment the run stopped, by this host's clock (the database's is the same clock: one machine):
+        a run stopped while the database was away (its lease lost in a failover) writes it once the
+        database is back, and that later moment is not when it stopped. Written on the probe's
+        connection when it still lives, else on a connection of its own: a stopped run never takes
+        the probe again."""
+        ended_at = time.time()
+        sql = ("UPDATE chaos_runs SET ended_at = to_timestamp($5), outcome = $2, probe_lost = $3, "
+               "reprobe_failed = $4 WHERE id = $1 RETURNING id")
         try:
-            await self.fetchval(
-                "UPDATE chaos_runs SET ended_at = clock_timestamp(), outcome = $2, probe_lost = $3, "
-                "reprobe_failed = $4 WHERE id = $1 RETURNING id",
-                run_id, outcome, lambda: self.lost, lambda: self.reprobe_failed)
+            if self.conn is not None and not self.conn.is_closed():
+                try:
+                    await self.conn.fetchval(sql, run_id, outcome, self.lost, self.reprobe_failed, ended_at,
+                                             timeout=10)
+                    return
+                except CONNECTION_ERRORS:
+                    pass
+            await self._write_elsewhere(sql, run_id, outcome, self.lost, self.reprobe_failed, ended_at)
         finally:
             await self.close()
+
+    async def _write_elsewhere(self, sql: str, *args: Any) -> None:
+        """One statement on a connection that takes no lock, retried until the reconnect deadline."""
+        deadline = time.monotonic() + RECONNECT_DEADLINE_SEC
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=5)
+                try:
+                    await conn.fetchval(sql, *args, timeout=10)
+                    return
+                finally:
+                    conn.terminate()
+            except CONNECTION_ERRORS:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
         """One statement on the probe connection, retried across reconnects. An argument may be a

@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 
+import pytest
 from prometheus_client import REGISTRY
 
 from dataloader import JobContext, pipeline
@@ -40,18 +41,35 @@ async def hold(ctx: JobContext):
     run[1:] = [time.monotonic(), "completed"]
 
 
+@pipeline("test.self_fence_hold_gen")
+async def hold_in_a_generator(ctx: JobContext):
+    """The same, as an async generator that waits (as on I/O riding out the outage) before its
+    first yield: a stop at the next yield would come after the lease ran out."""
+    run = RUNS.setdefault((ctx.job_id, ctx.attempt), [time.monotonic(), None, None])
+    try:
+        if ctx.attempt == 1:
+            await asyncio.Event().wait()
+        yield
+    except BaseException as exc:
+        run[1:] = [time.monotonic(), type(exc).__name__]
+        raise
+    run[1:] = [time.monotonic(), "completed"]
+
+
 def _self_fenced(queue: str) -> float:
     return REGISTRY.get_sample_value("dl_attempts_self_fenced_total", {"queue": queue}) or 0.0
 
 
-async def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_lease_can_run_out(dsn, db):
+@pytest.mark.parametrize("task", ["test.self_fence_hold", "test.self_fence_hold_gen"],
+                         ids=["coroutine", "async-generator"])
+async def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_lease_can_run_out(dsn, db, task):
     port = int(await db.fetchval("SHOW port"))
     fenced_before = _self_fenced("default")
     async with CountingProxy(dsn, port) as proxy:
         cut_off_pool = await create_pool(proxy.dsn, max_size=4)
         try:
             async with running_engine(proxy.dsn, cut_off_pool, run_reaper=False, heartbeat_sec=0.5):
-                job_id = await enqueue(db, "test.self_fence_hold", lock_key="self-fence", lease_ttl_sec=LEASE_SEC)
+                job_id = await enqueue(db, task, lock_key="self-fence", lease_ttl_sec=LEASE_SEC)
                 await wait_until(lambda: (job_id, 1) in RUNS, message="attempt 1 never started")
                 # let a heartbeat renew the lease once, so the guard's time comes from a heartbeat
                 first_lease = (await job_row(db, job_id))["lease_expires_at"]

@@ -94,8 +94,12 @@ class Attempt:
         self.log.info("stop requested", extra=self.log_extra(reason=reason))
         # A plain coroutine has no chunks to stop between: interrupt it at its next await.
         # Generators stop at their next yield; shutdown lets plain coroutines run until the deadline.
+        # A lost lease interrupts an async generator too, wherever it awaits: its next yield may be
+        # behind I/O that waits out the same outage (a reconnect to a primary failing over), and the
+        # reaper hands the lock_key to another holder when the lease runs out, not at that yield.
+        interrupts = ("async", "async_gen") if reason == "lease_lost" else ("async",)
         if (reason in ("cancel", "lease_lost", "timeout") and self._pipeline is not None
-                and self._pipeline.kind == "async" and self._pipeline_task is not None):
+                and self._pipeline.kind in interrupts and self._pipeline_task is not None):
             self._pipeline_task.cancel()
 
     def force_stop(self) -> None:
