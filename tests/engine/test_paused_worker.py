@@ -68,15 +68,17 @@ async def test_a_silently_partitioned_worker_is_fenced_off_when_the_link_heals_a
         await other.wait_ready()
         link.partition()
         try:
-            await _taken_back_and_held_off(db, job_id)
+            await _taken_back_and_held_off(db, job_id, cut_off=True)
         finally:
             link.heal()
         await _woken_attempt_fenced_and_no_overlap(db, job_id, cut, other)
 
 
-async def _taken_back_and_held_off(db, job_id) -> None:
+async def _taken_back_and_held_off(db, job_id, *, cut_off: bool = False) -> None:
     """The other worker's reaper takes the job back once the lease really ran out (no faked expiry),
-    and its claim is held off: the cut-off worker's session still holds the lock_key."""
+    and its claim is held off: the cut-off worker's session still holds the lock_key. A frozen
+    worker runs nothing meanwhile; a cut-off one (`cut_off`) is awake, and its lease guard stops
+    attempt 1 by its own clock before the lease could run out, so before the reaper took it back."""
     await wait_until(lambda: db.fetchval("SELECT count(*) FROM dl_job_events WHERE job_id = $1 AND "
                                          "kind = 'requeue' AND payload->>'reason' = 'lease_expired'",
                                          job_id), timeout=20, message="the reaper to take the job back")
@@ -85,7 +87,14 @@ async def _taken_back_and_held_off(db, job_id) -> None:
                      timeout=20, message="the other worker to try the job")
     rows = await _probe(db, job_id)
     assert {r["attempt"] for r in rows} == {1}, "attempt 2 ran while attempt 1 was cut off"
-    assert all(r["chunk"] is not None for r in rows), "attempt 1 ended while cut off"
+    if not cut_off:
+        assert all(r["chunk"] is not None for r in rows), "attempt 1 ended while frozen"
+        return
+    ended = [r for r in rows if r["chunk"] is None]
+    assert len(ended) == 1 and ended[0]["note"].startswith("stopped: CancelledError"), rows[-3:]
+    reaped_at = await db.fetchval("SELECT min(ts) FROM dl_job_events WHERE job_id = $1 AND kind = 'requeue' "
+                                  "AND payload->>'reason' = 'lease_expired'", job_id)
+    assert ended[0]["at"] < reaped_at, "attempt 1 ran on after the reaper took its job back"
 
 
 async def _woken_attempt_fenced_and_no_overlap(db, job_id, stale, other) -> None:
