@@ -49,6 +49,9 @@ async def test_http_start_get_signal_result_cancel(client: httpx.AsyncClient, wd
     assert late.status_code == 409 and late.json()["error"] == "workflow_finished"
 
     waiting = (await client.post("/api/v1/workflows", json={"workflow": "t.wait", "input": {"dsn": dsn}})).json()
+    # a waiting run (its job queued) ends at once; one still running its first step would end at
+    # its next await and answer "running" here
+    await wait_until(lambda: _waiting(wdb, uuid.UUID(waiting["run_id"])), timeout=10, message="the run waits")
     canceled = await client.post(f"/api/v1/workflows/{waiting['run_id']}/cancel")
     assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
     failed = await client.get(f"/api/v1/workflows/{waiting['run_id']}/result")
