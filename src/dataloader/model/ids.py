@@ -65,12 +65,18 @@ def new_ids(n: int) -> list[uuid.UUID]:
     return [_make(first + i, rand) for i, rand in enumerate(struct.unpack(f"<{n}Q", os.urandom(8 * n)))]
 
 
-def job_id_of(value: uuid.UUID | str) -> uuid.UUID:
-    """A job id from a UUID or its text; anything else is the validation_error HTTP gives a bad path."""
+def uuid_of(value: uuid.UUID | str, field: str) -> uuid.UUID:
+    """An id from a UUID or its text; anything else is the validation_error HTTP gives a bad path,
+    naming `field`."""
     if isinstance(value, uuid.UUID):
         return value
     try:
         return uuid.UUID(str(value))
     except ValueError:
-        raise ValidationFailed(f"job_id: {str(value)[:100]!r} is not a UUID",
-                               [{"loc": ["job_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
+        raise ValidationFailed(f"{field}: {str(value)[:100]!r} is not a UUID",
+                               [{"loc": [field], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
+
+
+def job_id_of(value: uuid.UUID | str) -> uuid.UUID:
+    """A job id from a UUID or its text (`uuid_of`, naming job_id)."""
+    return uuid_of(value, "job_id")

@@ -26,7 +26,7 @@ from dataloader.exceptions import (
     WorkflowTimeout,
 )
 from dataloader.jobs.manager import JobManager, decode_cursor, encode_cursor
-from dataloader.model.ids import new_id
+from dataloader.model.ids import new_id, uuid_of
 from dataloader.model.job import JobStatus
 from dataloader.model.storable import encode_json
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage, check_name
@@ -46,13 +46,7 @@ RUN_STATUSES = tuple(s.value for s in JobStatus)  # a run's status is its job's
 
 def run_id_of(value: uuid.UUID | str) -> uuid.UUID:
     """A run id from a UUID or its text; anything else is a validation error naming `run_id`."""
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise ValidationFailed(f"run_id: {str(value)[:100]!r} is not a UUID",
-                               [{"loc": ["run_id"], "msg": "is not a UUID", "type": "uuid_parsing"}]) from None
+    return uuid_of(value, "run_id")
 
 
 class WorkflowManager:
