@@ -106,6 +106,8 @@ class InlineResult:
     result: Any = None
     # The stages a returned `Then` would enqueue (checked as the engine checks them).
     next_stages: tuple[Stage, ...] = ()
+    # Its join (`Then(..., join=...)`): runs once every one of next_stages has ended.
+    join_stage: Stage | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -331,7 +333,9 @@ def _conclude(entry: Pipeline, run: _Run, task: asyncio.Task[Any], ctx: JobConte
     if kind == "succeeded":
         value = json.loads(decision.result_json) if decision.result_json is not None else None
         outcome = result("succeeded", JobStatus.succeeded, value=value)
-        return replace(outcome, next_stages=decision.next_stages) if decision.next_stages else outcome
+        if not decision.next_stages:
+            return outcome
+        return replace(outcome, next_stages=decision.next_stages, join_stage=decision.join_stage)
     if kind == "snooze":
         return result("snoozed", JobStatus.queued, decision.exc, decision.delay_sec)
     if kind == "canceled":

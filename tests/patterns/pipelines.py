@@ -69,3 +69,38 @@ async def in_transaction(ctx: JobContext) -> None:
                            "VALUES ($1, $2, '{}'::jsonb, $3, $4)", ctx.job_id, ctx.task, ctx.attempt, os.getpid())
         if ctx.args.get("rollback"):
             raise RuntimeError("rolled back")
+
+
+def _fan_in_then(ctx: JobContext) -> Then:
+    """Members by `kinds` (step: succeeds after `seconds`; fail: fails; later: due in an hour, to be
+    canceled or deleted while queued), joined by pattern.join with `join_args`."""
+    dsn = ctx.args["dsn"]
+    members = []
+    for i, kind in enumerate(ctx.args["kinds"]):
+        task = {"step": "pattern.step", "fail": "pattern.fail", "later": "pattern.step"}[kind]
+        members.append(Stage(task, {"dsn": dsn, "part": i, "seconds": ctx.args.get("seconds", 0)},
+                             delay_sec=3600.0 if kind == "later" else 0.0))
+    return Then(*members, join=Stage("pattern.join", {"dsn": dsn, **ctx.args.get("join_args", {})}),
+                result={"members": len(members)})
+
+
+@pipeline("pattern.fan_in")
+async def fan_in(ctx: JobContext) -> Then:
+    await _record(ctx)
+    return _fan_in_then(ctx)
+
+
+@pipeline("pattern.fan_in_in_transaction")
+async def fan_in_in_transaction(ctx: JobContext) -> None:
+    """The same fan-in, enqueued by ctx.transaction() with the job's own write."""
+    async with ctx.transaction(then=_fan_in_then(ctx)) as conn:
+        await conn.execute("INSERT INTO pattern_runs (job_id, task, args, attempt, pid) "
+                           "VALUES ($1, $2, '{}'::jsonb, $3, $4)", ctx.job_id, ctx.task, ctx.attempt, os.getpid())
+
+
+@pipeline("pattern.join")
+async def join(ctx: JobContext) -> dict:
+    """Records its run (its args hold the members' outcomes as `inputs`)."""
+    await _record(ctx)
+    inputs = ctx.args.get("inputs") or []
+    return {"succeeded": sum(1 for i in inputs if i["status"] == "succeeded"), "members": len(inputs)}

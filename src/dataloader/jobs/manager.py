@@ -397,12 +397,12 @@ class JobManager:
         """A chain's jobs oldest first, by the chain's id or any of its jobs' ids."""
         if not 1 <= limit <= MAX_CHAIN_JOBS:
             raise InvalidJobRequest(f"limit must be between 1 and {MAX_CHAIN_JOBS}")
-        jobs = await self.repo.get_chain(chain_or_job_id, limit)
+        jobs, joins = await self.repo.get_chain(chain_or_job_id, limit)
         if not jobs:
             raise ChainNotFound(f"no chain {chain_or_job_id} (and no job of a chain with that id)")
         chain_id = jobs[0].chain_id
         assert chain_id is not None
-        return Chain(chain_id, jobs)
+        return Chain(chain_id, jobs, joins)
 
     async def get(self, job_id: uuid.UUID) -> Job:
         job = await self.repo.get_job(job_id)

@@ -77,11 +77,17 @@ class Stage(StrictModel):
 
 class Then:
     """Returned by a pipeline: succeed with `result` and enqueue `stages` next (several stages run
-    side by side: a fan-out). It replaces the stages planned at enqueue, if any."""
+    side by side: a fan-out). It replaces the stages planned at enqueue, if any.
 
-    __slots__ = ("result", "stages")
+    `join`: a stage that runs once after every one of `stages` has ended, however each ended
+    (fan-in). It receives `{**join.args, "inputs": [...]}`: per stage, in this order, its `job_id`,
+    `task`, `status` (succeeded, failed, canceled, lost, or deleted), `result` and `error`. The join
+    waits for the stages themselves, not for the stages they enqueue in turn. Neither the stages
+    nor the join may carry an `idempotency_key`: a stage the key made a no-op would never end."""
 
-    def __init__(self, *stages: Stage, result: Any = None) -> None:
+    __slots__ = ("join", "result", "stages")
+
+    def __init__(self, *stages: Stage, result: Any = None, join: Stage | None = None) -> None:
         if not stages:
             raise ValueError("Then needs at least one Stage")
         if len(stages) > MAX_STAGES:
@@ -89,11 +95,20 @@ class Then:
         for stage in stages:
             if not isinstance(stage, Stage):
                 raise TypeError(f"Then takes Stage values, got {type(stage).__name__}")
+        if join is not None:
+            if not isinstance(join, Stage):
+                raise TypeError(f"Then's join must be a Stage, got {type(join).__name__}")
+            keyed = [s.task for s in (*stages, join) if s.idempotency_key is not None]
+            if keyed:
+                raise ValueError(f"a Then with a join takes no idempotency_key (stage {keyed[0]!r} has one): "
+                                 "a stage the key made a no-op would never end, and the join never run")
         self.stages = stages
         self.result = result
+        self.join = join
 
     def __repr__(self) -> str:
-        return f"Then({', '.join(s.task for s in self.stages)}, result={self.result!r})"
+        join = "" if self.join is None else f", join={self.join.task}"
+        return f"Then({', '.join(s.task for s in self.stages)}{join}, result={self.result!r})"
 
 
 def stages_json(stages: Sequence[Stage], max_args_bytes: int) -> str | None:

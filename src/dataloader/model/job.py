@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -151,13 +151,26 @@ class JobPage:
 
 
 @dataclass(frozen=True, slots=True)
+class JoinState:
+    """A join stage's count (`Then(..., join=...)`): its members, and those not ended yet."""
+
+    members: int
+    remaining: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"members": self.members, "remaining": self.remaining}
+
+
+@dataclass(frozen=True, slots=True)
 class Chain:
     """A multi-stage run: its jobs oldest first (`Job` values without args). `status`: `running`
     while a stage is queued or running, `succeeded` when every stage did and none is planned
-    after the last, otherwise the terminal status of the stage that stopped it."""
+    after the last, otherwise the terminal status of the stage that stopped it. `joins`: each
+    join stage's count, by its job id (a queued join waits for `remaining` more ends)."""
 
     chain_id: uuid.UUID
     jobs: list[Job]
+    joins: dict[uuid.UUID, JoinState] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -170,4 +183,10 @@ class Chain:
 
     def to_dict(self) -> dict[str, Any]:
         return {"chain_id": str(self.chain_id), "status": self.status,
-                "stages": [{k: v for k, v in job.to_dict().items() if k != "args"} for job in self.jobs]}
+                "stages": [self._stage(job) for job in self.jobs]}
+
+    def _stage(self, job: Job) -> dict[str, Any]:
+        stage = {k: v for k, v in job.to_dict().items() if k != "args"}
+        if job.id in self.joins:
+            stage["join"] = self.joins[job.id].to_dict()
+        return stage

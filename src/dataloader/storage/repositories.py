@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.model.ids import new_id
-from dataloader.model.job import Job, JobEvent
+from dataloader.model.job import Job, JobEvent, JoinState
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.stored_job import Inserted, NewJob, as_uuid, enqueued
 from dataloader.storage.executor import Executor, executor_of
@@ -79,8 +79,12 @@ class JobRepository:
         # a caller's driver may give the ids as text
         return [as_uuid(row["job_id"]) for row in await on.fetch(sql("insert_jobs_batch"), *params)]
 
-    async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> list[Job]:
-        return [Job.from_row(row) for row in await self.on.fetch(sql("get_chain"), chain_or_job_id, limit)]
+    async def get_chain(self, chain_or_job_id: uuid.UUID, limit: int) -> tuple[list[Job], dict[uuid.UUID, JoinState]]:
+        """A chain's jobs, and the state of each of its join stages by the join's job id."""
+        rows = await self.on.fetch(sql("get_chain"), chain_or_job_id, limit)
+        joins = {row["job_id"]: JoinState(row["join_members"], row["join_remaining"])
+                 for row in rows if row["join_members"] is not None}
+        return [Job.from_row(row) for row in rows], joins
 
     async def get_job(self, job_id: uuid.UUID) -> Job | None:
         row = await self.on.fetchrow(sql("get_job"), job_id)

@@ -19,6 +19,9 @@ from dataloader.model.chain import Stage, Then, plan_of, stored_stages
 from dataloader.model.storable import encode_json
 
 DEFAULT_MAX_ATTEMPTS = 5
+# How far ahead a join stage is held while its members run: never reached, the last member's end
+# makes it due (a century, so no clock or delay arithmetic can make it due early).
+JOIN_HOLD_SEC = 100 * 365.25 * 86400
 
 
 def plan_next_jobs(
@@ -41,6 +44,14 @@ def plan_next_jobs(
         for stage in then.stages:
             rows.append(_row(stage, stage.args, stage.then, queue, lease_ttl_sec, max_args_bytes,
                              pipeline_max_attempts))
+        if then.join is not None:
+            join = _row(then.join, then.join.args, then.join.then, queue, lease_ttl_sec, max_args_bytes,
+                        pipeline_max_attempts)
+            # held until its last member ends (0032's trigger makes it due, after its own delay)
+            join["join_delay_sec"] = join["delay_sec"]
+            join["delay_sec"] = JOIN_HOLD_SEC
+            join["join_members"] = [row["job_id"] for row in rows]
+            rows.append(join)
     elif planned:
         stages = stored_stages(planned)
         first, rest = stages[0], stages[1:]

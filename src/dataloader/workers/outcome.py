@@ -49,7 +49,7 @@ class Decision:
     release, or of an error ended by its run-time limit (`timeout`, on the requeue or failed
     row). `result_json`: the result to store (JSON text; None stores NULL). `next_json`: the jobs
     a success enqueues (`workers/chaining.py`; None: none), `next_stages`: the stages the pipeline
-    returned in a `Then`. `exc`: the exception behind an error, for the log.
+    returned in a `Then`, `join_stage` its join. `exc`: the exception behind an error, for the log.
     """
 
     kind: DecisionKind
@@ -61,6 +61,7 @@ class Decision:
     result_json: str | None = None
     next_json: str | None = None
     next_stages: tuple[Stage, ...] = ()
+    join_stage: Stage | None = None
     exc: BaseException | None = field(default=None, compare=False)
 
     @property
@@ -135,7 +136,8 @@ def decide(
                 exc = ValueError(f"the job's next stages cannot be enqueued: {stage_problem}")
             else:
                 return Decision("succeeded", "succeeded", result_json=result_json, next_json=next_json,
-                                next_stages=then.stages if then is not None else ())
+                                next_stages=then.stages if then is not None else (),
+                                join_stage=then.join if then is not None else None)
         else:
             # An error like any other (a pending cancel still wins), not a crash of the finish batch.
             exc = ValueError(f"the pipeline's return value cannot be stored as the job's result: {problem}")

@@ -18,6 +18,11 @@ from dataloader.api.v1.models import ErrorCode, JobStatus
 router = APIRouter(prefix="/api/v1", tags=["chains"], dependencies=[Depends(require_token)])
 
 
+class JoinCount(BaseModel):
+    members: int = Field(description="The stages this join waits for")
+    remaining: int = Field(description="Those of them not ended yet")
+
+
 class ChainStage(BaseModel):
     job_id: uuid.UUID
     parent_job_id: uuid.UUID | None = Field(description="The stage whose success enqueued this one")
@@ -31,6 +36,8 @@ class ChainStage(BaseModel):
     error: str | None
     result: Any = Field(default=None, description="What the stage's pipeline returned (any JSON)")
     chain_next: Any = Field(default=None, description="Stages still planned after this one")
+    join: JoinCount | None = Field(default=None, description="A join stage's count (`Then(..., join=...)`): "
+                                   "it is queued until `remaining` is 0, then runs once with every member's outcome")
 
 
 class ChainResponse(BaseModel):

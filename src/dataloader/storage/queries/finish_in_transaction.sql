@@ -35,7 +35,11 @@ WITH ended AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, 'queued', jsonb_build_object('task', task, 'parent_job_id', parent_job_id)
     FROM next_jobs
-), journal AS (
+), join_rows AS (
+    SELECT n FROM ended e, jsonb_array_elements($3::text::jsonb) AS n WHERE n ? 'join_members'
+),
+-- @include finish_chain_joins
+journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, 'done',
            jsonb_strip_nulls(jsonb_build_object('attempt', attempt, 'transaction', true,

@@ -131,7 +131,12 @@ WITH input AS (
                'next_jobs', CASE WHEN e.status = 'succeeded' AND e.next IS NOT NULL
                                  THEN jsonb_array_length(e.next::jsonb) END))
     FROM ended e
-), freed AS (
+), join_rows AS (
+    SELECT n FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
+    WHERE e.status = 'succeeded' AND e.next IS NOT NULL AND n ? 'join_members'
+),
+-- @include finish_chain_joins
+freed AS (
     SELECT job_id, lock_key FROM ended
     UNION ALL
     SELECT job_id, lock_key FROM input WHERE outcome = 'committed'
