@@ -39,3 +39,29 @@ def ensure(upgrade: bool = False) -> dict[str, str]:
     print(f"bench: installing {' '.join(REQUIREMENTS)} into the peers venv", flush=True)
     subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--upgrade", *REQUIREMENTS], check=True)
     return _versions()
+
+
+# DBOS Transact (`python -m bench workflows`) in a venv of its own (bench/.dbos-venv, gitignored):
+# it brings SQLAlchemy and its own psycopg pin, which must not move the queue peers' versions.
+DBOS_VENV = BENCH_DIR / ".dbos-venv"
+DBOS_PYTHON = DBOS_VENV / "bin" / "python"
+DBOS_REQUIREMENTS = ["dbos", "psutil"]
+DBOS_DISTRIBUTIONS = ["dbos", "psycopg", "sqlalchemy"]
+
+
+def ensure_dbos(upgrade: bool = False) -> dict[str, str]:
+    """Create bench/.dbos-venv with the latest `dbos` if needed; return the installed versions."""
+    code = ("import json, importlib.metadata as m; "
+            f"print(json.dumps({{d: m.version(d) for d in {DBOS_DISTRIBUTIONS!r}}}))")
+    if DBOS_PYTHON.exists() and not upgrade:
+        try:
+            out = subprocess.run([str(DBOS_PYTHON), "-c", code], check=True, capture_output=True, text=True)
+            return json.loads(out.stdout)
+        except subprocess.CalledProcessError:
+            pass
+    if not DBOS_PYTHON.exists():
+        print(f"bench: creating {DBOS_VENV} for DBOS", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(DBOS_VENV)], check=True)
+    subprocess.run([str(DBOS_PYTHON), "-m", "pip", "install", "--quiet", "--upgrade", *DBOS_REQUIREMENTS], check=True)
+    out = subprocess.run([str(DBOS_PYTHON), "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
