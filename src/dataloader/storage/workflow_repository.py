@@ -29,6 +29,8 @@ class History:
     wakes: int
     steps: dict[int, Recorded]
     lease_ttl_sec: int = 60
+    # the seconds the attempt's lease had left at the read, by the database's clock (None: unknown)
+    lease_left_sec: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class Written:
 
     live: bool
     step: Recorded | None
+    lease_left_sec: float | None = None  # as History's, at this write
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +78,12 @@ class WorkflowRepository:
                                parent[0] if parent else None, parent[1] if parent else None)
             return inserted
 
-    async def history(self, run_id: uuid.UUID) -> History | None:
-        rows = await self.pool.fetch(sql("workflows/load_history"), run_id)
+    async def history(self, run_id: uuid.UUID, attempt: int = 0) -> History | None:
+        rows = await self.pool.fetch(sql("workflows/load_history"), run_id, attempt)
         if not rows:
             return None
         return History(rows[0]["wakes"], {r["seq"]: Recorded.from_row(r) for r in rows if r["seq"] is not None},
-                       rows[0]["lease_ttl_sec"] or 60)
+                       rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"])
 
     async def record(self, run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str, *,
                      result_json: str | None = None, error: str | None = None, attempts: int = 0,
@@ -89,8 +92,9 @@ class WorkflowRepository:
             run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
         return await self._written(row, run_id, seq)
 
-    async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> bool:
-        return bool(await self.pool.fetchval(sql("workflows/step_may_start"), run_id, attempt))
+    async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> float | None:
+        """The seconds the attempt's lease has left (None: it no longer holds the run)."""
+        return await self.pool.fetchval(sql("workflows/step_may_start"), run_id, attempt)
 
     async def take_signal(self, run_id: uuid.UUID, attempt: int, seq: int, name: str) -> Written:
         row = await self.pool.fetchrow(sql("workflows/take_signal"), run_id, attempt, seq, name)
@@ -99,9 +103,10 @@ class WorkflowRepository:
     async def _written(self, row: Any, run_id: uuid.UUID, seq: int) -> Written:
         if not row["live"]:
             return Written(False, None)
+        left = row.get("lease_left_sec")
         if row["seq"] is not None:
-            return Written(True, Recorded.from_row(row))
-        return Written(True, await self.get_step(run_id, seq))
+            return Written(True, Recorded.from_row(row), left)
+        return Written(True, await self.get_step(run_id, seq), left)
 
     async def get_step(self, run_id: uuid.UUID, seq: int) -> Recorded | None:
         row = await self.pool.fetchrow(sql("workflows/get_step"), run_id, seq)

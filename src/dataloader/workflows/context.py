@@ -10,10 +10,15 @@ and the code disagree, and guessing would re-run or skip a step.
 
 Step results are recorded once they succeed, fenced on the run's job (a run that lost its job to
 the reaper writes nothing), with a journal row in the same statement. A step's function runs only
-after the database confirmed the attempt still holds the run's job and its lease: an attempt that
-lost it (a stalled node) may hold a stale history, and must not run a step another attempt
-recorded. A step cut off before its record (kill -9, a lost lease) runs again on the next attempt
-with the same `wf.step_key`: steps are at least once, their recorded results exactly once.
+while the attempt is known to hold the run's job and its lease: an attempt that lost it (a stalled
+node) may hold a stale history, and must not run a step another attempt recorded. Known means: the
+database said, at most the lease's time left (less the fence margin) ago on this machine's clock,
+that the job runs with this attempt and how long its lease has left — the history's read and every
+fenced record say it, so a run of steps asks the database once, not once per step; past that
+window the step asks first (`step_may_start`). The clock counts a suspended machine's sleep
+(CLOCK_BOOTTIME where there is one), so a machine that slept past the lease asks again. A step
+cut off before its record (kill -9, a lost lease) runs again on the next attempt with the same
+`wf.step_key`: steps are at least once, their recorded results exactly once.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, task_
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import History, WorkflowRepository, Written
+from dataloader.workers.lease_guard import fence_margin
 from dataloader.workers.outcome import describe
 
 # The longest a run hands its job back for at once (a wait without a deadline, a join): just under
@@ -46,6 +52,16 @@ DATABASE_LOST_SUSPEND_SEC = 1.0
 DEFAULT_STEP_ATTEMPTS = 3
 SKEW_RETRY_SEC = 0.05
 MAX_VALUE_BYTES = 1024 * 1024
+
+
+def lease_clock() -> float:
+    """Seconds on a clock that keeps counting while the machine is suspended (monotonic counts
+    only while it runs: a laptop or VM that slept past the lease would still trust it)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+if not hasattr(time, "CLOCK_BOOTTIME"):  # not Linux
+    lease_clock = time.monotonic
 
 
 def default_step_backoff(attempt: int) -> float:
@@ -118,8 +134,9 @@ class Workflow:
 
     def __init__(self, *, run_id: uuid.UUID, workflow: str, input: Any, attempt: int, history: History,
                  repo: WorkflowRepository, queue_of: Callable[[str], tuple[str, int] | None], lease_ttl_sec: int,
-                 log: logging.Logger | logging.LoggerAdapter[Any], clock: Callable[[], datetime] | None = None
-                 ) -> None:
+                 log: logging.Logger | logging.LoggerAdapter[Any], clock: Callable[[], datetime] | None = None,
+                 loaded_at: float | None = None) -> None:
+        """`loaded_at`: when (on the lease clock) the read of `history` was sent."""
         self.run_id = run_id
         self.workflow = workflow
         self.input = input
@@ -129,6 +146,9 @@ class Workflow:
         self._repo = repo
         self._queue_of = queue_of
         self._lease_ttl_sec = lease_ttl_sec
+        # until when (on lease_clock) the attempt is known to hold its job: see the module's docstring
+        self._lease_known_until = float("-inf")
+        self._trust_lease(history.lease_left_sec, loaded_at)
         self._seq = 0
         self._step_key: str | None = None
         # what "now" is when a recorded wake time is compared (the engine: this machine's clock; the
@@ -169,9 +189,13 @@ class Workflow:
             if left > 0:
                 raise Suspend(left, f"step {name!r} retries later", "retry")
         attempt = (rec.attempts if rec is not None else 0) + 1
-        if not await self._read(self._repo.step_may_start(self.run_id, self.attempt)):
-            # this attempt's history may be stale: another attempt may have recorded this step
-            raise Suspend(0.0, "the run's job was taken back", "taken_back")
+        if lease_clock() >= self._lease_known_until:
+            asked_at = lease_clock()
+            left = await self._read(self._repo.step_may_start(self.run_id, self.attempt))
+            if left is None:
+                # this attempt's history may be stale: another attempt may have recorded this step
+                raise Suspend(0.0, "the run's job was taken back", "taken_back")
+            self._trust_lease(left, asked_at)
         self._step_key = f"{self.run_id}:{seq}"
         started = time.monotonic()
         try:
@@ -394,11 +418,21 @@ class Workflow:
         return written.step
 
     async def _write(self, write: Awaitable[Written]) -> Written:
+        sent_at = lease_clock()
         written = await self._read(write)
         if not written.live:
             # the reaper took the run's job back: this attempt must not go on (promise 3)
             raise Suspend(0.0, "the run's job was taken back", "taken_back")
+        self._trust_lease(written.lease_left_sec, sent_at)
         return written
+
+    def _trust_lease(self, left_sec: float | None, sent_at: float | None) -> None:
+        """The database said the lease had `left_sec` at a moment after `sent_at`: it cannot run out
+        before sent_at + left_sec on this clock; the fence margin covers a failover's clock skew."""
+        if left_sec is None or sent_at is None:
+            return
+        until = sent_at + left_sec - fence_margin(self._lease_ttl_sec)
+        self._lease_known_until = max(self._lease_known_until, until)
 
     async def _read(self, call: Awaitable[Any]) -> Any:
         try:

@@ -24,7 +24,7 @@ from dataloader.storage.db import is_connection_error
 from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workers.outcome import describe
 from dataloader.workers.pipelines.context import JobContext
-from dataloader.workflows.context import DATABASE_LOST_SUSPEND_SEC, Suspend, SyncWorkflow, Workflow
+from dataloader.workflows.context import DATABASE_LOST_SUSPEND_SEC, Suspend, SyncWorkflow, Workflow, lease_clock
 
 if TYPE_CHECKING:
     from dataloader.workflows.registry import WorkflowDefinition
@@ -46,8 +46,9 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
     if ctx.db is None:
         raise FatalError("a workflow runs only in the engine (it needs the database)")
     repo = WorkflowRepository(ctx.db)
+    loaded_at = lease_clock()
     try:
-        history = await repo.history(ctx.job_id)
+        history = await repo.history(ctx.job_id, ctx.attempt)
     except Exception as exc:
         if is_connection_error(exc):
             raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
@@ -61,7 +62,8 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
         return None if found is None else (found.queue, found.max_attempts)
 
     wf = Workflow(run_id=ctx.job_id, workflow=definition.name, input=ctx.args.get("input"), attempt=ctx.attempt,
-                  history=history, repo=repo, queue_of=queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log)
+                  history=history, repo=repo, queue_of=queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log,
+                  loaded_at=loaded_at)
     try:
         if definition.is_async:
             value = await definition.func(wf, wf.input)

@@ -102,8 +102,8 @@ class _MemoryRepository:
     async def get_step(self, run_id: uuid.UUID, seq: int) -> Recorded | None:
         return self.run.steps.get(seq)
 
-    async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> bool:
-        return True  # one attempt at a time, in this process: nothing can take the run away
+    async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> float | None:
+        return 3600.0  # one attempt at a time, in this process: nothing can take the run away
 
     async def start(self, jobs: list[Any], names: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
                     gather: tuple[int, str, int, str, int, bool] | None = None,

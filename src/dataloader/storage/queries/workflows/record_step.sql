@@ -6,9 +6,10 @@
 -- $1 run id, $2 attempt, $3 seq, $4 kind, $5 name, $6 state ('pending'|'done'|'failed'),
 -- $7 result (JSON text or NULL), $8 error, $9 attempts, $10 seconds from now to wake_at (NULL: none),
 -- $11 remaining (a gather's join counter; NULL otherwise), $12 fail_fast (a gather's; false otherwise).
--- Returns `live` (false: fenced off, nothing written) and the stored row when this wrote it.
+-- Returns `live` (false: fenced off, nothing written), the seconds the lease has left by the
+-- database's clock (as step_may_start.sql) and the stored row when this wrote it.
 WITH live AS (
-    SELECT job_id, queue FROM dl_jobs
+    SELECT job_id, queue, EXTRACT(epoch FROM lease_expires_at - now())::float8 AS lease_left_sec FROM dl_jobs
     WHERE job_id = $1 AND status::text = 'running' AND attempt = $2
     FOR SHARE
 ), rec AS (
@@ -30,5 +31,5 @@ WITH live AS (
                                                 'wake_at', rec.wake_at))
     FROM live, rec
 )
-SELECT EXISTS (SELECT 1 FROM live) AS live, rec.*
+SELECT EXISTS (SELECT 1 FROM live) AS live, (SELECT lease_left_sec FROM live) AS lease_left_sec, rec.*
 FROM (SELECT 1) AS one LEFT JOIN rec ON true
