@@ -153,6 +153,12 @@ LEASE_EXPIRIES = Counter(
     "dl_lease_expiries_total", "Attempts whose lease expired (the reaper took them back), by queue and task",
     ["queue", "task"],
 )
+WORKER_DEATHS_JOBS = Counter(
+    "dl_jobs_taken_from_dead_workers_total",
+    "Running jobs taken back before their lease ran out because their worker's process was found dead "
+    "on its machine (a restarted node's first look), by queue",
+    ["queue"],
+)
 ATTEMPTS_SELF_FENCED = Counter(
     "dl_attempts_self_fenced_total",
     "Attempts this node stopped because no heartbeat could renew their lease in time (the database was "

@@ -125,7 +125,10 @@ def build_node(settings: Settings, dsn: str, pool: asyncpg.Pool, registry: Pipel
     repo = JobRepository(pool)
     duties: list[Service] = []
     if reaper:
-        duties.append(Reaper(repo, ReaperSettings.from_settings(settings)))
+        # with the node registry (capabilities), it also takes back at once the jobs of this
+        # machine's nodes whose process died
+        duties.append(Reaper(repo, ReaperSettings.from_settings(settings),
+                             nodes=NodeRepository(pool) if capabilities else None))
     deps = ServiceDeps(settings=settings, dsn=dsn, pool=pool, repo=repo, notifier=notifier)
     duties.extend(factory(deps) for factory in registered_services())
     duties.extend(services)

@@ -26,8 +26,8 @@ class CountingRepository(WorkflowRepository):
 
 async def _running(app: App, wdb: asyncpg.Pool, dsn: str, lease: str) -> uuid.UUID:
     run_id = await app.workflows.start("t.steps", {"dsn": dsn})
-    await wdb.execute("UPDATE dl_jobs SET status = 'running', attempt = 1, lease_expires_at = now() + $2::text::interval "
-                      "WHERE job_id = $1", run_id, lease)
+    await wdb.execute("UPDATE dl_jobs SET status = 'running', attempt = 1, "
+                      "lease_expires_at = now() + $2::text::interval WHERE job_id = $1", run_id, lease)
     return run_id
 
 

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 
 from dataloader import metrics
 from dataloader.config import Settings
+from dataloader.machine import process_namespace
 from dataloader.maintenance.service import Scope, Service, ServiceSettings
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.observers import policy
@@ -142,7 +143,7 @@ class NodeHeartbeat(Service):
         started = self.clock.monotonic()
         row = await self.nodes.register(node_id, self.node_name, socket.gethostname(), os.getpid(),
                                         __version__, self.settings.capacity, self.queues,
-                                        runner.kind_names())
+                                        runner.kind_names(), process_namespace())
         self.node_id, self._last_ok = node_id, started
         self.incarnations += 1
         runner.attach(node_id)

@@ -17,9 +17,16 @@ class NodeRepository:
         self.pool = pool
 
     async def register(self, node_id: uuid.UUID, name: str, host: str, pid: int, version: str, capacity: int,
-                       queues: list[str], kinds: list[str]) -> asyncpg.Record:
+                       queues: list[str], kinds: list[str], machine: str | None = None) -> asyncpg.Record:
         return await self.pool.fetchrow(sql("nodes/register_node"), node_id, name, host, pid, version, capacity,
-                                        queues, kinds)
+                                        queues, kinds, machine)
+
+    async def local_names(self, machine: str) -> list[asyncpg.Record]:
+        """The nodes that may still run under the names of `machine`'s nodes (nodes/local_names.sql)."""
+        return await self.pool.fetch(sql("nodes/local_names"), machine)
+
+    async def declare_dead(self, node_ids: list[uuid.UUID]) -> list[asyncpg.Record]:
+        return await self.pool.fetch(sql("nodes/declare_dead"), node_ids)
 
     async def heartbeat(self, node_id: uuid.UUID, dead_after_sec: float, kinds: list[str]) -> asyncpg.Record:
         return await self.pool.fetchrow(sql("nodes/heartbeat"), node_id, dead_after_sec, kinds)

@@ -8,6 +8,7 @@ worker's control connection are in `queue_connection.py`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -120,10 +121,22 @@ class JobRepository:
         rows = await self.on.fetch(sql("list_job_events"), job_id, after_event_id, limit)
         return [JobEvent.from_row(row) for row in rows]
 
-    async def reap_expired(self, batch_size: int = 1000) -> list[asyncpg.Record]:
-        """The jobs taken back. The statement also unparks the heads of keys left with parked jobs
-        and nothing running (0017); its row with a NULL job_id, when nothing was reaped, is dropped."""
-        return [r for r in await self.on.fetch(sql("reap_expired"), batch_size) if r["job_id"] is not None]
+    async def reap_expired(self, batch_size: int = 1000,
+                           orphaned: Sequence[tuple[uuid.UUID, int]] = ()) -> list[asyncpg.Record]:
+        """The jobs taken back: those whose lease expired, and `orphaned` (job id, attempt) whose worker
+        was found dead. The statement also unparks the heads of keys left with parked jobs and nothing
+        running (0017); its row with a NULL job_id, when nothing was reaped, is dropped."""
+        ids = [job_id for job_id, _ in orphaned]
+        attempts = [attempt for _, attempt in orphaned]
+        rows = await self.on.fetch(sql("reap_expired"), batch_size, ids, attempts)
+        return [r for r in rows if r["job_id"] is not None]
+
+    async def running_picked_by(self, workers: Sequence[tuple[str, datetime | None]]) -> list[tuple[uuid.UUID, int]]:
+        """(job id, attempt) of the running jobs whose current attempt one of `workers` (name, and
+        claims from when on are not its) claimed in a session that is gone (running_picked_by.sql)."""
+        rows = await self.on.fetch(sql("running_picked_by"), [name for name, _ in workers],
+                                   [before for _, before in workers])
+        return [(row["job_id"], row["attempt"]) for row in rows]
 
     async def set_progress(self, job_id: uuid.UUID, attempt: int, progress: dict[str, Any]) -> bool | None:
         """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""

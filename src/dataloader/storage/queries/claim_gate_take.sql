@@ -29,6 +29,6 @@ gate AS MATERIALIZED (
     -- one. So the journal shows the starts as the gate counted them (docs/flow-control.md), and the
     -- chaos run checks every limit from it (tests/chaos/limits.py).
     INSERT INTO dl_job_events (job_id, queue, kind, payload, ts)
-    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text),
+    SELECT c.job_id, r.queue, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text, 'session', pg_backend_pid()),
            clock_timestamp()
     FROM claimed c JOIN verdict r USING (job_id)

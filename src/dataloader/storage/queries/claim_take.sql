@@ -1,6 +1,7 @@
 -- The claim's taking part, after its `candidate` CTE (claim_jobs.sql, step_succeeded_claim.sql
 -- include it where they say `-- @include claim_take`): of each lock_key's first candidate ask for
--- the key's advisory lock, mark the ones that got it running, and journal their 'picked' rows.
+-- the key's advisory lock, mark the ones that got it running, and journal their 'picked' rows (with
+-- the claiming session's backend pid: the session that holds the key, see running_picked_by.sql).
 -- claim_jobs.sql's header says why each part has its shape. $1 queue (every candidate is of it),
 -- $2 worker. Defines ranked (the candidates, key_rank), locked, claimed, journal.
 ranked AS (
@@ -15,6 +16,6 @@ ranked AS (
 -- @include claim_mark_running
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT c.job_id, $1::text, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text)
+    SELECT c.job_id, $1::text, 'picked', jsonb_build_object('attempt', c.attempt, 'worker', $2::text, 'session', pg_backend_pid())
     FROM claimed c JOIN ranked r USING (job_id)
 )

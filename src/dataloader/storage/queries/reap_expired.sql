@@ -2,7 +2,9 @@
 -- SKIP LOCKED makes concurrent reapers on several replicas split the work instead of repeating it.
 -- A running row without a lease (never written by the engine, but the table is shared and the schema
 -- allows it) would otherwise stay running forever: it is reaped once a lease's time has passed
--- since its last sign of life. $1 batch size.
+-- since its last sign of life. $1 batch size. $2, $3: jobs (ids and attempts) whose worker was found
+-- dead on its machine (jobs/reaper.py): taken back now, before their leases run out; the attempt is
+-- the fence, so a job another worker claimed meanwhile is left alone. Empty arrays: none.
 -- The keys it frees get their parked heads unparked (0017, dl_unpark_key_heads), and so does any
 -- key with parked jobs and nothing running (the sweep: a key a crash or a bulk cancel left fully
 -- parked waits at most one reaper period). Hence one row with a NULL job_id when nothing was
@@ -13,7 +15,8 @@ WITH RECURSIVE expired AS (
     WHERE status = 'running'
       AND (lease_expires_at < now()
            OR (lease_expires_at IS NULL
-               AND COALESCE(heartbeat_at, started_at, '-infinity') < now() - make_interval(secs => lease_ttl_sec)))
+               AND COALESCE(heartbeat_at, started_at, '-infinity') < now() - make_interval(secs => lease_ttl_sec))
+           OR (job_id, attempt) IN (SELECT * FROM unnest($2::uuid[], $3::int[])))
     ORDER BY lease_expires_at NULLS FIRST
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -24,16 +27,20 @@ WITH RECURSIVE expired AS (
                       ELSE 'lost' END::dl_status,
         available_at = now(),
         lease_expires_at = NULL,
-        error = 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')',
+        error = CASE WHEN j.lease_expires_at < now() OR j.lease_expires_at IS NULL
+                     THEN 'lease expired: the worker stopped heartbeating (attempt ' || j.attempt || ')'
+                     ELSE 'its worker died: taken back by a node on the same machine (attempt ' || j.attempt || ')'
+                END,
         finished_at = CASE WHEN j.attempt - j.attempts_before_retry < j.max_attempts AND NOT j.cancel_requested
                            THEN NULL ELSE now() END
     WHERE j.job_id = ANY (ARRAY(SELECT e.job_id FROM expired e))
-    RETURNING j.job_id, j.queue, j.task, j.status, j.attempt, j.lock_key
+    RETURNING j.job_id, j.queue, j.task, j.status, j.attempt, j.lock_key,
+              CASE WHEN starts_with(j.error, 'its worker died') THEN 'worker_died' ELSE 'lease_expired' END AS reason
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue,
            CASE WHEN status = 'queued' THEN 'requeue' ELSE status::text END,
-           jsonb_build_object('attempt', attempt, 'reason', 'lease_expired')
+           jsonb_build_object('attempt', attempt, 'reason', reason)
     FROM reaped
 ), lost_process_tasks AS (
     -- A process task (docs/processes.md) whose last attempt's node died ends in error, and its
@@ -82,6 +89,6 @@ WITH RECURSIVE expired AS (
                 THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM reaped UNION SELECT lock_key FROM stranded))
                 ELSE 0 END AS woken
 )
-SELECT r.job_id, r.queue, r.task, r.status::text AS status, r.attempt,
+SELECT r.job_id, r.queue, r.task, r.status::text AS status, r.attempt, r.reason,
        (SELECT count(*) FROM process_notified) AS processes_broken, u.woken AS keys_unparked
 FROM unparked u LEFT JOIN reaped r ON true;
