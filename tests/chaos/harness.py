@@ -55,7 +55,10 @@ RestartFn = Callable[[], Awaitable[str]]
 
 # requeue reasons that hand an attempt back without counting it (finish_jobs.sql: outcome release)
 NOT_COUNTED_REASONS = {"shutdown", "lock_busy", "lease_lost"}
-COUNTED_REASONS = {"lease_expired", "retry"}
+# the reaper's two ways to take a dead node's attempt back: its lease ran out, or a node on its
+# machine saw its pid gone (jobs/reaper.py)
+TAKEN_BACK_REASONS = {"lease_expired", "worker_died"}
+COUNTED_REASONS = {*TAKEN_BACK_REASONS, "retry"}
 
 
 @dataclass
@@ -632,17 +635,20 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
 
     # kill -9 → the victim's attempts reaped and picked again elsewhere
     killed_names = {k["node"]: k["at"] for k in run.kills}
-    reaped = [a for a in attempts if a["worker"] in killed_names and a["end"] == "requeue:lease_expired"]
+    taken_back = {f"requeue:{reason}" for reason in TAKEN_BACK_REASONS}
+    reaped = [a for a in attempts if a["worker"] in killed_names and a["end"] in taken_back]
     to_requeue = [a["end_ts"] - killed_names[a["worker"]] for a in reaped]
     rescue = [a["next_picked_ts"] - killed_names[a["worker"]] for a in reaped if a["next_picked_ts"]]
     reaped_live = sum(1 for a in attempts if a["worker"] not in killed_names and a["end"] == "requeue:lease_expired")
+    # a node never killed is never found dead: its pid runs
+    died_live = sum(1 for a in attempts if a["worker"] not in killed_names and a["end"] == "requeue:worker_died")
     sig = run.sigterm
     sigterm_failures = 0
     if sig is not None:
         mine = [a for a in attempts if a["worker"] == sig["node"]]
         sig["attempts_on_node"] = len(mine)
         sig["shutdown_requeues"] = sum(1 for a in mine if a["end"] == "requeue:shutdown")
-        sig["reaped_after_exit"] = sum(1 for a in mine if a["end"] == "requeue:lease_expired")
+        sig["reaped_after_exit"] = sum(1 for a in mine if a["end"] in taken_back)
         sigterm_failures = int(sig["exit_code"] != 0) + sig["reaped_after_exit"]
 
     checks = {
@@ -663,6 +669,7 @@ def build_report(run: ChaosRun, jobs: list[Any], events: list[Any], runs: list[A
         "missing_restart": int(cfg.restart and run.restart is None),
         "missing_sigterm": int(cfg.sigterm and run.sigterm is None),
         "missing_kills": max(0, cfg.kills - len(run.kills)),
+        "worker_died_of_live_nodes (taken from a node never killed)": died_live,
         "aimed_kills_missed (no observer / step to kill)": sum(1 for v in run.aimed.values() if v is None),
     }
     return {

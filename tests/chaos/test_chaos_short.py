@@ -325,7 +325,8 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
         print(message)  # under CI, restart_server refused already (RestartNotReal): never reached there
         warnings.warn(message, stacklevel=1)
     # the chaos really happened: the kills made the reaper hand work back ...
-    assert report["counts"]["requeues_by_reason"].get("lease_expired", 0) > 0, detail
+    by_reason = report["counts"]["requeues_by_reason"]
+    assert by_reason.get("lease_expired", 0) + by_reason.get("worker_died", 0) > 0, detail
     # ... hit observers (a run killed, observers moved) and a process step (run again) ...
     caps = report["capabilities"]
     assert caps["observers"]["killed_runs"] > 0 and caps["observers"]["moves"] > 0, detail

@@ -7,7 +7,7 @@ the plain claim (claim_jobs.sql), the limited one (claim_limited_jobs.sql), the 
   queue with limits kept claiming with `f.paused` dropped from claim_limited_jobs.sql: no test ran a
   paused limited or fair queue's claim. With the pause check taken out of a variant (its claim
   fence term, or on `main` the `f.paused` of its flow row), its case here fails.
-- Each job a claim starts has exactly one 'picked' journal row, with the attempt and the worker,
+- Each job a claim starts has exactly one 'picked' journal row, with the attempt, the worker and its session,
   committed with the start (promise 4): with the `journal` CTE of claim_gate_take.sql (the limited
   and fair claims) or claim_take.sql (the plain ones) emptied, its case here fails.
 
@@ -92,10 +92,12 @@ async def test_every_claim_writes_one_picked_row_per_start(db, conn, variant: st
     queue = await queue_with_jobs(db, VARIANTS.get(variant, VARIANTS["plain"])[0])
     claimed = await claim(conn, variant, queue, limit=3)
     assert len(claimed) == 3, variant
+    conn_pid = await conn.fetchval("SELECT pg_backend_pid()")
     worker = "node-step" if variant == "step" else f"node-{variant}"
     rows = await db.fetch("SELECT e.job_id, e.payload, j.attempt FROM dl_job_events e JOIN dl_jobs j USING (job_id) "
                           "WHERE e.queue = $1 AND e.kind = 'picked'", queue)
     assert sorted(r["job_id"] for r in rows) == sorted(claimed), f"the {variant} claim's 'picked' rows"
     for r in rows:
         payload = r["payload"] if isinstance(r["payload"], dict) else json.loads(r["payload"])
-        assert payload == {"attempt": r["attempt"], "worker": worker}
+        # the session is the claiming connection's backend (the one holding the key; running_picked_by.sql)
+        assert payload == {"attempt": r["attempt"], "worker": worker, "session": conn_pid}

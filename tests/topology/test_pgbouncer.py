@@ -191,7 +191,8 @@ async def test_no_job_is_lost_with_nodes_behind_pgbouncer_and_kills(dsn: str, pg
     assert report["drained"], detail
     assert report["failures"] == {}, detail
     assert report["counts"]["jobs_acked"] == cfg.jobs, detail
-    assert report["counts"]["requeues_by_reason"].get("lease_expired", 0) > 0, detail
+    by_reason = report["counts"]["requeues_by_reason"]
+    assert by_reason.get("lease_expired", 0) + by_reason.get("worker_died", 0) > 0, detail
     # the producers' statements really went through the pooler (pgbouncer counted its clients' queries)
     stats = await _pgbouncer_stats(bouncer)
     assert stats["total_query_count"] > cfg.jobs, stats

@@ -13,7 +13,7 @@ from tests.support.import_graph import PACKAGE, PACKAGE_ROOT, find_cycles, impor
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # tracing: like metrics, a leaf every layer may report to (it imports only OpenTelemetry, lazily)
     ("model", frozenset({"model", "exceptions", "base", "config", "metrics", "logger", "heap", "version",
-                         "tracing", "auth_throttle"})),
+                         "tracing", "auth_throttle", "machine"})),
     ("storage", frozenset({"storage"})),
     ("duty framework", frozenset({"maintenance"})),
     ("engine", frozenset({"workers"})),

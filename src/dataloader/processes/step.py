@@ -333,10 +333,12 @@ class _Step:
         metrics.PROCESS_COMPLETION_SECONDS.labels(self.ns).observe(time.perf_counter() - started)
 
     async def _zombie(self) -> None:
-        """on_lost="error": the node running this task died (its lease expired and the reaper gave
-        the task back). Like progressor, park the process in `error` instead of running it again."""
+        """on_lost="error": the node running this task died (its lease expired, or a node on its
+        machine saw its pid gone, and the reaper gave the task back). Like progressor, park the
+        process in `error` instead of running it again."""
         self.log.error("process task of a dead node: process parked in error (on_lost='error')")
-        detail = f"zombie detected: the node running {self.type.value} task {self.task_id} stopped (lease expired)"
+        detail = (f"zombie detected: the node running {self.type.value} task {self.task_id} stopped "
+                  "(its lease expired or its process died)")
         if self.type is TaskType.repair:
             await self._end_quietly("error", detail)
             return

@@ -153,7 +153,7 @@ class JobEvent(BaseModel):
     ts: datetime
     kind: str = Field(description="queued, picked, heartbeat, requeue, done, failed, canceled, "
                                   "cancel_requested, lost. A requeue's payload.reason says why: retry, "
-                                  "snooze, shutdown, lease_lost, lease_expired, lock_busy, manual_retry")
+                                  "snooze, shutdown, lease_lost, lease_expired, worker_died, lock_busy, manual_retry")
     payload: Any = Field(
         description="Details; a 'queued' event carries the request_id of the HTTP call that enqueued it"
     )
