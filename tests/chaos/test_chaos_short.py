@@ -386,6 +386,8 @@ def test_workflow_checks_fail_on_a_step_run_after_its_record_a_lost_run_a_join_t
     assert failing(steps=other_signal) == {"signals_not_taken_once"}
     late = [dict(st, wake_at=st["wake_at"] - 14 * s) if st["kind"] == "sleep" else st for st in good["steps"]]
     assert failing(steps=late) == {"sleeps_woke_late"}
+    early = [dict(st, wake_at=st["wake_at"] + s) if st["kind"] == "sleep" else st for st in good["steps"]]
+    assert failing(steps=early) == {"sleeps_woke_early"}
 
 
 def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:

@@ -28,7 +28,9 @@ Afterwards, from the probe table and dl_workflow_steps / dl_workflow_runs / dl_j
   each with the id derived from the parent and position (uuid5), each enqueued once (one `queued`
   journal row), counted by the join once (`joined`);
 - **the wait took the signal sent**: the wait's result is the run's payload;
-- **every sleep woke within the bound**: the first start of the step after the sleep is at most
+- **every sleep woke within the bound, never before its end**: the first start of the step after
+  the sleep is not before the sleep's `wake_at` (an early signal wakes a sleeping run: it must go
+  back to sleep), and at most
   `wake_bound_sec` after the sleep's `wake_at` — lease (a run cut off between its record and its
   hand-back is reaped only when its lease ends) + the reaper's period + the claim's fallback poll +
   WAKE_SLACK_SEC (a node starting again, the database restarting).
@@ -78,6 +80,9 @@ CREATE INDEX IF NOT EXISTS ix_chaos_wf_steps_run ON chaos_wf_steps (run_id);
 # (~2-4 s on a loaded 2-core machine: import, migrations check, pools) while the other is down too,
 # or the database restarting (~1 s) and the nodes reconnecting.
 WAKE_SLACK_SEC = 5.0
+# The run compares wake_at with this machine's clock, the probe stamps the database's: one clock, but
+# read through two paths.
+EARLY_TOLERANCE_SEC = 0.01
 # A late signal is sent this long after the run's wait is recorded (so that kills find runs waiting).
 LATE_SIGNAL_SEC = 1.0
 # The aimed kill takes a node whose workflow step started this recently (steps last STEP_SEC, at least
@@ -302,7 +307,7 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
 
     lost, not_succeeded, wrong_result = [], [], []
     after_record, wrong_key, no_probe, not_a_call = [], [], [], []
-    gathers_bad, children_bad, signal_bad, late_wakes = [], [], [], []
+    gathers_bad, children_bad, signal_bad, late_wakes, early_wakes = [], [], [], [], []
     reruns: Counter[str] = Counter()
     wakes: list[float] = []
 
@@ -353,6 +358,8 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
             wakes.append(late)
             if late > wake_bound:
                 late_wakes.append(f"{run_id}: woke {late:.2f}s after wake_at (bound {wake_bound:g}s)")
+            if late < -EARLY_TOLERANCE_SEC:
+                early_wakes.append(f"{run_id}: the step after the sleep started {-late:.3f}s before wake_at")
         # the join: exactly `children` children, with the derived ids, each enqueued once, counted once,
         # and the gather recorded done once with each child's result
         expected_ids = [str(uuid.uuid5(uuid.UUID(run_id), f"5:{i}")) for i in range(children)]
@@ -400,10 +407,11 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
             "children_not_once (ids, enqueues, joined)": len(children_bad),
             "signals_not_taken_once": len(signal_bad),
             "sleeps_woke_late (first step after > bound)": len(late_wakes),
+            "sleeps_woke_early (first step after < wake_at)": len(early_wakes),
         },
         "examples": [*lost[:3], *not_succeeded[:3], *wrong_result[:3], *strangers[:3], *after_record[:3],
                      *wrong_key[:3], *no_probe[:3], *not_a_call[:3], *gathers_bad[:3], *children_bad[:3],
-                     *signal_bad[:3], *late_wakes[:3]],
+                     *signal_bad[:3], *late_wakes[:3], *early_wakes[:3]],
         "counts": {
             "runs": len(started), "children": sum(1 for j in jobs if j["parent_run_id"] in started),
             "steps_recorded": sum(1 for s in steps if s["kind"] == "step" and s["state"] == "done"),
