@@ -148,7 +148,7 @@ def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, he
              reaper_period_sec: float, shutdown_timeout_sec: float, claim_backoff_sec: float,
              log_level: str, root: Path, queue_limits: dict[str, object] | None = None,
              workflow_queue: str | None = None, workflow_concurrency: int = 4) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith(("DL_", "WORKERS_JSON", "CHAOS_"))}
+    env = {k: v for k, v in base.items() if not k.startswith(("DL_", "WORKERS_JSON", "CHAOS_WF_QUEUE"))}
     workers = [{"queue": queue, "concurrency": concurrency}]
     if workflow_queue:  # the workflows' runs and children (node_workflows.py registers them there)
         workers.append({"queue": workflow_queue, "concurrency": workflow_concurrency})

@@ -403,7 +403,8 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
     # throughput to the concurrency limit); checked from the journal afterwards (limits.py)
     cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=9, kill_interval=(2.5, 3.5), hot_keys=12,
                       hot_share=0.5, burst=(10, 40), drain_timeout_sec=90,
-                      concurrency_limit=10, partition_concurrency=3, rate_limit=6, rate_period_sec=0.25, partitions=4)
+                      concurrency_limit=10, partition_concurrency=3, rate_limit=6, rate_period_sec=0.25, partitions=4,
+                      workflows=16, workflow_children=3)
     restarts: list[str] = []
 
     async def restart() -> str:
