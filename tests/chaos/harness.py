@@ -74,6 +74,7 @@ class ChaosConfig:
     reaper_period_sec: float = 1.0
     shutdown_timeout_sec: float = 5.0
     claim_backoff_sec: float = 2.0
+    poll_fallback_sec: float = 10.0  # the engine's default, stated: the workflows' wake bound uses it
     drain_timeout_sec: float = 90.0
     submit_timeout_sec: float = 120.0
     node_start_timeout_sec: float = 60.0
@@ -183,6 +184,7 @@ class ChaosRun:
                        heartbeat_sec=cfg.heartbeat_sec, reaper_period_sec=cfg.reaper_period_sec,
                        shutdown_timeout_sec=cfg.shutdown_timeout_sec, claim_backoff_sec=cfg.claim_backoff_sec,
                        log_level=cfg.log_level, root=ROOT, queue_limits=cfg.queue_limits(),
+                       poll_fallback_sec=cfg.poll_fallback_sec,
                        workflow_queue=f"{self.queue}-wf" if cfg.workflows else None,
                        workflow_concurrency=cfg.workflow_concurrency)
         self.slots = [NodeSlot(index=i + 1, port=free_port(), env=env, log_dir=log_dir)

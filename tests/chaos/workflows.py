@@ -30,10 +30,8 @@ Afterwards, from the probe table and dl_workflow_steps / dl_workflow_runs / dl_j
 - **the wait took the signal sent**: the wait's result is the run's payload;
 - **every sleep woke within the bound, never before its end**: the first start of the step after
   the sleep is not before the sleep's `wake_at` (an early signal wakes a sleeping run: it must go
-  back to sleep), and at most
-  `wake_bound_sec` after the sleep's `wake_at` — lease (a run cut off between its record and its
-  hand-back is reaped only when its lease ends) + the reaper's period + the claim's fallback poll +
-  WAKE_SLACK_SEC (a node starting again, the database restarting).
+  back to sleep), and at most `wake_bound_sec` after it: max(lease + reaper period, fallback poll)
+  + WAKE_SLACK_SEC = max(5 + 1, 10) + 5 = 15 s in the chaos runs (see wake_bound_sec).
 """
 
 from __future__ import annotations
@@ -76,9 +74,9 @@ CREATE TABLE IF NOT EXISTS chaos_wf_steps (
 CREATE INDEX IF NOT EXISTS ix_chaos_wf_steps_run ON chaos_wf_steps (run_id);
 """
 
-# What a wake may take beyond lease + reaper + fallback poll: a node started again after a kill -9
-# (~2-4 s on a loaded 2-core machine: import, migrations check, pools) while the other is down too,
-# or the database restarting (~1 s) and the nodes reconnecting.
+# What a wake may take beyond the longer of (lease + reaper period) and the fallback poll: a node
+# started again after a kill -9 (2-7 s on a loaded 2-core machine: imports, pools, the first claim)
+# while the other is down too, or the database restarting (~1 s) and the nodes reconnecting.
 WAKE_SLACK_SEC = 5.0
 # The run compares wake_at with this machine's clock, the probe stamps the database's: one clock, but
 # read through two paths.
@@ -102,8 +100,14 @@ class WfRun:
     errors: list[str] = field(default_factory=list)
 
 
-def wake_bound_sec(lease_ttl_sec: float, reaper_period_sec: float, claim_backoff_sec: float) -> float:
-    return lease_ttl_sec + reaper_period_sec + claim_backoff_sec + WAKE_SLACK_SEC
+def wake_bound_sec(lease_ttl_sec: float, reaper_period_sec: float, poll_fallback_sec: float) -> float:
+    """How late after its wake_at a sleeping run may take its next step under the chaos. The node that
+    handed the run back keeps a timer for its wake_at; when that node is killed meanwhile, another
+    learns the due time at its next empty claim, at the latest at its fallback poll. A run cut off
+    between recording its sleep and handing its job back stays `running` until the reaper finds its
+    lease expired (lease + reaper period after the kill, which was before wake_at), then is
+    requeued with a NOTIFY. Whichever is longer, plus WAKE_SLACK_SEC."""
+    return max(lease_ttl_sec + reaper_period_sec, poll_fallback_sec) + WAKE_SLACK_SEC
 
 
 class WorkflowLoad:
@@ -238,11 +242,22 @@ class WorkflowLoad:
             "AND kind IN ('queued', 'workflow_gather')", ids)
         signals = await db.fetch("SELECT run_id::text, name, payload::text AS payload, consumed_seq "
                                  "FROM dl_workflow_signals WHERE run_id = ANY($1::uuid[])", ids)
-        bound = wake_bound_sec(cfg.lease_ttl_sec, cfg.reaper_period_sec, cfg.claim_backoff_sec)
+        bound = wake_bound_sec(cfg.lease_ttl_sec, cfg.reaper_period_sec, cfg.poll_fallback_sec)
         started = {r.run_id: self.input_of(r) for r in self.runs if r.run_id}
         found = check_workflows(started, cfg.workflow_children, [dict(j) for j in jobs], [dict(s) for s in steps],
                                 [dict(p) for p in probes], [dict(e) for e in events], [dict(s) for s in signals],
                                 bound)
+        # what the slowest wakes' jobs went through from a little before wake_at (for the report)
+        for w in found["slowest_wakes"]:
+            trail = await db.fetch(
+                "SELECT kind, payload->>'worker' AS worker, payload->>'reason' AS reason, "
+                "round(extract(epoch FROM ts - $2::timestamptz)::numeric, 2)::float8 AS t FROM dl_job_events "
+                "WHERE job_id = $1::uuid AND ts BETWEEN $2::timestamptz - interval '3 s' AND $2::timestamptz "
+                "+ $3::float8 * interval '1 s' + interval '0.5 s' AND kind <> 'heartbeat' ORDER BY event_id",
+                w["run_id"], w["wake_at"], w["late_sec"])
+            w["trail"] = [" ".join(str(x) for x in (r["t"], r["kind"], r["worker"] or "", r["reason"] or "") if x != "")
+                          for r in trail]
+            w["wake_at"] = w["wake_at"].isoformat()
         unacked = [e for r in self.runs for e in r.errors] + [
             f"{r.key}: never acknowledged" for r in self.runs if not r.errors and (not r.run_id or not r.signal_acked)]
         aim_missed = int(self.aim_tried and self.aimed is None)
@@ -255,6 +270,7 @@ class WorkflowLoad:
             "counts": {**found["counts"], "starts_resent": sum(r.requests - 1 for r in self.runs),
                        "signals_before_wait": sum(1 for r in self.runs if r.early_signal),
                        "signals_resent": sum(max(0, r.signal_requests - 1) for r in self.runs),
+                       "slowest_wakes": found["slowest_wakes"],
                        "aimed_kill": self.aimed, "kills_finding_runs": kills_finding(self.at_kills),
                        "at_kills": self.at_kills, "settle": self.settled},
         }
@@ -310,6 +326,7 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
     gathers_bad, children_bad, signal_bad, late_wakes, early_wakes = [], [], [], [], []
     reruns: Counter[str] = Counter()
     wakes: list[float] = []
+    slowest: list[dict[str, Any]] = []
 
     # every step function's calls, against its recorded position (parents and children alike)
     for (run_id, name), calls in probes_of.items():
@@ -356,6 +373,7 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
         if woke and recs[2]["wake_at"] is not None:
             late = _sec(min(woke), recs[2]["wake_at"])
             wakes.append(late)
+            slowest.append({"run_id": run_id, "wake_at": recs[2]["wake_at"], "late_sec": round(late, 2)})
             if late > wake_bound:
                 late_wakes.append(f"{run_id}: woke {late:.2f}s after wake_at (bound {wake_bound:g}s)")
             if late < -EARLY_TOLERANCE_SEC:
@@ -423,4 +441,5 @@ def check_workflows(started: dict[str, dict[str, Any]], children: int, jobs: lis
             "wake_after_wake_at_sec": ({"sleeps": len(wakes), "median": round(statistics.median(wakes), 2),
                                         "max": round(max(wakes), 2), "bound": wake_bound} if wakes else None),
         },
+        "slowest_wakes": sorted(slowest, key=lambda w: -w["late_sec"])[:3],
     }
