@@ -49,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=int, default=None, help="its job starts per --rate-period")
     p.add_argument("--rate-period", type=float, default=1.0, help="the rate's window in seconds")
     p.add_argument("--partitions", type=int, default=4, help="partition keys the jobs spread over")
+    p.add_argument("--workflows", type=int, default=40,
+                   help="runs of chaos.order (steps, a sleep, a wait for a signal, a gather; 0: none)")
+    p.add_argument("--workflow-children", type=int, default=3, help="child runs each run gathers")
+    p.add_argument("--workflow-sleep", type=float, default=1.5, help="seconds of each run's wf.sleep")
+    p.add_argument("--workflow-concurrency", type=int, default=4, help="workflow slots per node")
     p.add_argument("--no-aim", action="store_true", help="no aimed kills (observer holder, mid-step node)")
     p.add_argument("--no-restart", action="store_true", help="skip the PostgreSQL restart")
     p.add_argument("--no-sigterm", action="store_true", help="skip the SIGTERM")
@@ -117,7 +122,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 operation_jobs=args.operation_jobs, operation_batch=args.operation_batch, settle_timeout_sec=180,
                 concurrency_limit=args.concurrency_limit, partition_concurrency=args.partition_concurrency,
                 rate_limit=args.rate, rate_period_sec=args.rate_period, partitions=args.partitions,
-                aim=not args.no_aim)
+                aim=not args.no_aim, workflows=args.workflows, workflow_children=args.workflow_children,
+                workflow_sleep_sec=args.workflow_sleep, workflow_concurrency=args.workflow_concurrency)
             git = git_state()
             logs = args.logs or Path(tempfile.mkdtemp(prefix="dl-chaos-logs-"))
             report = await ChaosRun(cfg, dsn, restart, dict(os.environ), logs).execute()

@@ -46,6 +46,7 @@ from tests.chaos.capabilities import Capabilities
 from tests.chaos.limits import COPY_FLOW_STARTS_SQL, FLOW_STARTS_DDL, check_limits, limits_reached
 from tests.chaos.nodes import NodeError, NodeSlot, free_port, node_env
 from tests.chaos.pipelines import CONNECTION_ERRORS, OBSERVER_RUNS_DDL, RUNS_DDL, TASK
+from tests.chaos.workflows import WF_STEPS_DDL, WorkflowLoad
 
 # The longest the next kill waits for a node that lived through the restart to claim a job again.
 RECOVERY_WAIT_SEC = 30.0
@@ -76,6 +77,7 @@ class ChaosConfig:
     reaper_period_sec: float = 1.0
     shutdown_timeout_sec: float = 5.0
     claim_backoff_sec: float = 2.0
+    poll_fallback_sec: float = 10.0  # the engine's default, stated: the workflows' wake bound uses it
     drain_timeout_sec: float = 90.0
     submit_timeout_sec: float = 120.0
     node_start_timeout_sec: float = 60.0
@@ -105,6 +107,14 @@ class ChaosConfig:
     # the second a node in the middle of a process step (made long for it); each aim waits for its
     # target, and a missed aim is a failure (aimed_kills_missed)
     aim: bool = True
+    # durable workflows (workflows.py): runs of chaos.order started during the chaos, each with a
+    # sleep, a wait for a signal and a gather of `workflow_children` child runs; 0 (the default, kept
+    # by the topology tests) turns them off; the short run has 16, the long run 40
+    workflows: int = 0
+    workflow_children: int = 3
+    workflow_step_sec: float = 0.4
+    workflow_sleep_sec: float = 1.5
+    workflow_concurrency: int = 4
 
     def queue_limits(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -176,7 +186,10 @@ class ChaosRun:
         env = node_env(base_env, dsn=dsn, queue=self.queue, concurrency=cfg.concurrency,
                        heartbeat_sec=cfg.heartbeat_sec, reaper_period_sec=cfg.reaper_period_sec,
                        shutdown_timeout_sec=cfg.shutdown_timeout_sec, claim_backoff_sec=cfg.claim_backoff_sec,
-                       log_level=cfg.log_level, root=ROOT, queue_limits=cfg.queue_limits())
+                       log_level=cfg.log_level, root=ROOT, queue_limits=cfg.queue_limits(),
+                       poll_fallback_sec=cfg.poll_fallback_sec,
+                       workflow_queue=f"{self.queue}-wf" if cfg.workflows else None,
+                       workflow_concurrency=cfg.workflow_concurrency)
         self.slots = [NodeSlot(index=i + 1, port=free_port(), env=env, log_dir=log_dir)
                       for i in range(cfg.nodes)]
         self.submissions: list[Submission] = []
@@ -190,6 +203,7 @@ class ChaosRun:
         self._bringups: set[asyncio.Task[None]] = set()
         self._client: httpx.AsyncClient | None = None
         self.caps = Capabilities(self)
+        self.wf = WorkflowLoad(self)
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -200,6 +214,7 @@ class ChaosRun:
             await conn.execute(RUNS_DDL)
             await conn.execute(OBSERVER_RUNS_DDL)
             await conn.execute(FLOW_STARTS_DDL)
+            await conn.execute(WF_STEPS_DDL)
         finally:
             await conn.close()
         copier = asyncio.create_task(self._copy_flow_starts()) if self.cfg.rate_limit else None
@@ -214,9 +229,11 @@ class ChaosRun:
                 self.timings["startup_sec"] = time.monotonic() - t0
                 t1 = time.monotonic()
                 producer = asyncio.create_task(self._produce())
+                workflows = asyncio.create_task(self.wf.produce())
                 await self._chaos()
                 self.timings["chaos_sec"] = time.monotonic() - t1
                 await asyncio.wait_for(producer, timeout=self.cfg.submit_timeout_sec + 60)
+                await asyncio.wait_for(workflows, timeout=self.cfg.submit_timeout_sec + 60)
                 self.timings["enqueue_sec"] = time.monotonic() - t1
                 await self.caps.stop_calls()
                 await self._all_up()
@@ -226,6 +243,9 @@ class ChaosRun:
                 t3 = time.monotonic()
                 await self.caps.settle()
                 self.timings["settle_sec"] = time.monotonic() - t3
+                t4 = time.monotonic()
+                await self.wf.settle()
+                self.timings["workflows_settle_sec"] = time.monotonic() - t4
                 await self._stop_all()
             finally:
                 for task in self._bringups:
@@ -327,11 +347,15 @@ class ChaosRun:
                 await asyncio.sleep(self.rng.uniform(*cfg.kill_interval))
             # the bulk operation starts at its kill, and that kill takes the node running it
             victim = ((await self.caps.start_operation() if k == operation_at else None)
-                      or await self._aimed(k) or await self._ready_slot())
+                      or await self._aimed(k) or await self.wf.aimed_victim(k) or await self._ready_slot())
             inc = victim.kill9()
             self.kills.append({"n": k + 1, "node": inc.name, "at": inc.ended_at,
                                "t_sec": round(inc.ended_at - t0, 2) if inc.ended_at else None})
             self._bring_up(victim)
+            try:
+                await self.wf.at_kill(inc.name)  # what the workflow runs were doing when it died
+            except CONNECTION_ERRORS:
+                pass
 
     async def _aimed(self, k: int) -> NodeSlot | None:
         """The first kill takes a node running an observer, the second one a node in the middle of a
@@ -514,6 +538,11 @@ class ChaosRun:
         report["limits"] = {**flow["counts"], "reached": limits_reached(flow["counts"])}
         report["examples"].update(flow["examples"])
         caps = await self.caps.report()
+        if cfg.workflows:
+            wf = await self.wf.report()
+            caps["checks"].update(wf["checks"])
+            caps["examples"].update(wf["examples"])
+            caps["workflows"] = wf["counts"]
         checks = {**report["checks"], **flow["checks"], **caps.pop("checks")}
         report["checks"] = checks
         report["failures"] = {k: v for k, v in checks.items() if v}

@@ -146,16 +146,23 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def node_env(base: dict[str, str], *, dsn: str, queue: str, concurrency: int, heartbeat_sec: float,
              reaper_period_sec: float, shutdown_timeout_sec: float, claim_backoff_sec: float,
-             log_level: str, root: Path, queue_limits: dict[str, object] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith(("DL_", "WORKERS_JSON"))}
+             log_level: str, root: Path, queue_limits: dict[str, object] | None = None,
+             workflow_queue: str | None = None, workflow_concurrency: int = 4,
+             poll_fallback_sec: float = 10.0) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith(("DL_", "WORKERS_JSON", "CHAOS_WF_QUEUE"))}
+    workers = [{"queue": queue, "concurrency": concurrency}]
+    if workflow_queue:  # the workflows' runs and children (node_workflows.py registers them there)
+        workers.append({"queue": workflow_queue, "concurrency": workflow_concurrency})
+        env["CHAOS_WF_QUEUE"] = workflow_queue
     env.update({
         "DL_DB_DSN": dsn,
-        "WORKERS_JSON": json.dumps([{"queue": queue, "concurrency": concurrency}]),
-        "DL_PIPELINE_MODULES": "tests.chaos.pipelines,tests.chaos.node_capabilities",
+        "WORKERS_JSON": json.dumps(workers),
+        "DL_PIPELINE_MODULES": "tests.chaos.pipelines,tests.chaos.node_capabilities,tests.chaos.node_workflows",
         "DL_HEARTBEAT_SEC": str(heartbeat_sec),
         "DL_REAPER_PERIOD_SEC": str(reaper_period_sec),
         "DL_SHUTDOWN_TIMEOUT_SEC": str(shutdown_timeout_sec),
         "DL_CLAIM_BACKOFF_SEC": str(claim_backoff_sec),
+        "DL_POLL_FALLBACK_SEC": str(poll_fallback_sec),
         # observers move within dead_after + heartbeat (7 s); fence_after = 6 - 2 - 1 = 3 s
         "DL_NODE_HEARTBEAT_SEC": "1",
         "DL_NODE_DEAD_AFTER_SEC": "6",

@@ -6,8 +6,10 @@ an observer, a schedule tick off the grid or missed, a timer chain that doubled,
 that did not change each job exactly once; with the queue's flow limits set (10 running, 3 per
 partition key, 6 starts per 250 ms), never exceeded in the journal and each reached; with kills
 aimed at a node running an observer and one in the middle of a process step, so that observers
-move, a run is killed and a step runs again in every run; plus the self-tests that show the probe
-and every check can fail (a check that cannot fail proves nothing).
+move, a run is killed and a step runs again in every run; with durable workflows (16 runs of steps,
+a sleep, a wait for a signal and a gather of 3 children, one kill aimed mid-step) that must all
+succeed, no step run after its record, each join once and each sleep woken within its bound;
+plus the self-tests that show the probe and every check can fail (a check that cannot fail proves nothing).
 
 The restart is real (`pg_ctl restart`) on the embedded server, and on an external one when
 DL_TEST_RESTART_CMD says how to restart it. On an external server without it, the harness can only
@@ -24,6 +26,7 @@ import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import asyncpg
 import pytest
@@ -39,6 +42,7 @@ from tests.chaos.capabilities import (
 )
 from tests.chaos.harness import ChaosConfig, ChaosRun, _restart_label, check_journal, format_table, overlapping_runs
 from tests.chaos.limits import check_limits, limits_reached
+from tests.chaos.workflows import check_workflows
 from tests.conftest import wait_until
 from tests.support.database import restart_server
 from tests.support.engine import enqueue, running_engine
@@ -287,6 +291,105 @@ def test_limit_checks_fail_on_too_many_running_of_the_queue_or_a_partition_and_t
     assert _failing(check_limits(late_rows, part, **limits, gate_starts=stamps)["checks"]) == set()
 
 
+def _workflow_rows(children: int = 2) -> dict[str, Any]:
+    """The rows of one chaos.order run that went right (its `prepare` step ran twice: cut off before
+    its record, the second call recorded), for check_workflows."""
+    t = datetime(2030, 1, 1, tzinfo=UTC)
+    s = timedelta(seconds=1)
+    rid = str(uuid.uuid4())
+    order = {"n": 3, "step_sec": 0.4, "sleep_sec": 1.5, "children": children}
+    cids = [str(uuid.uuid5(uuid.UUID(rid), f"5:{i}")) for i in range(children)]
+    probes: list[dict[str, Any]] = []
+
+    def call(run: str, name: str, seq: int, at: datetime) -> str:
+        inv = str(uuid.uuid4())
+        probes.append({"invocation": inv, "run_id": run, "name": name, "step_key": f"{run}:{seq}", "pid": 1,
+                       "node": "n1.1", "run_attempt": 1, "started_at": at})
+        return inv
+
+    def step(run: str, seq: int, kind: str, name: str, done: datetime, result: Any = None,
+             wake_at: datetime | None = None) -> dict[str, Any]:
+        return {"run_id": run, "seq": seq, "kind": kind, "name": name, "state": "done",
+                "result": None if result is None else json.dumps(result), "attempts": 1, "wake_at": wake_at,
+                "finished_at": done}
+
+    call(rid, "prepare", 1, t)  # cut off before its record
+    first = call(rid, "prepare", 1, t + 7 * s)
+    woke = call(rid, "after-sleep", 3, t + 10 * s + s / 10)
+    parts = []
+    steps = [step(rid, 1, "step", "prepare", t + 8 * s, {"key": f"{rid}:1", "invocation": first}),
+             step(rid, 2, "sleep", "sleep", t + 8 * s, wake_at=t + 10 * s),
+             step(rid, 3, "step", "after-sleep", t + 11 * s, {"key": f"{rid}:3", "invocation": woke}),
+             step(rid, 4, "wait", "go", t + 12 * s, {"n": 3})]
+    jobs = []
+    events = [{"job_id": rid, "kind": "queued", "payload": {}},
+              {"job_id": rid, "kind": "workflow_gather", "payload": {"state": "pending"}},
+              {"job_id": rid, "kind": "workflow_gather", "payload": {"state": "done"}}]
+    for i, cid in enumerate(cids):
+        inv = call(cid, "part", 1, t + 13 * s)
+        steps.append(step(cid, 1, "step", "part", t + 14 * s, {"key": f"{cid}:1", "invocation": inv}))
+        result = {"i": i, "key": f"{cid}:1"}
+        parts.append(result)
+        jobs.append({"job_id": cid, "task": "workflow:chaos.part", "status": "succeeded", "attempt": 1,
+                     "result": json.dumps(result), "parent_run_id": rid, "parent_seq": 5, "joined": True})
+        events.append({"job_id": cid, "kind": "queued", "payload": {}})
+    steps.append(step(rid, 5, "gather", "+".join(["chaos.part"] * children), t + 15 * s,
+                      [{"run_id": c, "workflow": "chaos.part", "status": "succeeded", "result": p, "error": None}
+                       for c, p in zip(cids, parts, strict=True)]))
+    last = call(rid, "finish", 6, t + 16 * s)
+    steps.append(step(rid, 6, "step", "finish", t + 17 * s, {"key": f"{rid}:6", "invocation": last}))
+    result = {"n": 3, "signal": {"n": 3}, "parts": parts, "keys": [f"{rid}:1", f"{rid}:3", f"{rid}:6"]}
+    jobs.insert(0, {"job_id": rid, "task": "workflow:chaos.order", "status": "succeeded", "attempt": 2,
+                    "result": json.dumps(result), "parent_run_id": None, "parent_seq": None, "joined": False})
+    signals = [{"run_id": rid, "name": "go", "payload": '{"n": 3}', "consumed_seq": 4}]
+    return {"started": {rid: order}, "children": children, "jobs": jobs, "steps": steps, "probes": probes,
+            "events": events, "signals": signals, "wake_bound": 13.0}
+
+
+def test_workflow_checks_fail_on_a_step_run_after_its_record_a_lost_run_a_join_twice_and_a_late_wake() -> None:
+    good = _workflow_rows()
+    ok = check_workflows(**good)
+    assert _failing(ok["checks"]) == set(), ok["examples"]
+    assert ok["counts"]["steps_run_more_than_once"] == 1  # cut off before its record: allowed, counted
+    assert ok["counts"]["wake_after_wake_at_sec"]["max"] == 0.1
+    rid = next(iter(good["started"]))
+    s = timedelta(seconds=1)
+
+    def failing(**changes: Any) -> set[str]:
+        return _failing(check_workflows(**{**good, **changes})["checks"])
+
+    def probe_of(name: str) -> dict[str, Any]:
+        return next(p for p in good["probes"] if p["run_id"] == rid and p["name"] == name)
+
+    after = {**probe_of("finish"), "invocation": str(uuid.uuid4()), "started_at": probe_of("finish")["started_at"]
+             + 2 * s}  # a call of `finish` after its record
+    assert failing(probes=[*good["probes"], after]) == {"steps_run_after_record"}
+    other_key = {**probe_of("prepare"), "invocation": str(uuid.uuid4()), "step_key": f"{rid}:2"}
+    assert failing(probes=[*good["probes"], other_key]) == {"steps_rerun_with_another_key"}
+    assert failing(probes=[p for p in good["probes"] if p["name"] != "finish"]) == {"steps_not_matching_probe"}
+    foreign = [dict(st, result=json.dumps({**json.loads(st["result"]), "invocation": str(uuid.uuid4())}))
+               if st["name"] == "finish" else st for st in good["steps"]]
+    assert failing(steps=foreign) == {"steps_recorded_result_not_a_call"}  # a result no call of it returned
+    assert failing(started={**good["started"], str(uuid.uuid4()): {"n": 9}}) == {"workflow_runs_lost"}
+    failed = [{**good["jobs"][0], "status": "failed"}, *good["jobs"][1:]]
+    assert failing(jobs=failed) == {"workflow_runs_not_succeeded"}
+    extra_child = {**good["jobs"][1], "job_id": str(uuid.uuid4())}
+    assert failing(jobs=[*good["jobs"], extra_child]) == {"children_not_once"}  # a child started twice
+    twice = [*good["events"], {"job_id": good["jobs"][1]["job_id"], "kind": "queued", "payload": {}}]
+    assert failing(events=twice) == {"children_not_once"}  # one child enqueued twice
+    gathered_twice = [*good["events"], {"job_id": rid, "kind": "workflow_gather", "payload": {"state": "done"}}]
+    assert failing(events=gathered_twice) == {"gathers_not_once"}
+    short = [dict(st, result=json.dumps(json.loads(st["result"])[:1])) if st["kind"] == "gather" else st
+             for st in good["steps"]]
+    assert failing(steps=short) == {"gathers_not_once"}  # a join that missed a child's result
+    other_signal = [dict(st, result='{"n": 4}') if st["kind"] == "wait" else st for st in good["steps"]]
+    assert failing(steps=other_signal) == {"signals_not_taken_once"}
+    late = [dict(st, wake_at=st["wake_at"] - 14 * s) if st["kind"] == "sleep" else st for st in good["steps"]]
+    assert failing(steps=late) == {"sleeps_woke_late"}
+    early = [dict(st, wake_at=st["wake_at"] + s) if st["kind"] == "sleep" else st for st in good["steps"]]
+    assert failing(steps=early) == {"sleeps_woke_early"}
+
+
 def test_a_restart_that_only_terminated_sessions_is_reported_as_not_real() -> None:
     assert _restart_label({"how": "restarted", "t_sec": 5.0}) == "PostgreSQL restart"
     assert "NOT REAL" in _restart_label({"how": "terminated", "t_sec": 5.0})
@@ -300,7 +403,8 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
     # throughput to the concurrency limit); checked from the journal afterwards (limits.py)
     cfg = ChaosConfig(nodes=2, concurrency=6, jobs=300, kills=9, kill_interval=(2.5, 3.5), hot_keys=12,
                       hot_share=0.5, burst=(10, 40), drain_timeout_sec=90,
-                      concurrency_limit=10, partition_concurrency=3, rate_limit=6, rate_period_sec=0.25, partitions=4)
+                      concurrency_limit=10, partition_concurrency=3, rate_limit=6, rate_period_sec=0.25, partitions=4,
+                      workflows=16, workflow_children=3)
     restarts: list[str] = []
 
     async def restart() -> str:
@@ -334,3 +438,8 @@ async def test_chaos_short(dsn, pg_server, subprocess_env, tmp_path: Path) -> No
     assert all(report["aimed"].values()) and set(report["aimed"]) == {"observer", "step"}, detail
     # ... and every flow limit was reached (else its journal check proved nothing)
     assert all(report["limits"]["reached"].values()), detail
+    # ... and the workflows ran under it: every run started, and the aimed kill cut a step off before
+    # its record, so that step really ran twice (with one key, never after its record: the checks)
+    wf = caps["workflows"]
+    assert wf["runs"] == cfg.workflows and wf["children"] == cfg.workflows * cfg.workflow_children, detail
+    assert wf["aimed_kill"] and wf["steps_run_more_than_once"] > 0, detail
