@@ -202,6 +202,9 @@ WORKFLOW_STEPS = Counter(
 WORKFLOW_STEP_SECONDS = Histogram(
     "dl_workflow_step_duration_seconds", "A workflow step function's run time", ["workflow"], buckets=_SLOW,
 )
+WORKFLOW_DEADLINES = Counter(
+    "dl_workflow_deadlines_total", "Runs that failed because they passed their deadline, by workflow", ["workflow"],
+)
 WORKFLOW_SUSPENDS = Counter(
     "dl_workflow_suspends_total", "Runs that handed their job back without a worker, by why: sleep, wait, "
     "gather, retry (a step's backoff), taken_back (the run's job was no longer this attempt's), database",

@@ -160,3 +160,14 @@ async def fixable(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
     value = await wf.step("b", b)
     c = await wf.step("c", probe, input["dsn"], wf, "c")
     return {"a": a, "b": value, "c": c, "got": got}
+
+
+@workflow("t.slow_step", queue=QUEUE)
+async def slow_step(wf: Workflow, input: dict[str, Any]) -> str:
+    """One step that works `seconds` (probed as it starts): a deadline interrupts it."""
+    async def work() -> str:
+        await probe(input["dsn"], wf, "slow")
+        await asyncio.sleep(float(input["seconds"]))
+        return "done"
+
+    return await wf.step("slow", work)

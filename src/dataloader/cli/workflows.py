@@ -28,12 +28,14 @@ def workflows_start(
     workflow: str,
     input: Annotated[str, typer.Option("--input", help="The workflow's input, JSON")] = "null",
     idempotency_key: Annotated[str | None, typer.Option(help="The same key starts one run")] = None,
+    deadline: Annotated[str | None, typer.Option(
+        help="How long the whole run may take: seconds, or 90m, 12h, 7d; past it the run fails")] = None,
 ) -> None:
     """Start a run of a registered workflow (DL_PIPELINE_MODULES imports it); prints the run."""
     value = _json_option("--input", input)
 
     async def run(app: App) -> dict[str, Any]:
-        run_id = await app.workflows.start(workflow, value, idempotency_key=idempotency_key)
+        run_id = await app.workflows.start(workflow, value, idempotency_key=idempotency_key, deadline=deadline)
         return (await app.workflows.get(run_id)).to_dict()
 
     _print(_with_app(run))

@@ -91,6 +91,7 @@ class WorkflowRun:
     finished_at: datetime | None
     available_at: datetime | None
     steps: list[Recorded] = field(default_factory=list)
+    deadline_at: datetime | None = None  # when the run must have ended (None: never)
 
     @property
     def finished(self) -> bool:
@@ -102,14 +103,16 @@ class WorkflowRun:
                    input=decode(row["input"]) if isinstance(row["input"], str) else row["input"],
                    result=decode(row["result"]), error=row["error"], queue=row["queue"],
                    parent_run_id=row["parent_run_id"], created_at=row["created_at"],
-                   finished_at=row["finished_at"], available_at=row["available_at"], steps=steps)
+                   finished_at=row["finished_at"], available_at=row["available_at"], steps=steps,
+                   deadline_at=row.get("deadline_at"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": str(self.run_id), "workflow": self.workflow, "status": self.status,
                 "input": self.input, "result": self.result, "error": self.error, "queue": self.queue,
                 "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
                 "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at),
-                "available_at": iso_utc(self.available_at), "steps": [s.to_dict() for s in self.steps]}
+                "available_at": iso_utc(self.available_at), "deadline_at": iso_utc(self.deadline_at),
+                "steps": [s.to_dict() for s in self.steps]}
 
 
 @dataclass(frozen=True, slots=True)

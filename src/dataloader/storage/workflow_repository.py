@@ -31,6 +31,8 @@ class History:
     lease_ttl_sec: int = 60
     # the seconds the attempt's lease had left at the read, by the database's clock (None: unknown)
     lease_left_sec: float | None = None
+    # the seconds the run's deadline had left at the read (negative: passed; None: no deadline)
+    deadline_left_sec: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +59,14 @@ class WorkflowRepository:
 
     async def start(self, jobs: list[NewJob], workflows: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
                     gather: tuple[int, str, int, str, int, bool] | None = None,
-                    traceparent: str | None = None) -> list[uuid.UUID] | None:
+                    traceparent: str | None = None, deadline_sec: float | None = None) -> list[uuid.UUID] | None:
         """Insert run jobs and their run rows in one transaction; returns the ids inserted (a run
         whose idempotency key exists is skipped; None: the parent no longer holds its job).
         `parent`: (parent run id, gather seq) of children. `gather`: (attempt, name, children,
         child ids JSON, seq, fail_fast) — the parent's pending gather, its join counter set to the number of
         children, written first and fenced: a parent that lost its job starts nothing. `traceparent`:
-        the span every attempt of these runs is a child of (one trace per run)."""
+        the span every attempt of these runs is a child of (one trace per run). `deadline_sec`: from
+        now to the runs' deadline (None: children get their parent's, a top-level run none)."""
         async with self.pool.acquire() as conn, conn.transaction():
             if gather is not None and parent is not None:
                 attempt, name, count, ids_json, seq, fail_fast = gather
@@ -75,7 +78,7 @@ class WorkflowRepository:
             inserted = await JobRepository(tx).insert_jobs(jobs, tx, "workflow", traceparent=traceparent)
             names = {j.job_id: w for j, w in zip(jobs, workflows, strict=True)}
             await conn.execute(sql("workflows/insert_runs"), inserted, [names[i] for i in inserted],
-                               parent[0] if parent else None, parent[1] if parent else None)
+                               parent[0] if parent else None, parent[1] if parent else None, deadline_sec)
             return inserted
 
     async def history(self, run_id: uuid.UUID, attempt: int = 0) -> History | None:
@@ -83,7 +86,7 @@ class WorkflowRepository:
         if not rows:
             return None
         return History(rows[0]["wakes"], {r["seq"]: Recorded.from_row(r) for r in rows if r["seq"] is not None},
-                       rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"])
+                       rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"], rows[0]["deadline_left_sec"])
 
     async def record(self, run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str, *,
                      result_json: str | None = None, error: str | None = None, attempts: int = 0,

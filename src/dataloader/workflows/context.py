@@ -84,6 +84,11 @@ class Suspend(BaseException):
         super().__init__(f"suspended for {self.seconds:g} s ({reason})")
 
 
+class DeadlinePassed(BaseException):
+    """The run passed its deadline: not an error a workflow may catch (a BaseException, like
+    Suspend); the runner fails the run and cancels its unfinished children."""
+
+
 class HistoryMismatch(Exception):
     """The code asks for another step than the run's history recorded at that position."""
 
@@ -149,6 +154,10 @@ class Workflow:
         # until when (on lease_clock) the attempt is known to hold its job: see the module's docstring
         self._lease_known_until = float("-inf")
         self._trust_lease(history.lease_left_sec, loaded_at)
+        # when (on lease_clock) the run's deadline passes; None: it has none
+        self.deadline: float | None = None
+        if history.deadline_left_sec is not None:
+            self.deadline = (loaded_at if loaded_at is not None else lease_clock()) + history.deadline_left_sec
         self._seq = 0
         self._step_key: str | None = None
         # what "now" is when a recorded wake time is compared (the engine: this machine's clock; the
@@ -387,9 +396,16 @@ class Workflow:
         if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
             raise ValueError(f"a step's name must be 1-{MAX_STEP_NAME} characters")
 
+    def deadline_left(self) -> float | None:
+        """Seconds until the run's deadline (negative: passed; None: no deadline)."""
+        return None if self.deadline is None else self.deadline - lease_clock()
+
     def _next(self, kind: str, name: str) -> tuple[int, Recorded | None]:
         if self.broken is not None:
             raise self.broken
+        left = self.deadline_left()
+        if left is not None and left <= 0:
+            raise DeadlinePassed()
         self._seq += 1
         rec = self._history.steps.get(self._seq)
         if rec is not None and (rec.kind != kind or rec.name != name):

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from dataloader import metrics, tracing
+from dataloader.config import Settings
 from dataloader.exceptions import (
     ArgsTooLarge,
     JobAlreadyFinished,
@@ -32,6 +33,7 @@ from dataloader.model.storable import encode_json
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage, check_name
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.workflows.context import MAX_DURATION_SEC
 from dataloader.workflows.registry import WorkflowRegistry
 
 # How often `result` looks again while it waits (it starts fast: most short runs end quickly).
@@ -42,6 +44,21 @@ MAX_IDEMPOTENCY_KEY = 300
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 RUN_STATUSES = tuple(s.value for s in JobStatus)  # a run's status is its job's
+
+
+def deadline_seconds(value: float | timedelta | str | None) -> float | None:
+    """A run's deadline in seconds from now, checked alike for every face: 1 s to ten years."""
+    if value is None:
+        return None
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else Settings.duration_seconds(value)
+    except ValueError as exc:
+        raise ValidationFailed(f"deadline: {exc}", [{"loc": ["deadline"], "msg": str(exc), "type": "value_error"}]
+                               ) from None
+    if seconds != seconds or not 1 <= seconds <= MAX_DURATION_SEC:
+        message = f"must be 1 s to ten years ({MAX_DURATION_SEC:.0f} s), got {value!r}"
+        raise ValidationFailed(f"deadline: {message}", [{"loc": ["deadline"], "msg": message, "type": "value_error"}])
+    return seconds
 
 
 def run_id_of(value: uuid.UUID | str) -> uuid.UUID:
@@ -59,9 +76,12 @@ class WorkflowManager:
         self.default_lease_ttl_sec = default_lease_ttl_sec
 
     async def start(self, workflow: str, input: Any = None, *, idempotency_key: str | None = None,
-                    queue: str | None = None, lease_ttl_sec: int | None = None) -> uuid.UUID:
+                    queue: str | None = None, lease_ttl_sec: int | None = None,
+                    deadline: float | timedelta | str | None = None) -> uuid.UUID:
         """Start a run of `workflow` with `input` (any JSON); returns its run id (the id of its job).
-        A known `idempotency_key` returns that run instead of starting another."""
+        A known `idempotency_key` returns that run instead of starting another. `deadline`: how long
+        the whole run may take from now (seconds, a timedelta or "90m", "12h", "7d"); past it the run
+        fails and its unfinished children are canceled."""
         try:
             check_name("workflow name", workflow)
         except ValueError as exc:
@@ -75,6 +95,7 @@ class WorkflowManager:
             raise ValidationFailed(f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY} characters")
         if lease_ttl_sec is not None and not 1 <= lease_ttl_sec <= 7 * 86400:
             raise ValidationFailed("lease_ttl_sec must be 1 s to a week")
+        deadline_sec = deadline_seconds(deadline)
         text, problem = encode_json({"input": input}, self.max_args_bytes)
         if problem is not None:
             if "larger" in problem or "bytes" in problem:
@@ -88,7 +109,8 @@ class WorkflowManager:
         # the run's trace: every attempt (each replay) is a child of this span
         with tracing.producer_span(f"workflow start {workflow}", {"dataloader.workflow": workflow,
                                                                   "messaging.message.id": str(run_id)}):
-            inserted = await self.repo.start([job], [workflow], traceparent=tracing.current_traceparent())
+            inserted = await self.repo.start([job], [workflow], traceparent=tracing.current_traceparent(),
+                                             deadline_sec=deadline_sec)
         if inserted:
             metrics.count_enqueue("enqueued", job.queue, job.task)
             return run_id
@@ -96,7 +118,7 @@ class WorkflowManager:
         existing = await self.repo.run_by_key(key)
         if existing is None:  # its job was deleted between the two statements: start again
             return await self.start(workflow, input, idempotency_key=idempotency_key, queue=queue,
-                                    lease_ttl_sec=lease_ttl_sec)
+                                    lease_ttl_sec=lease_ttl_sec, deadline=deadline)
         return existing
 
     async def get(self, run_id: uuid.UUID | str) -> WorkflowRun:

@@ -24,7 +24,14 @@ from dataloader.storage.db import is_connection_error
 from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workers.outcome import describe
 from dataloader.workers.pipelines.context import JobContext
-from dataloader.workflows.context import DATABASE_LOST_SUSPEND_SEC, Suspend, SyncWorkflow, Workflow, lease_clock
+from dataloader.workflows.context import (
+    DATABASE_LOST_SUSPEND_SEC,
+    DeadlinePassed,
+    Suspend,
+    SyncWorkflow,
+    Workflow,
+    lease_clock,
+)
 
 if TYPE_CHECKING:
     from dataloader.workflows.registry import WorkflowDefinition
@@ -65,11 +72,16 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
                   history=history, repo=repo, queue_of=queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log,
                   loaded_at=loaded_at)
     try:
-        if definition.is_async:
-            value = await definition.func(wf, wf.input)
-        else:
-            loop = asyncio.get_running_loop()
-            value = await asyncio.to_thread(definition.func, SyncWorkflow(wf, loop), wf.input)
+        # past its deadline, a step in flight is interrupted at its next await (a sync step's thread
+        # runs on to its end; nothing it returns is recorded)
+        async with asyncio.timeout(wf.deadline_left()):
+            if wf.deadline is not None and (wf.deadline_left() or 0) <= 0:
+                raise DeadlinePassed()
+            if definition.is_async:
+                value = await definition.func(wf, wf.input)
+            else:
+                loop = asyncio.get_running_loop()
+                value = await asyncio.to_thread(definition.func, SyncWorkflow(wf, loop), wf.input)
         wf.check_history_consumed()
     except Suspend as suspended:
         if wf.broken is not None:
@@ -81,7 +93,13 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
             if is_connection_error(exc):
                 raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
             raise
-        raise Snooze(suspended.seconds) from None
+        left = wf.deadline_left()
+        # a sleep, a wait or a join never outlasts the deadline: the run wakes for it, and fails
+        raise Snooze(suspended.seconds if left is None else min(suspended.seconds, max(left, 0.0))) from None
+    except (DeadlinePassed, TimeoutError) as exc:
+        if isinstance(exc, TimeoutError) and not (wf.deadline_left() is not None and wf.deadline_left() <= 0):
+            raise FatalError(describe(exc)) from exc  # the workflow's own timeout, not the deadline's
+        await _give_up_at_deadline(repo, ctx, definition.name)
     except JobStopped:
         raise  # a cancel or a shutdown: the engine decides
     except Exception as exc:
@@ -90,3 +108,18 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
         raise FatalError(describe(exc)) from exc
     return value
 
+
+
+async def _give_up_at_deadline(repo: WorkflowRepository, ctx: JobContext, workflow: str) -> None:
+    """The run passed its deadline: its unfinished children are canceled (as a cancel of the run
+    cancels them) and the run fails, for good."""
+    metrics.WORKFLOW_DEADLINES.labels(workflow).inc()
+    try:
+        children = await repo.unfinished_descendants(ctx.job_id)
+        if children:
+            await repo.cancel_runs(children)
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc  # decided again once the database is back
+        raise
+    raise FatalError("the workflow run passed its deadline; its unfinished children were canceled")

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
@@ -53,6 +53,10 @@ class StartBody(BaseModel):
                                         description="The same key for the same workflow starts one run")
     lease_ttl_sec: int | None = Field(default=None, ge=1, le=7 * 86400,
                                       description="Lease of the run's job: how soon a dead node's run resumes")
+    deadline: StrictInt | StrictFloat | str | None = Field(
+        default=None, examples=[3600, "12h"],
+        description="How long the whole run may take from now: seconds, or 90m, 12h, 7d (1 s to ten years). "
+                    "Past it the run fails and its unfinished children are canceled")
 
     @field_validator("input", "idempotency_key")
     @classmethod
@@ -110,6 +114,7 @@ class RunView(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     available_at: datetime | None = Field(description="When its job runs next (a sleeping run's wake-up)")
+    deadline_at: datetime | None = Field(default=None, description="When the run must have ended (none: never)")
     steps: list[StepView]
 
 
@@ -152,7 +157,7 @@ def view(run: WorkflowRun) -> RunView:
 async def start_run(body: StartBody, api: Api, response: Response) -> RunView:
     """201 with the run (an idempotent repeat returns the run the key started)."""
     run_id = await api.start(body.workflow, body.input, idempotency_key=body.idempotency_key,
-                             lease_ttl_sec=body.lease_ttl_sec)
+                             lease_ttl_sec=body.lease_ttl_sec, deadline=body.deadline)
     response.headers["Location"] = location("api", "v1", "workflows", str(run_id))
     return view(await api.get(run_id))
 
