@@ -52,6 +52,8 @@ from dataloader.exceptions import (
     SchemaMismatch,
     SchemaNotReady,
     Snooze,
+    TokenNotFound,
+    TokenUsed,
     TooManyQueries,
     UnknownNamespace,
     UnknownTask,
@@ -88,7 +90,7 @@ from dataloader.sync import SyncApp
 from dataloader.version import __version__ as __version__
 from dataloader.workers.pipelines.context import JobContext
 from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
-from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, Workflow, WorkflowRun, workflow
+from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitToken, Workflow, WorkflowRun, workflow
 
 __all__ = [
     "App",
@@ -177,6 +179,8 @@ __all__ = [
     "StepFailed",
     "SyncApp",
     "Then",
+    "TokenNotFound",
+    "TokenUsed",
     "TooManyQueries",
     "TraceEntry",
     "UnknownNamespace",
@@ -184,6 +188,7 @@ __all__ = [
     "UnknownWorkflow",
     "UnsetTimer",
     "ValidationFailed",
+    "WaitToken",
     "Workflow",
     "WorkflowFailed",
     "WorkflowFinished",

@@ -278,6 +278,18 @@ class WorkflowFinished(DataloaderError):
         self.status = status
 
 
+class TokenNotFound(DataloaderError):
+    """No wait token with that value (docs/workflows.md "Wait tokens")."""
+
+    code = "token_not_found"
+
+
+class TokenUsed(DataloaderError):
+    """The wait token was completed already: a token answers once."""
+
+    code = "token_used"
+
+
 class WorkflowFailed(DataloaderError):
     """The run ended failed, canceled or lost (`status`); the message is its error."""
 

@@ -202,6 +202,9 @@ WORKFLOW_STEPS = Counter(
 WORKFLOW_STEP_SECONDS = Histogram(
     "dl_workflow_step_duration_seconds", "A workflow step function's run time", ["workflow"], buckets=_SLOW,
 )
+WORKFLOW_TOKENS_COMPLETED = Counter(
+    "dl_workflow_tokens_completed_total", "Wait tokens completed (each counts once; a second completion is refused)",
+)
 WORKFLOW_DEADLINES = Counter(
     "dl_workflow_deadlines_total", "Runs that failed because they passed their deadline, by workflow", ["workflow"],
 )

@@ -171,3 +171,23 @@ async def slow_step(wf: Workflow, input: dict[str, Any]) -> str:
         return "done"
 
     return await wf.step("slow", work)
+
+
+@workflow("t.approval", queue=QUEUE)
+async def approval(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Hands a wait token to a third party (here: the probe table) and waits for its completion."""
+    token = await wf.token("approval")
+
+    async def hand_out() -> str:
+        conn = await asyncpg.connect(input["dsn"])
+        try:
+            await conn.execute("INSERT INTO wf_probe (run_id, step, step_key, pid) VALUES ($1, 'token', $2, $3)",
+                               str(wf.run_id), token.token, os.getpid())
+        finally:
+            await conn.close()
+        return "sent"
+
+    await wf.step("hand_out", hand_out)
+    answer = await wf.wait_for(token, timeout=input.get("timeout"))
+    again = await wf.token("approval")  # a second position: another token
+    return {"answer": answer, "same_token_on_replay": again.token != token.token}

@@ -14,8 +14,13 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
-from dataloader.api.middleware import ApiGuardMiddleware, OneSegmentPaths, RequestContextMiddleware, flat_routes
-from dataloader.api.runtime import Runtime
+from dataloader.api.middleware import (
+    ApiGuardMiddleware,
+    OneSegmentPaths,
+    RequestContextMiddleware,
+    flat_routes,
+)
+from dataloader.api.runtime import Runtime, needs_api_token
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
 from dataloader.api.v1.models import ErrorCode
@@ -146,7 +151,9 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
             throttled = ErrorCode.too_many_failures.value  # wrong tokens from one address (auth_throttle.py)
             for path, operations in schema.get("paths", {}).items():
                 if path.startswith("/api/"):
-                    for operation in operations.values():
+                    for method, operation in operations.items():
+                        if not needs_api_token(path, method):
+                            continue  # its own credential (a wait token's completion)
                         operation["security"] = [{"bearer": []}]
                         responses = operation.setdefault("responses", {})
                         responses["401"] = body

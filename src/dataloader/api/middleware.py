@@ -26,7 +26,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader import metrics
-from dataloader.api.runtime import token_matches, unauthorized
+from dataloader.api.runtime import needs_api_token, token_matches, unauthorized
 from dataloader.api.v1.exceptions import error_response
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
@@ -150,6 +150,7 @@ class RequestContextMiddleware:
         access_log.log(level, "%s %s %s", scope.get("method"), safe_text(path, 500), status, extra=extra)
 
 
+
 class ApiGuardMiddleware:
     """For every request (the API, the console, the probes): the body's size, checked before the
     body is read; the body itself, read here within `body_timeout_sec` (a body that never arrives,
@@ -171,7 +172,8 @@ class ApiGuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        expected = self.api_token() if scope.get("path", "").startswith(self.prefix) else None
+        expected = self.api_token() if needs_api_token(scope.get("path", ""), scope.get("method", ""), self.prefix) \
+            else None
         if expected and not await self._token_checked(scope, expected, headers.get("authorization"), receive, send):
             return
         length = headers.get("content-length")

@@ -63,13 +63,26 @@ def token_matches(expected: str, header_value: str | None) -> bool:
     return hmac.compare_digest(sent, expected.encode("utf-8"))
 
 
+# A wait token is completed by a third party who holds that token, not the API's: the token (192
+# random bits, answered once) is the credential (docs/workflows.md "Wait tokens").
+TOKEN_COMPLETION_PREFIX = "/api/v1/workflows/tokens/"
+
+
+def needs_api_token(path: str, method: str, prefix: str = "/api/") -> bool:
+    """Whether a request to `path` must carry DL_API_TOKEN (when one is set)."""
+    if not path.startswith(prefix):
+        return False
+    return not (method.upper() == "POST" and path.startswith(TOKEN_COMPLETION_PREFIX))
+
+
 async def require_token(request: Request) -> None:
     """Re-checks the bearer token on every /api/v1 route, should the middleware ever be left out.
     The middleware checks it first, before the body is read, so an unauthenticated caller learns
     nothing from validation errors. The OpenAPI scheme is declared in create_app, and only when
     DL_API_TOKEN is set."""
     expected = request.app.state.runtime.settings.api_token
-    if expected and not token_matches(expected, request.headers.get("authorization")):
+    if expected and needs_api_token(request.url.path, request.method) \
+            and not token_matches(expected, request.headers.get("authorization")):
         raise unauthorized()
 
 

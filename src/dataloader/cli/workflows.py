@@ -96,6 +96,20 @@ def workflows_signal(
     _print(_with_app(run))
 
 
+@workflows_app.command("complete-token")
+def workflows_complete_token(
+    token: str,
+    payload: Annotated[str, typer.Option(help="What the run's wait_for(token) returns, JSON")] = "null",
+) -> None:
+    """Complete a run's wait token (once); prints the run's id."""
+    value = _json_option("--payload", payload)
+
+    async def run(app: App) -> dict[str, Any]:
+        return {"run_id": str(await app.workflows.complete_token(token, value)), "completed": True}
+
+    _print(_with_app(run))
+
+
 @workflows_app.command("cancel")
 def workflows_cancel(run_id: str) -> None:
     """Cancel a run and every run below it that has not ended."""

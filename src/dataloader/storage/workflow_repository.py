@@ -134,6 +134,21 @@ class WorkflowRepository:
             await conn.execute(sql("workflows/wake"), run_id)
             return row["status"], True
 
+    async def issue_token(self, run_id: uuid.UUID, attempt: int, seq: int, name: str, fresh: str) -> str | None:
+        """The wait token of position `seq` (`fresh` unless one was made there); None: fenced off."""
+        return await self.pool.fetchval(sql("workflows/issue_token"), run_id, attempt, seq, name, fresh)
+
+    async def complete_token(self, token: str, payload_json: str | None) -> tuple[uuid.UUID, str, bool] | None:
+        """(run id, its job's status, whether this completion was stored); None: no such token. A
+        stored completion wakes the run in the same transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql("workflows/complete_token"), token, payload_json)
+            if row is None:
+                return None
+            if row["signal_id"] is not None:
+                await conn.execute(sql("workflows/wake"), row["run_id"])
+            return row["run_id"], row["status"], row["signal_id"] is not None
+
     async def get_run(self, run_id: uuid.UUID, *, with_steps: bool = True) -> WorkflowRun | None:
         row = await self.pool.fetchrow(sql("workflows/get_run"), run_id)
         if row is None:

@@ -4,7 +4,15 @@ job engine, not a second engine: a run is a job, a step a recorded result beside
 delayed hand-back of that job, a join a counter changed in the same transaction as each child's end."""
 
 from dataloader.model.workflow import Recorded, WorkflowRun
-from dataloader.workflows.context import Child, ChildFailed, HistoryMismatch, StepFailed, SyncWorkflow, Workflow
+from dataloader.workflows.context import (
+    Child,
+    ChildFailed,
+    HistoryMismatch,
+    StepFailed,
+    SyncWorkflow,
+    WaitToken,
+    Workflow,
+)
 from dataloader.workflows.registry import WorkflowDefinition, WorkflowRegistry, workflow, workflows
 
 __all__ = [
@@ -14,6 +22,7 @@ __all__ = [
     "Recorded",
     "StepFailed",
     "SyncWorkflow",
+    "WaitToken",
     "Workflow",
     "WorkflowDefinition",
     "WorkflowRegistry",

@@ -27,6 +27,7 @@ import asyncio
 import inspect
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,7 @@ DATABASE_LOST_SUSPEND_SEC = 1.0
 DEFAULT_STEP_ATTEMPTS = 3
 SKEW_RETRY_SEC = 0.05
 MAX_VALUE_BYTES = 1024 * 1024
+TOKEN_BYTES = 24  # a wait token's randomness (192 bits): the token is the credential that completes it
 
 
 def lease_clock() -> float:
@@ -112,6 +114,20 @@ class ChildFailed(Exception):
         self.status = status
         self.error = error
         super().__init__(f"child {workflow} {run_id} ended {status}: {error}")
+
+
+@dataclass(frozen=True)
+class WaitToken:
+    """A one-use secret a third party completes over HTTP (`POST /api/v1/workflows/tokens/{token}`,
+    no API token needed: the token is the credential) or `app.workflows.complete_token`; the run
+    takes the completion's payload with `await wf.wait_for(token)`."""
+
+    token: str
+    name: str
+    signal: str  # the run's signal a completion becomes: `token:<position>`
+
+    def __str__(self) -> str:
+        return self.token
 
 
 @dataclass(frozen=True)
@@ -262,9 +278,26 @@ class Workflow:
             if left > 0:
                 raise Suspend(left, f"sleep {name!r}", "sleep")
 
-    async def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+    async def token(self, name: str) -> WaitToken:
+        """Make a one-use wait token (recorded: a replay gets the same one). Hand it to a third
+        party (in a step: an e-mail, a webhook), then `await wf.wait_for(token, timeout=...)`."""
+        check_name("token name", name)
+        seq, rec = self._next("token", name)
+        if rec is None:
+            secret = await self._read(self._repo.issue_token(self.run_id, self.attempt, seq, name,
+                                                             secrets.token_urlsafe(TOKEN_BYTES)))
+            if secret is None:
+                raise Suspend(0.0, "the run's job was taken back", "taken_back")
+            rec = self._stored(await self._write(self._repo.record(
+                self.run_id, self.attempt, seq, "token", name, "done", result_json=json.dumps(secret))), seq)
+        return WaitToken(str(rec.result), name, f"token:{seq}")
+
+    async def wait_for(self, signal: str | WaitToken, timeout: float | timedelta | None = None) -> Any:
         """The payload of the next signal `signal` sent to this run (one sent before the wait
-        counts: signals are stored), or None when `timeout` passes first. Waits without a worker."""
+        counts: signals are stored), or None when `timeout` passes first. Waits without a worker.
+        A WaitToken waits for its completion."""
+        if isinstance(signal, WaitToken):
+            signal = signal.signal
         check_name("signal name", signal)
         seconds = None if timeout is None else _seconds(timeout, "a wait's timeout")
         seq, rec = self._next("wait", signal)
@@ -498,7 +531,10 @@ class SyncWorkflow:
     def sleep(self, duration: float | timedelta, name: str = "sleep") -> None:
         self._run(self._inner.sleep(duration, name))
 
-    def wait_for(self, signal: str, timeout: float | timedelta | None = None) -> Any:
+    def token(self, name: str) -> WaitToken:
+        return self._run(self._inner.token(name))
+
+    def wait_for(self, signal: str | WaitToken, timeout: float | timedelta | None = None) -> Any:
         return self._run(self._inner.wait_for(signal, timeout))
 
     def patched(self, change: str) -> bool:

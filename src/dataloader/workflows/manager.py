@@ -19,6 +19,8 @@ from dataloader.exceptions import (
     JobNotFound,
     JobNotRetryable,
     RestartNotPossible,
+    TokenNotFound,
+    TokenUsed,
     UnknownWorkflow,
     ValidationFailed,
     WorkflowFailed,
@@ -40,6 +42,7 @@ from dataloader.workflows.registry import WorkflowRegistry
 RESULT_POLL_MIN_SEC = 0.02
 RESULT_POLL_MAX_SEC = 1.0
 MAX_IDEMPOTENCY_KEY = 300
+MAX_TOKEN_LENGTH = 100  # a token is 32 characters; anything longer is not one
 # A listing's page: every face's default and bound (HTTP's query, the CLI's option, the console).
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
@@ -192,6 +195,27 @@ class WorkflowManager:
             raise WorkflowNotFound(f"no workflow run {run_id}")
         if not stored:
             raise WorkflowFinished(f"workflow run {run_id} has ended ({status}); the signal was not stored", status)
+
+    async def complete_token(self, token: str, payload: Any = None) -> uuid.UUID:
+        """Complete a run's wait token with `payload` (any JSON): the run's `wait_for(token)` gets
+        it. Once: a second completion is TokenUsed; a run that has ended, WorkflowFinished; nothing
+        is stored then. Returns the run's id."""
+        if not isinstance(token, str) or not 1 <= len(token) <= MAX_TOKEN_LENGTH or not token.isascii():
+            raise TokenNotFound("no such wait token")  # not ours: says no more than an unknown one
+        text, problem = encode_json(payload, self.max_args_bytes)
+        if problem is not None:
+            raise ValidationFailed(f"the token's payload cannot be stored: {problem}")
+        found = await self.repo.complete_token(token, text)
+        if found is None:
+            raise TokenNotFound("no such wait token")
+        run_id, status, stored = found
+        if stored:
+            metrics.WORKFLOW_TOKENS_COMPLETED.inc()
+            return run_id
+        if status not in ("queued", "running"):
+            raise WorkflowFinished(f"workflow run {run_id} has ended ({status}); the token's payload was not stored",
+                                   status)
+        raise TokenUsed("the wait token was completed already; a token answers once")
 
     async def cancel(self, run_id: uuid.UUID | str) -> WorkflowRun:
         """Cancel a run and every run below it that has not ended: a queued one (sleeping, waiting,

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dataloader.exceptions import FatalError, UnknownWorkflow, WorkflowFinished
+from dataloader.exceptions import FatalError, TokenNotFound, TokenUsed, UnknownWorkflow, WorkflowFinished
 from dataloader.model.storable import encode_json
 from dataloader.model.workflow import Recorded
 from dataloader.storage.workflow_repository import ChildEnd, History, Written
 from dataloader.workers.outcome import describe
-from dataloader.workflows.context import MAX_VALUE_BYTES, Suspend, SyncWorkflow, Workflow
+from dataloader.workflows.context import MAX_VALUE_BYTES, Suspend, SyncWorkflow, WaitToken, Workflow
 from dataloader.workflows.registry import WorkflowDefinition, WorkflowRegistry
 from dataloader.workflows.registry import workflows as registered
 
@@ -55,6 +55,8 @@ class _Memory:
     registry: WorkflowRegistry
     runs: dict[uuid.UUID, WorkflowTest] = field(default_factory=dict)
     step_runs: Counter[str] = field(default_factory=Counter)
+    tokens: dict[str, tuple[WorkflowTest, str]] = field(default_factory=dict)  # token -> (its run, its signal)
+    used_tokens: set[str] = field(default_factory=set)
 
 
 class _MemoryRepository:
@@ -101,6 +103,13 @@ class _MemoryRepository:
 
     async def get_step(self, run_id: uuid.UUID, seq: int) -> Recorded | None:
         return self.run.steps.get(seq)
+
+    async def issue_token(self, run_id: uuid.UUID, attempt: int, seq: int, name: str, fresh: str) -> str | None:
+        for token, (run, signal) in self.memory.tokens.items():
+            if run is self.run and signal == f"token:{seq}":
+                return token
+        self.memory.tokens[fresh] = (self.run, f"token:{seq}")
+        return fresh
 
     async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> float | None:
         return 3600.0  # one attempt at a time, in this process: nothing can take the run away
@@ -220,6 +229,19 @@ class WorkflowTest:
         self.signals.setdefault(name, []).append(None if text is None else json.loads(text))
         self.due_at = self.memory.now
         await self._drive_due()
+        return self
+
+    async def complete_token(self, token: str | WaitToken, payload: Any = None) -> WorkflowTest:
+        """Complete one of this run's wait tokens, as a third party would over HTTP, and run it.
+        Once: a second completion raises TokenUsed."""
+        value = str(token)
+        found = self.memory.tokens.get(value)
+        if found is None or found[0] is not self:
+            raise TokenNotFound("no such wait token")
+        if value in self.memory.used_tokens:
+            raise TokenUsed("the wait token was completed already; a token answers once")
+        await self.signal(found[1], payload)
+        self.memory.used_tokens.add(value)
         return self
 
     async def cancel(self) -> WorkflowTest:

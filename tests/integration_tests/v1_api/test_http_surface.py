@@ -89,7 +89,10 @@ async def test_openapi_declares_bearer_auth_on_the_api_with_a_token(token_client
                    if getattr(route, "path", "").startswith("/api/") and getattr(route, "include_in_schema", False))
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            if path.startswith("/api/"):
+            if path == "/api/v1/workflows/tokens/{token}" and method == "post":
+                api_ops += 1  # a wait token's completion: the token is its credential
+                assert "security" not in operation and "401" not in operation["responses"], operation
+            elif path.startswith("/api/"):
                 api_ops += 1
                 assert operation["security"] == [{"bearer": []}], (method, path)
                 assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {

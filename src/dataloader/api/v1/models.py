@@ -45,6 +45,8 @@ class ErrorCode(StrEnum):
     unknown_workflow = "unknown_workflow"
     workflow_not_found = "workflow_not_found"
     workflow_finished = "workflow_finished"
+    token_not_found = "token_not_found"
+    token_used = "token_used"
     workflow_failed = "workflow_failed"
     workflow_timeout = "workflow_timeout"
     process_busy = "process_busy"
@@ -95,6 +97,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.unknown_workflow: 404,
     ErrorCode.workflow_not_found: 404,
     ErrorCode.workflow_finished: 409,
+    ErrorCode.token_not_found: 404,
+    ErrorCode.token_used: 409,
     ErrorCode.workflow_failed: 409,
     ErrorCode.workflow_timeout: 504,
     ErrorCode.process_busy: 409,

@@ -195,6 +195,34 @@ async def get_result(run_id: RunId, api: Api,
     return ResultView(run_id=run_id, result=await api.result(run_id, timeout=timeout_sec))
 
 
+class TokenBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"payload": {"approved": True}}]})
+
+    payload: Any = Field(default=None, description="What the run's wait_for(token) returns (any JSON)")
+
+    @field_validator("payload")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return check_storable(value)
+
+
+class TokenCompleted(BaseModel):
+    run_id: uuid.UUID = Field(description="The run the token belongs to")
+
+
+@router.post("/tokens/{token}", status_code=status.HTTP_202_ACCEPTED, response_model=TokenCompleted,
+             summary="Complete a wait token (the token is the credential: no API token needed)",
+             responses=error_responses(ErrorCode.token_not_found, ErrorCode.token_used, ErrorCode.workflow_finished,
+                                       ErrorCode.invalid_json, ErrorCode.unsupported_media_type))
+async def complete_token(token: Annotated[str, Path(min_length=1, max_length=100, description="The wait token")],
+                         api: Api, body: Annotated[TokenBody | None, Body()] = None) -> TokenCompleted:
+    """For a third party handed a run's wait token (`wf.token(...)`): its payload becomes what the
+    run's `wait_for(token)` returns, and a run waiting for it wakes at once. Once: 409 `token_used`
+    for a second completion, 409 `workflow_finished` if the run has ended, 404 `token_not_found`
+    for a token that is not one — nothing is stored then."""
+    return TokenCompleted(run_id=await api.complete_token(token, body.payload if body is not None else None))
+
+
 @router.post("/{run_id}/signals/{name}", status_code=status.HTTP_202_ACCEPTED, response_model=SignalSent,
              summary="Send a signal to a run",
              responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.workflow_finished,
