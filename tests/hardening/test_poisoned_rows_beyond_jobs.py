@@ -31,7 +31,8 @@ EXTREMES = ["'-infinity'", "'infinity'", "'294276-12-31 23:59:59+00'", "'4713-01
 HUGE = "(SELECT jsonb_object_agg('k' || i, repeat('x', 1000)) FROM generate_series(1, 5000) i)"  # ~5 MB
 TABLES = ("dl_schedules, dl_schedule_runs, dl_observers, dl_nodes, dl_operations, dl_operation_events, "
           "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes, dl_workflow_signals, "
-          "dl_workflow_tokens, dl_workflow_steps, dl_workflow_runs, dl_chain_join_members, dl_chain_joins, dl_jobs, dl_job_events")
+          "dl_workflow_tokens, dl_workflow_steps, dl_workflow_runs, dl_chain_join_members, dl_chain_joins, "
+          "dl_jobs, dl_job_events")
 
 
 def node_settings(dsn: str, **overrides: object) -> Settings:

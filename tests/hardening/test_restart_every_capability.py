@@ -28,7 +28,8 @@ from tests.support.engine import enqueue
 
 TABLES = ("dl_schedules, dl_schedule_runs, dl_observers, dl_nodes, dl_operations, dl_operation_events, "
           "dl_process_feed, dl_process_events, dl_process_tasks, dl_processes, dl_workflow_signals, "
-          "dl_workflow_tokens, dl_workflow_steps, dl_workflow_runs, dl_chain_join_members, dl_chain_joins, dl_jobs, dl_job_events")
+          "dl_workflow_tokens, dl_workflow_steps, dl_workflow_runs, dl_chain_join_members, dl_chain_joins, "
+          "dl_jobs, dl_job_events")
 BULK_JOBS = 1200
 BULK_BATCH = 50
 CALLERS = ("caller-a", "caller-b")  # two processes called back to back: a step is in flight at the restart

@@ -191,3 +191,24 @@ async def approval(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
     answer = await wf.wait_for(token, timeout=input.get("timeout"))
     again = await wf.token("approval")  # a second position: another token
     return {"answer": answer, "same_token_on_replay": again.token != token.token}
+
+
+TX_DDL = "CREATE TABLE IF NOT EXISTS wf_tx (id bigserial PRIMARY KEY, run_id text NOT NULL, n int NOT NULL)"
+
+
+@workflow("t.tx", queue=QUEUE)
+async def transactional(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """A step that writes in the transaction that records it: its row commits with the record. Its
+    first execution lingers `pause` s inside the transaction (the one a test kills), or fails with
+    `fail_first`."""
+    async def write(conn: asyncpg.Connection, n: int) -> int:
+        runs = await probe(input["dsn"], wf, "tx")
+        await conn.execute("INSERT INTO wf_tx (run_id, n) VALUES ($1, $2)", str(wf.run_id), n)
+        if runs == 1 and input.get("fail_first"):
+            raise RuntimeError("first execution fails after its write")
+        if runs == 1 and input.get("pause"):
+            await asyncio.sleep(float(input["pause"]))
+        return await conn.fetchval("SELECT count(*) FROM wf_tx WHERE run_id = $1", str(wf.run_id))
+
+    seen = await wf.step("write", write, 7, transaction=True, backoff=lambda attempt: 0.1)
+    return {"rows_seen_in_step": seen}

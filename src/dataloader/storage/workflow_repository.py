@@ -11,6 +11,8 @@ that counts it exists.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +90,19 @@ class WorkflowRepository:
         return History(rows[0]["wakes"], {r["seq"]: Recorded.from_row(r) for r in rows if r["seq"] is not None},
                        rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"], rows[0]["deadline_left_sec"])
 
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection in a transaction of its own, for a step that records itself in it."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
     async def record(self, run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str, *,
                      result_json: str | None = None, error: str | None = None, attempts: int = 0,
-                     wake_in_sec: float | None = None, remaining: int | None = None) -> Written:
-        row = await self.pool.fetchrow(sql("workflows/record_step"), *_record_params(
+                     wake_in_sec: float | None = None, remaining: int | None = None,
+                     conn: asyncpg.Connection | None = None) -> Written:
+        """`conn`: record in that connection's transaction (a transactional step's) instead of the pool."""
+        on = conn if conn is not None else self.pool
+        row = await on.fetchrow(sql("workflows/record_step"), *_record_params(
             run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
         return await self._written(row, run_id, seq)
 

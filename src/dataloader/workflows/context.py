@@ -91,6 +91,10 @@ class DeadlinePassed(BaseException):
     Suspend); the runner fails the run and cancels its unfinished children."""
 
 
+class _RecordFenced(Exception):
+    """A transactional step's record found the run's job taken back: its transaction rolls back."""
+
+
 class HistoryMismatch(Exception):
     """The code asks for another step than the run's history recorded at that position."""
 
@@ -194,16 +198,22 @@ class Workflow:
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
                    backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
-                   **kwargs: Any) -> Any:
+                   transaction: bool = False, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` (async, or sync in a thread) once and record its result; on a
         replay return the recorded result without running it. Its JSON form is what is returned,
         the first time too, so the first run and a replay see the same value. A failure is retried
         `max_attempts` times in all, `backoff(attempt)` seconds apart, the run's job handed back
         meanwhile; then (or at once for FatalError) the step is recorded failed and StepFailed is
-        raised here — on every replay too."""
+        raised here — on every replay too.
+
+        `transaction=True`: `fn` is async and gets a connection to dataloader's database first,
+        `fn(conn, *args, **kwargs)`, in the transaction that records the step: its writes commit
+        with the record or not at all — exactly once, where a plain step is at least once."""
         self._check_step_name(name)
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        if transaction and not inspect.iscoroutinefunction(fn):
+            raise TypeError("a step with transaction=True takes an async function: fn(conn, *args, **kwargs)")
         seq, rec = self._next("step", name)
         if rec is not None and rec.state == "done":
             return rec.result
@@ -229,11 +239,16 @@ class Workflow:
                                                      "dataloader.workflow.position": seq,
                                                      "dataloader.workflow.step_attempt": attempt}) as span:
                 try:
-                    value = await self._call(fn, args, kwargs, timeout)
+                    if transaction:
+                        committed = await self._call_recorded(seq, name, attempt, fn, args, kwargs, timeout)
+                    else:
+                        value = await self._call(fn, args, kwargs, timeout)
                 except Exception as exc:
                     if span is not None:
                         tracing.mark_error(span, describe(exc))
                     raise
+        except _RecordFenced:
+            raise Suspend(0.0, "the run's job was taken back", "taken_back") from None
         except Exception as exc:
             metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
             if isinstance(exc, FatalError) or attempt >= max_attempts:
@@ -252,6 +267,8 @@ class Workflow:
             self._step_key = None
         metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
         metrics.WORKFLOW_STEPS.labels(self.workflow, "succeeded").inc()
+        if transaction:
+            return self._stored(committed, seq).result
         text, problem = encode_json(value, MAX_VALUE_BYTES)
         if problem is not None:
             error = f"the step's value cannot be recorded: {problem}"
@@ -490,6 +507,25 @@ class Workflow:
             if is_connection_error(exc):
                 raise Suspend(DATABASE_LOST_SUSPEND_SEC, "database unavailable", "database") from exc
             raise
+
+    async def _call_recorded(self, seq: int, name: str, attempt: int, fn: Callable[..., Any], args: tuple[Any, ...],
+                             kwargs: dict[str, Any], timeout: float | timedelta | None) -> Written:
+        """Run a `transaction=True` step and record it done in one transaction: `fn`'s writes and the
+        record commit together. Fenced: an attempt that lost the run's job rolls both back."""
+        sent_at = lease_clock()
+        async with self._repo.transaction() as conn:
+            call = fn(conn, *args, **kwargs)
+            value = await (asyncio.wait_for(call, _seconds(timeout, "a step's timeout")) if timeout is not None
+                           else call)
+            text, problem = encode_json(value, MAX_VALUE_BYTES)
+            if problem is not None:  # recorded failed, like a plain step's; its writes roll back
+                raise FatalError(f"the step's value cannot be recorded: {problem}")
+            written = await self._read(self._repo.record(self.run_id, self.attempt, seq, "step", name, "done",
+                                                         result_json=text, attempts=attempt, conn=conn))
+            if not written.live:
+                raise _RecordFenced()
+        self._trust_lease(written.lease_left_sec, sent_at)
+        return written
 
     async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     timeout: float | timedelta | None) -> Any:

@@ -111,6 +111,10 @@ class _MemoryRepository:
         self.memory.tokens[fresh] = (self.run, f"token:{seq}")
         return fresh
 
+    def transaction(self) -> Any:
+        raise FatalError("WorkflowTest runs no step with transaction=True: it has no database to give it "
+                         "(test such a step against a real one, with the engine)")
+
     async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> float | None:
         return 3600.0  # one attempt at a time, in this process: nothing can take the run away
 
