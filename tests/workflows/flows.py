@@ -212,3 +212,23 @@ async def transactional(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
 
     seen = await wf.step("write", write, 7, transaction=True, backoff=lambda attempt: 0.1)
     return {"rows_seen_in_step": seen}
+
+
+@workflow("t.side_by_side", queue=QUEUE)
+async def side_by_side(wf: Workflow, input: dict[str, Any]) -> list[Any]:
+    """Three steps in one gather: `a` the slowest, `b` fails its first execution (retried), `c`
+    fails for good when `c_fails`."""
+    dsn = input["dsn"]
+
+    async def work(name: str, seconds: float) -> str:
+        runs = await probe(dsn, wf, name)
+        await asyncio.sleep(seconds)
+        if name == "b" and runs == 1:
+            raise RuntimeError("b's first execution fails")
+        if name == "c" and input.get("c_fails"):
+            raise FatalError("c refuses")
+        return f"{name}:{wf.step_key}"
+
+    results = await wf.gather(wf.call("a", work, "a", 0.6), wf.call("b", work, "b", 0.2, backoff=lambda n: 0.1),
+                              wf.call("c", work, "c", 0.1, max_attempts=1), return_exceptions=True)
+    return [str(r) if isinstance(r, Exception) else r for r in results]

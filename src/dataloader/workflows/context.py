@@ -24,6 +24,7 @@ cut off before its record (kill -9, a lost lease) runs again on the next attempt
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
@@ -121,6 +122,24 @@ class ChildFailed(Exception):
 
 
 @dataclass(frozen=True)
+class StepCall:
+    """A step to run in a `gather` (`wf.call(...)` makes one; nothing runs yet)."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    max_attempts: int
+    backoff: Callable[[int], float] | None
+    timeout: float | timedelta | None
+    transaction: bool
+
+
+# The running step's key: per task, so steps side by side in a gather each see their own.
+_STEP_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("dataloader_step_key", default=None)
+
+
+@dataclass(frozen=True)
 class WaitToken:
     """A one-use secret a third party completes over HTTP (`POST /api/v1/workflows/tokens/{token}`,
     no API token needed: the token is the credential) or `app.workflows.complete_token`; the run
@@ -179,7 +198,6 @@ class Workflow:
         if history.deadline_left_sec is not None:
             self.deadline = (loaded_at if loaded_at is not None else lease_clock()) + history.deadline_left_sec
         self._seq = 0
-        self._step_key: str | None = None
         # what "now" is when a recorded wake time is compared (the engine: this machine's clock; the
         # database decides what counts, this only says how long to hand back for)
         self._now = clock or (lambda: datetime.now(UTC))
@@ -192,9 +210,10 @@ class Workflow:
     def step_key(self) -> str:
         """The running step's idempotency key for outside systems: the same on every attempt and
         every replay of that step (`<run_id>:<position>`)."""
-        if self._step_key is None:
+        key = _STEP_KEY.get()
+        if key is None:
             raise RuntimeError("wf.step_key is defined only while a step runs")
-        return self._step_key
+        return key
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
                    backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
@@ -209,12 +228,27 @@ class Workflow:
         `transaction=True`: `fn` is async and gets a connection to dataloader's database first,
         `fn(conn, *args, **kwargs)`, in the transaction that records the step: its writes commit
         with the record or not at all — exactly once, where a plain step is at least once."""
+        call = self.call(name, fn, *args, max_attempts=max_attempts, backoff=backoff, timeout=timeout,
+                         transaction=transaction, **kwargs)
+        seq, rec = self._next("step", name)
+        return await self._step_at(seq, rec, call)
+
+    def call(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
+             backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
+             transaction: bool = False, **kwargs: Any) -> StepCall:
+        """A step for `gather` (run by the gather, side by side with the others; nothing runs here).
+        Takes what `step` takes."""
         self._check_step_name(name)
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         if transaction and not inspect.iscoroutinefunction(fn):
             raise TypeError("a step with transaction=True takes an async function: fn(conn, *args, **kwargs)")
-        seq, rec = self._next("step", name)
+        return StepCall(name, fn, args, kwargs, max_attempts, backoff, timeout, transaction)
+
+    async def _step_at(self, seq: int, rec: Recorded | None, call: StepCall) -> Any:
+        """Step `call` at history position `seq` (`rec`: what is recorded there)."""
+        name, fn, args, kwargs = call.name, call.fn, call.args, call.kwargs
+        max_attempts, backoff, timeout, transaction = call.max_attempts, call.backoff, call.timeout, call.transaction
         if rec is not None and rec.state == "done":
             return rec.result
         if rec is not None and rec.state == "failed":
@@ -231,7 +265,7 @@ class Workflow:
                 # this attempt's history may be stale: another attempt may have recorded this step
                 raise Suspend(0.0, "the run's job was taken back", "taken_back")
             self._trust_lease(left, asked_at)
-        self._step_key = f"{self.run_id}:{seq}"
+        key = _STEP_KEY.set(f"{self.run_id}:{seq}")
         started = time.monotonic()
         try:
             with tracing.child_span(f"step {name}", {"dataloader.workflow": self.workflow,
@@ -264,7 +298,7 @@ class Workflow:
                                                                       "error": describe(exc)})
             raise Suspend(delay, f"step {name!r} retries", "retry") from exc
         finally:
-            self._step_key = None
+            _STEP_KEY.reset(key)
         metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
         metrics.WORKFLOW_STEPS.labels(self.workflow, "succeeded").inc()
         if transaction:
@@ -362,16 +396,24 @@ class Workflow:
         check_name("workflow name", workflow)
         return Child(workflow, input, queue)
 
-    async def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
+    async def gather(self, *children: Child | StepCall, return_exceptions: bool = False,
+                     fail_fast: bool = False) -> list[Any]:
         """Start the child runs and wait, without a worker, until every one has ended (succeeded,
         failed, canceled or lost: each end counts down the join in its own transaction, once).
         Returns their results in order; a child that did not succeed raises ChildFailed (the first
         one), or is returned as a ChildFailed with `return_exceptions=True`. `fail_fast`: at the
         first child that does not succeed, cancel the others (and their children) and decide now;
-        a child still running then is reported as a ChildFailed with its status at that moment."""
+        a child still running then is reported as a ChildFailed with its status at that moment.
+
+        Or steps made by `wf.call(...)`: they run side by side in this attempt, each recorded at its
+        own position (in the order given); their results in order, a step failed for good raising
+        StepFailed (or returned as one with `return_exceptions=True`)."""
+        if children and all(isinstance(c, StepCall) for c in children):
+            return await self._steps_side_by_side(children, return_exceptions)  # type: ignore[arg-type]
         for child in children:
             if not isinstance(child, Child):
-                raise TypeError("gather takes children made by wf.child(...)")
+                raise TypeError("gather takes children made by wf.child(...) or steps made by wf.call(...), "
+                                "not both in one gather")
         name = "+".join(c.workflow for c in children)[:MAX_STEP_NAME] or "nothing"
         seq, rec = self._next("gather", name)
         if rec is None:
@@ -409,6 +451,27 @@ class Workflow:
         return values
 
     # -- machinery ------------------------------------------------------------------------------
+
+    async def _steps_side_by_side(self, calls: tuple[StepCall, ...], return_exceptions: bool) -> list[Any]:
+        """Steps run concurrently, each at its own position, taken in the order given (so a replay
+        lines up whichever finished first). Every step is recorded as it ends; then a step that must
+        retry hands the run back (those done stay done), one that failed for good raises
+        StepFailed (or is returned as one with `return_exceptions=True`)."""
+        slots = [(*self._next("step", call.name), call) for call in calls]
+        outcomes = await asyncio.gather(*(self._step_at(seq, rec, call) for seq, rec, call in slots),
+                                        return_exceptions=True)
+        suspends = [o for o in outcomes if isinstance(o, Suspend)]
+        for outcome in outcomes:  # what stops the run outright comes first
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Suspend | StepFailed):
+                raise outcome
+        if suspends:
+            raise min(suspends, key=lambda s: s.seconds)
+        values: list[Any] = []
+        for outcome in outcomes:
+            if isinstance(outcome, StepFailed) and not return_exceptions:
+                raise outcome
+            values.append(outcome)
+        return values
 
     async def _start_children(self, seq: int, name: str, children: tuple[Child, ...], fail_fast: bool) -> Recorded:
         if not children:
@@ -579,5 +642,9 @@ class SyncWorkflow:
     def child(self, workflow: str, input: Any = None, *, queue: str | None = None) -> Child:
         return self._inner.child(workflow, input, queue=queue)
 
-    def gather(self, *children: Child, return_exceptions: bool = False, fail_fast: bool = False) -> list[Any]:
+    def call(self, name: str, fn: Callable[..., Any], *args: Any, **options: Any) -> StepCall:
+        return self._inner.call(name, fn, *args, **options)
+
+    def gather(self, *children: Child | StepCall, return_exceptions: bool = False, fail_fast: bool = False
+               ) -> list[Any]:
         return self._run(self._inner.gather(*children, return_exceptions=return_exceptions, fail_fast=fail_fast))
