@@ -140,3 +140,22 @@ async def test_kill_9_then_a_restart_runs_the_jobs_again_long_before_their_lease
     assert await db.fetchval("SELECT attempt FROM dl_jobs WHERE job_id = $1", kept) == 1
     assert await db.fetchval("SELECT status::text FROM dl_jobs WHERE job_id = $1", kept) in ("running", "succeeded")
     assert await db.fetchval("SELECT state FROM dl_nodes WHERE pid = $1", victim.pid) == "dead"
+
+
+async def test_a_job_whose_session_outlived_the_first_look_is_taken_on_a_later_one(db: asyncpg.Pool, dsn: str):
+    here = process_namespace()
+    ghost = await _node(db, "slow-exit", await _dead_pid(), here)
+    lingering = await asyncpg.connect(dsn)  # its backend still on the server at the first look
+    try:
+        job = await _running_job(db, "slow-exit", await lingering.fetchval("SELECT pg_backend_pid()"))
+        assert await _reaper(db).tick() == 0
+        assert await db.fetchval("SELECT state FROM dl_nodes WHERE node_id = $1", ghost) == "dead"
+    finally:
+        await lingering.close()
+    await wait_until(lambda: _session_gone(db, job), timeout=10, message="the backend to leave")
+    assert await _reaper(db).tick() == 1
+
+
+async def _session_gone(db: asyncpg.Pool, job: uuid.UUID) -> bool:
+    return await db.fetchval("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity a JOIN dl_job_events e "
+                             "ON a.pid = (e.payload->>'session')::int WHERE e.job_id = $1 AND e.kind = 'picked')", job)

@@ -111,7 +111,7 @@ class Reaper(PeriodicService):
             dead_names.append((name, min(mine) if mine else None))
         if not dead_nodes:
             return []
-        declared = await self.nodes.declare_dead(dead_nodes)
+        declared = await self.nodes.declare_dead(dead_nodes)  # those not declared dead already
         if declared:
             log.warning("nodes found dead on this machine: their pids no longer run",
                         extra={"nodes": sorted({r["name"] for r in declared})})
