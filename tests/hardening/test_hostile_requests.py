@@ -102,7 +102,7 @@ async def test_a_console_search_is_cancelled_with_its_query_when_the_browser_lea
         sent = await asyncio.wait_for(request, 5)
         assert _status(sent) is None
         await wait_until(lambda: _searching(db, 0), timeout=5, message="the search's query cancelled")
-        assert api._expensive is not None and api._expensive.running == 0  # its slot given back
+        assert api._managers.expensive is not None and api._managers.expensive.running == 0  # its slot given back
     assert (_counted("GET", route, 499), _counted("GET", route, 500)) == (before[0] + 1, before[1])
     access = [r for r in caplog.records if r.name == "dataloader.access"]
     assert [(r.levelno, r.status) for r in access] == [(logging.INFO, 499)]  # type: ignore[attr-defined]
