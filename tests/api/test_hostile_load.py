@@ -16,7 +16,7 @@ clear answer (200, or 503 `query_timeout`), the ones past the cap at once with 4
 The suite's run seeds 60,000 rows and sends 30 searches (~20 s). The issue's size, as a documented
 long run (longer: seeding and every scan grow with the rows; not timed here):
 
-    DL_HOSTILE_ROWS=300000 DL_HOSTILE_SEARCHES=60 .venv/bin/python -m pytest -q tests/hardening/test_hostile_load.py
+    DL_HOSTILE_ROWS=300000 DL_HOSTILE_SEARCHES=60 .venv/bin/python -m pytest -q tests/api/test_hostile_load.py
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import tests.support.observers  # noqa: F401  (registers the test.* observer kin
 from dataloader.api import create_app
 from dataloader.app import App
 from dataloader.model.observer import ObserverState
+from tests.api.v1.conftest import api_settings, client_for
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import api_settings, client_for
 
 ROWS = int(os.environ.get("DL_HOSTILE_ROWS", "60000"))
 SEARCHES = int(os.environ.get("DL_HOSTILE_SEARCHES", "30"))

@@ -26,9 +26,9 @@ from dataloader.api.v1.exceptions import install_exception_handlers
 from dataloader.app import App
 from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest
 from dataloader.model.process import MAX_EVENT_ID, HistoryRange
+from tests.api.test_request_limits import _call, _scope, api_node, jobs_locked, running_searches
+from tests.api.v1.conftest import client_for
 from tests.conftest import wait_until
-from tests.hardening.test_request_limits import _call, _scope, api_node, jobs_locked, running_searches
-from tests.integration_tests.v1_api.conftest import client_for
 
 
 def _get_scope(path: str, query: str = "") -> dict:

@@ -4,7 +4,7 @@ a body that never arrives is a 408, and filters that could run for minutes are r
 
 A slow query here is one that waits for a lock: another session holds dl_jobs in ACCESS EXCLUSIVE
 mode, so every search waits exactly as long as the test wants, on any machine, without seeding.
-(tests/hardening/test_hostile_load.py runs genuinely expensive searches against a seeded table.)
+(tests/api/test_hostile_load.py runs genuinely expensive searches against a seeded table.)
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from dataloader.api import create_app
 from dataloader.api.server import head_timeout_protocol
 from dataloader.app import App
+from tests.api.v1.conftest import api_settings, client_for
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import api_settings, client_for
 
 # pg_stat_activity keeps the first 1 kB of a statement: its header comment names it.
 SEARCH_SQL_MARK = "Search jobs by the operator's filter"

@@ -19,9 +19,9 @@ import pytest
 
 from dataloader import App, JobNotFinished, JobNotFound, JobNotQueued, Settings, SyncApp, ValidationFailed
 from dataloader.api import create_app
-from tests.console.conftest import csrf_of
 from tests.support.cli import error_line, invoke
 from tests.support.engine import enqueue
+from tests.ui.conftest import csrf_of
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ async def test_the_console_job_page_calls_the_same_app_methods(app, http, db):
     assert moved.status_code == 303 and moved.headers["location"] == f"/ui/jobs/{job_id}"
     assert await db.fetchval("SELECT priority FROM dl_jobs WHERE job_id = $1", job_id) == 7
     assert "priority_changed" in (await http.get(f"/ui/jobs/{job_id}")).text
-    # a delete asks first (tests/console/test_confirm_and_notice.py); confirmed, the App refuses it
+    # a delete asks first (tests/ui/test_confirm_and_notice.py); confirmed, the App refuses it
     refused = await http.post(f"/ui/jobs/{job_id}/delete", data={"csrf": csrf, "confirm": "yes"})
     assert refused.status_code == 409 and "job_not_finished" in refused.text
     await finish(db, job_id, "canceled")

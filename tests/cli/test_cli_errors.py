@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dataloader.exceptions import DatabaseUnavailable
-from tests.integration_tests.test_cli import free_port
+from tests.cli.test_cli import free_port
 from tests.support.cli import error_line, invoke
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/nowhere"  # port 1: refused at once

@@ -1,5 +1,5 @@
 """The CLI faces of chains, restartable and unique jobs (in-process; the `jobs` group as a real process:
-tests/integration_tests/test_cli.py)."""
+tests/cli/test_cli.py)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ import asyncpg
 import pytest
 
 from dataloader import App, Queue, Settings
-from tests.patterns import pipelines
+from tests.jobs import pipelines
 
-MODULES = "tests.support.pipelines,tests.patterns.pipelines"
+MODULES = "tests.support.pipelines,tests.jobs.pipelines"
 
 
 def settings_for(dsn: str) -> Settings:

@@ -1,5 +1,5 @@
 """Pipelines of the queue-pattern tests (chains, restartable jobs), loaded in-process and by worker
-subprocesses (DL_PIPELINE_MODULES=tests.support.pipelines,tests.patterns.pipelines). Each run is
+subprocesses (DL_PIPELINE_MODULES=tests.support.pipelines,tests.jobs.pipelines). Each run is
 recorded in `pattern_runs`, so a test counts executions across processes and kills."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataloader import App, ChainNotFound, InvalidJobRequest, Stage
 from dataloader.api import create_app
 from dataloader.testing import drain
 from tests.conftest import wait_until
-from tests.patterns.conftest import MODULES, settings_for
+from tests.jobs.conftest import MODULES, settings_for
 
 
 async def test_a_planned_chain_runs_stage_after_stage_each_fed_the_previous_result(app: App, runs):

@@ -11,7 +11,7 @@ import pytest
 from dataloader import App, Queue, RestartConflict
 from dataloader.api import create_app
 from tests.conftest import wait_until
-from tests.patterns.conftest import settings_for
+from tests.jobs.conftest import settings_for
 
 
 async def test_a_trigger_while_queued_updates_args_and_time_of_the_same_job(app: App, runs):

@@ -10,7 +10,7 @@ import httpx
 
 from dataloader import App
 from dataloader.api import create_app
-from tests.patterns.conftest import settings_for
+from tests.jobs.conftest import settings_for
 
 
 async def test_a_repeat_in_the_window_returns_the_existing_job(app: App, runs):

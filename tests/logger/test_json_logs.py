@@ -12,8 +12,8 @@ import signal
 
 import httpx
 
+from tests.api.v1.test_server_process import free_port
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.test_server_process import free_port
 
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
 

@@ -15,7 +15,7 @@ import httpx
 from dataloader.api import create_app
 from dataloader.app import App
 from tests.conftest import wait_until
-from tests.observability.conftest import QUEUE, Samples, obs_settings, parse, value
+from tests.metrics.conftest import QUEUE, Samples, obs_settings, parse, value
 
 
 async def _enqueue(app: App, db: asyncpg.Pool, *, queue: str = "held-q", task: str = "dl.noop") -> uuid.UUID:

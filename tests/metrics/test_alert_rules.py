@@ -1,6 +1,6 @@
 """Every alert of deploy/prometheus/dataloader-alerts.yml fires when a real node is put in its
 condition: the node's /metrics is scraped before and after, the samples go to `promtool test
-rules` as series (tests/observability/promtool.py says how), and promtool asserts the alert fired
+rules` as series (tests/metrics/promtool.py says how), and promtool asserts the alert fired
 with its labels. A healthy node's scrapes fire none of them."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from dataloader.api import create_app
 from dataloader.app import App
 from tests.conftest import wait_until
-from tests.observability.conftest import QUEUE, Samples, obs_settings, parse, value
-from tests.observability.promtool import RULES, alert_names, expect, run_promtool
+from tests.metrics.conftest import QUEUE, Samples, obs_settings, parse, value
+from tests.metrics.promtool import RULES, alert_names, expect, run_promtool
 
 # promtool runs as a process of its own
 pytestmark = pytest.mark.process
@@ -27,7 +27,7 @@ def test_the_rules_file_is_valid_and_every_alert_documents_itself():
     result = run_promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
     text = RULES.read_text()
-    from tests.observability.promtool import rules
+    from tests.metrics.promtool import rules
     for rule in rules():
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
         assert rule["annotations"]["runbook"].startswith("docs/operations.md#"), rule["alert"]
@@ -257,7 +257,7 @@ def _slug(heading: str) -> str:
 
 
 def test_every_runbook_anchor_exists_and_every_alert_is_documented():
-    from tests.observability.promtool import ROOT, rules
+    from tests.metrics.promtool import ROOT, rules
 
     operations = (ROOT / "docs" / "operations.md").read_text()
     anchors = {_slug(line.lstrip("#")) for line in operations.splitlines() if line.startswith("## ")}

@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
-from tests.observability.conftest import QUEUE
-from tests.observability.promtool import ROOT, RULES, run_promtool
-from tests.observability.test_alert_rules import _job, _until_done
+from tests.metrics.conftest import QUEUE
+from tests.metrics.promtool import ROOT, RULES, run_promtool
+from tests.metrics.test_alert_rules import _job, _until_done
 
 # promtool runs as a process of its own
 pytestmark = pytest.mark.process

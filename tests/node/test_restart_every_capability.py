@@ -7,7 +7,7 @@ attempt, the leader's duties ran again, no maintenance service crashed, and no r
 
 With DL_TEST_DSN set and no DL_TEST_RESTART_CMD the server is not ours to restart: the test then
 terminates the test database's sessions instead and says so (a warning and the `pg_restart`
-property), as tests/engine/test_crashes.py does."""
+property), as tests/workers/test_crashes.py does."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import pytest
 from dataloader import App, Queue, Settings
 from dataloader.api import create_app
 from dataloader.observers import ObserverContext, observer
+from tests.api.v1.conftest import client_for
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import client_for
 from tests.support.engine import enqueue
 
 TABLES = ("dl_schedules, dl_schedule_runs, dl_observers, dl_nodes, dl_operations, dl_operation_events, "

@@ -24,8 +24,8 @@ from dataloader.schedules.scheduler import Scheduler
 from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from tests.conftest import wait_until
-from tests.engine.test_journal_atomicity import Rejections, journal_refuses
 from tests.retention.rows import add_job
+from tests.storage.test_journal_atomicity import Rejections, journal_refuses
 from tests.support.engine import enqueue, event_kinds, job_row, job_service, running_engine
 
 JOB_STATE = ("status", "attempt", "priority", "args", "available_at", "cancel_requested", "finished_at",

@@ -14,7 +14,7 @@ index whatever the table's size; these tests hold each hot statement to that:
   them within 2x of a session opened after it.
 
 The burst is DL_TEST_PLAN_BURST jobs (20,000; the long run: `DL_TEST_PLAN_BURST=100000 pytest
-tests/engine/test_plan_stability.py`).
+tests/storage/test_plan_stability.py`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ GROWING_TABLES = ("dl_jobs", "dl_job_events", "dl_processes", "dl_process_tasks"
 # A partial index over running jobs only: a walk of it is bounded by the jobs running on all nodes
 # (their total concurrency), not by the backlog. Except while another session holds the xmin
 # horizon: it then keeps an entry per job run since, so the claims' per-candidate lock_key probes
-# must not walk it (tests/engine/test_held_horizon.py).
+# must not walk it (tests/workers/test_held_horizon.py).
 BOUNDED_INDEXES = ("ix_dl_jobs_running_lease",)
 
 _SCAN = re.compile(r"(Seq Scan|Index Scan|Index Only Scan)(?: Backward)? (?:using (\w+) )?on (\w+)")

@@ -22,8 +22,8 @@ from dataloader.api import create_app
 from dataloader.exceptions import ProcessTaskFailed
 from dataloader.model.schedule_timing import Timing, next_tick, next_ticks, plan
 from dataloader.storage.db import parse_timestamptz_text
+from tests.api.v1.conftest import client_for
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import client_for
 from tests.support.engine import enqueue
 from tests.support.observers import EVENTS_DDL
 

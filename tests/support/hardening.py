@@ -1,4 +1,5 @@
-"""Fixtures for the hardening tests: an App and HTTP client on the test database."""
+"""Fixtures of the hardening tests (tests/api, tests/jobs, tests/storage, tests/node): an App and an
+HTTP client on the test database. Registered for the whole suite by tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from dataloader.app import App
-from tests.integration_tests.v1_api.conftest import api_settings, client_for
+from tests.api.v1.conftest import api_settings, client_for
 from tests.support.api_apps import api_for
 
 

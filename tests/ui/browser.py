@@ -117,7 +117,7 @@ class Browser:
 
 
 # This worker's one chromium and its Playwright, launched at the first browser test and closed at
-# the end of the session (tests/console/conftest.py): each test gets a fresh context of its own (no
+# the end of the session (tests/ui/conftest.py): each test gets a fresh context of its own (no
 # cookie, storage or cache of another test), without a browser start of about a second of CPU each.
 _CHROMIUM: dict[str, Any] = {}
 

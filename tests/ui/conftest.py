@@ -17,9 +17,9 @@ TOKEN = "t0ken-for-tests"
 
 @pytest.fixture(scope="session", autouse=True)
 async def shared_chromium_closed() -> AsyncIterator[None]:
-    """The worker's shared chromium (tests/console/browser.py), closed when the session ends."""
+    """The worker's shared chromium (tests/ui/browser.py), closed when the session ends."""
     yield
-    from tests.console.browser import close_shared_chromium
+    from tests.ui.browser import close_shared_chromium
 
     await close_shared_chromium()
 

@@ -10,8 +10,8 @@ from starlette.routing import Mount, Route
 
 from dataloader import metrics
 from dataloader.ui.pages import PAGES
-from tests.console.conftest import TOKEN, console_client, csrf_of, signed_in
 from tests.support.engine import enqueue
+from tests.ui.conftest import TOKEN, console_client, csrf_of, signed_in
 
 
 async def paused(db, queue: str) -> bool:

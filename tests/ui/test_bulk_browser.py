@@ -4,8 +4,8 @@ the top errors page groups the failures and links to their jobs."""
 
 from __future__ import annotations
 
-from tests.console.browser import browser, match_count, serve, sign_in
 from tests.support.engine import enqueue
+from tests.ui.browser import browser, match_count, serve, sign_in
 
 FAILED = 30
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import uuid
 
-from tests.console.conftest import console_client, csrf_of
 from tests.support.engine import enqueue
+from tests.ui.conftest import console_client, csrf_of
 
 
 async def operations(db) -> int:

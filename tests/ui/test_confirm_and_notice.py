@@ -19,8 +19,8 @@ from starlette.routing import Route
 
 import tests.workflows.flows  # noqa: F401  (registers t.wait, the workflow whose runs these tests act on)
 from dataloader.ui.pages import PAGES
-from tests.console.conftest import console_client, csrf_of
 from tests.support.engine import enqueue
+from tests.ui.conftest import console_client, csrf_of
 
 TEMPLATES = Path(__file__).parents[2] / "src" / "dataloader" / "ui" / "templates"
 

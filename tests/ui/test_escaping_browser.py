@@ -10,14 +10,14 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from tests.conftest import wait_until
-from tests.console import PROCESS_NS as NS
-from tests.console.browser import browser, serve, sign_in
 from tests.support.observers import EVENTS_DDL
+from tests.ui import PROCESS_NS as NS
+from tests.ui.browser import browser, serve, sign_in
 
 P = "\"'><script>window.__xss=1</script><img src=xss-probe onerror=\"window.__xss=1\"><b>bold</b>"
 # A process id is a path segment of the HTTP API, so its payload has no slash (a tag needs none to run).
 PID = "p" + P.replace("/", "")
-MODULES = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.console.console_processes,tests.support.observers"}
+MODULES = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.ui.console_processes,tests.support.observers"}
 
 
 async def test_no_stored_payload_runs_on_any_page(python, subprocess_env, db, dsn, tmp_path):

@@ -9,9 +9,9 @@ import contextlib
 
 import httpx
 
-from tests.console.browser import browser, serve, sign_in
-from tests.console.conftest import signed_in
-from tests.console.test_live_cost import CLIENTS, _drain, rate
+from tests.ui.browser import browser, serve, sign_in
+from tests.ui.conftest import signed_in
+from tests.ui.test_live_cost import CLIENTS, _drain, rate
 
 
 async def test_a_new_journal_row_appears_on_the_open_page(python, subprocess_env, db, tmp_path):

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from tests.console.browser import browser, match_count, serve, sign_in
+from tests.ui.browser import browser, match_count, serve, sign_in
 
 
 async def test_filter_open_a_job_and_watch_its_cancel_arrive_live(python, subprocess_env, db, tmp_path):

@@ -11,8 +11,8 @@ import pytest
 
 from dataloader.exceptions import ValidationFailed
 from dataloader.ui import filters
-from tests.console.conftest import console_client
 from tests.support.engine import enqueue
+from tests.ui.conftest import console_client
 
 
 def test_times_take_an_age_or_an_rfc3339_time_and_refuse_anything_else():

@@ -9,8 +9,8 @@ import contextlib
 
 import httpx
 
-from tests.console.browser import serve
-from tests.console.conftest import signed_in
+from tests.ui.browser import serve
+from tests.ui.conftest import signed_in
 
 WINDOW_SEC = 4.0
 CLIENTS = 50

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from tests.console.browser import browser, serve, sign_in
+from tests.ui.browser import browser, serve, sign_in
 
 
 async def test_sign_in_and_see_the_overview_live(python, subprocess_env, db, tmp_path):

@@ -16,8 +16,8 @@ from html import unescape
 from dataloader import App, Settings
 from dataloader.model.flow import QueueFlow
 from dataloader.ui.pages.overview import flow_summary
-from tests.console.conftest import console_client, csrf_of
 from tests.support.engine import enqueue
+from tests.ui.conftest import console_client, csrf_of
 
 
 async def test_the_processes_page_lists_the_namespaces_with_counts_by_status(db, dsn):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import wait_until
-from tests.console import PROCESS_NS as NS
-from tests.console.browser import browser, serve, sign_in
+from tests.ui import PROCESS_NS as NS
+from tests.ui.browser import browser, serve, sign_in
 
-MODULES = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.console.console_processes"}
+MODULES = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.ui.console_processes"}
 
 
 async def test_repair_a_process_in_error(python, subprocess_env, db, tmp_path):

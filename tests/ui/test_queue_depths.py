@@ -10,9 +10,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from dataloader import App, Settings
-from tests.console.conftest import console_client
 from tests.support.cli import invoke
 from tests.support.engine import enqueue
+from tests.ui.conftest import console_client
 
 
 async def test_depths_count_each_state_and_both_faces_agree(db, dsn):

@@ -9,8 +9,8 @@ import uuid
 
 from dataloader.model.flow import QueueFlow, QueueSettings
 from dataloader.ui.pages.overview import flow_summary, limit_texts
-from tests.console.conftest import TOKEN, console_client, signed_in
 from tests.support.engine import enqueue
+from tests.ui.conftest import TOKEN, console_client, signed_in
 
 
 async def limits_row(db, queue: str):
@@ -52,7 +52,7 @@ async def test_read_only_refuses_the_limits_form(db, dsn):
     async with console_client(dsn, ui_read_only=True) as client:
         page = await client.get("/ui/")
         assert "/ui/queues/limits" not in page.text
-        from tests.console.conftest import csrf_of
+        from tests.ui.conftest import csrf_of
         refused = await client.post("/ui/queues/limits", data={"csrf": csrf_of(page.text), "queue": queue,
                                                                "concurrency": "3"})
         assert refused.status_code == 403

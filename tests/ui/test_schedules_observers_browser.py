@@ -10,8 +10,8 @@ import signal
 import httpx
 
 from tests.conftest import wait_until
-from tests.console.browser import browser, serve, sign_in
 from tests.support.observers import EVENTS_DDL
+from tests.ui.browser import browser, serve, sign_in
 
 
 async def test_pause_a_schedule_and_trigger_one_now(python, subprocess_env, db, tmp_path):

@@ -16,8 +16,8 @@ from dataloader.auth_throttle import AuthThrottle
 from dataloader.model.clock import ManualClock
 from dataloader.ui import auth
 from dataloader.ui.pages import PAGES
-from tests.console.conftest import TOKEN, console_client, csrf_of, signed_in
 from tests.support.engine import enqueue
+from tests.ui.conftest import TOKEN, console_client, csrf_of, signed_in
 
 
 async def paused(db, queue: str) -> bool:
@@ -74,7 +74,7 @@ async def test_sign_out_answers_with_a_cookie_that_clears_the_session_cookie(db,
 
 async def test_signing_in_and_out_say_what_they_did(db, dsn):
     """As every console action does: the page after the redirect says it once."""
-    from tests.console.test_confirm_and_notice import notice_after
+    from tests.ui.test_confirm_and_notice import notice_after
 
     async with console_client(dsn, api_token=TOKEN) as client:
         csrf = csrf_of((await client.get("/ui/login")).text)
@@ -252,7 +252,7 @@ async def test_the_report_replayed_against_two_real_services(python, subprocess_
     in on one, a copy of its cookie is taken, the browser signs out on the other, and the copy is
     replayed (as curl would: the cookie and a CSRF pair in headers) on both to pause a queue:
     refused, and the queue is not paused."""
-    from tests.console.browser import serve
+    from tests.ui.browser import serve
 
     queue = f"curl-{uuid.uuid4().hex[:8]}"
     await enqueue(db, "dl.noop", queue=queue)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.console.browser import browser, serve, sign_in
+from tests.ui.browser import browser, serve, sign_in
 
 PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/workflows",
          "/ui/schedules", "/ui/observers")

@@ -26,7 +26,7 @@ import httpx
 from dataloader import App
 from dataloader.ui.pages.workflows import PAGE_SIZE, SHOWN_CHARS
 from tests.conftest import wait_until
-from tests.console.conftest import console_client, csrf_of
+from tests.ui.conftest import console_client, csrf_of
 from tests.workflows.conftest import workflow_settings
 from tests.workflows.flows import PROBE_DDL
 from tests.workflows.test_workflows import _waiting

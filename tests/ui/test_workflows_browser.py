@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import wait_until
-from tests.console.browser import browser, serve, sign_in
+from tests.ui.browser import browser, serve, sign_in
 from tests.workflows.flows import PROBE_DDL, QUEUE
 
 SETTINGS = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.workflows.flows",

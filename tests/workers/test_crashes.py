@@ -145,8 +145,8 @@ async def test_postgres_restart_during_progress_on_the_last_attempt_fails_nothin
     the API answers 503 while the database is away, never 500."""
     from dataloader.api import create_app
     from dataloader.app import App
-    from tests.integration_tests.v1_api.conftest import api_settings, client_for
-    from tests.integration_tests.v1_api.constants import OTHER_QUEUE, TRIGGER, job_body
+    from tests.api.v1.conftest import api_settings, client_for
+    from tests.api.v1.constants import OTHER_QUEUE, TRIGGER, job_body
 
     w = workers(queues={"default": 8}, heartbeat_sec=0.2)
     await w.wait_ready()

@@ -15,7 +15,7 @@ from dataloader.api import create_app
 from dataloader.app import App
 from dataloader.config import Settings
 from dataloader.workers.manager import WorkerManager
-from tests.integration_tests.v1_api.constants import MAX_ARGS_BYTES, WORKER_QUEUE
+from tests.api.v1.constants import MAX_ARGS_BYTES, WORKER_QUEUE
 from tests.support.api_apps import api_for
 
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.integration_tests.v1_api.conftest import table_counts
-from tests.integration_tests.v1_api.constants import MAX_ARGS_BYTES, TRIGGER, job_body
+from tests.api.v1.conftest import table_counts
+from tests.api.v1.constants import MAX_ARGS_BYTES, TRIGGER, job_body
 
 JSON = {"content-type": "application/json"}
 

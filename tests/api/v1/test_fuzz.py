@@ -9,8 +9,8 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration_tests.v1_api.conftest import table_counts
-from tests.integration_tests.v1_api.constants import TRIGGER
+from tests.api.v1.conftest import table_counts
+from tests.api.v1.constants import TRIGGER
 
 FIELDS = ["queue", "task", "args", "idempotency_key", "lock_key", "partition_key", "priority",
           "available_at", "max_attempts", "lease_ttl_sec"]

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataloader.api import create_app
 from dataloader.api.middleware import flat_routes
-from tests.integration_tests.v1_api.conftest import client_for
-from tests.integration_tests.v1_api.constants import TRIGGER, job_body
+from tests.api.v1.conftest import client_for
+from tests.api.v1.constants import TRIGGER, job_body
 
 TOKEN = "s3cret"
 

@@ -19,9 +19,9 @@ from dataloader.storage import migrate
 from dataloader.storage.db import create_pool
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import registry
+from tests.api.v1.conftest import api_settings, client_for, table_counts
+from tests.api.v1.constants import TRIGGER, WORKER_QUEUE, job_body
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import api_settings, client_for, table_counts
-from tests.integration_tests.v1_api.constants import TRIGGER, WORKER_QUEUE, job_body
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

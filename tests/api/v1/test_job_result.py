@@ -3,8 +3,8 @@ before it succeeded), and the OpenAPI document describes the field."""
 
 from __future__ import annotations
 
+from tests.api.v1.constants import WORKER_QUEUE
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.constants import WORKER_QUEUE
 
 
 async def test_status_returns_the_result_of_a_succeeded_job(worker_client):

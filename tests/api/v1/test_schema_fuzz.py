@@ -41,15 +41,15 @@ from schemathesis.specs.openapi.checks import (
 
 from dataloader.api import create_app
 from dataloader.api.middleware import flat_routes
-from tests.integration_tests.v1_api.conftest import TablesAt, api_settings, next_xid, tables_content
-from tests.integration_tests.v1_api.constants import TRIGGER, job_body
+from tests.api.v1.conftest import TablesAt, api_settings, next_xid, tables_content
+from tests.api.v1.constants import TRIGGER, job_body
 
 BASE_URL = "http://dataloader.test"
 CONVERTOR = re.compile(r":\w+}")  # {queue:path} -> {queue}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance]
 # Per operation and generation mode (13 tests). The long run (issue 26; time grows with the count):
-#   DL_FUZZ_EXAMPLES=1000 .venv/bin/python -m pytest -q tests/integration_tests/v1_api/test_schema_fuzz.py
+#   DL_FUZZ_EXAMPLES=1000 .venv/bin/python -m pytest -q tests/api/v1/test_schema_fuzz.py
 EXAMPLES = int(os.environ.get("DL_FUZZ_EXAMPLES", "50"))
 
 

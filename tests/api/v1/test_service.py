@@ -8,9 +8,9 @@ import uuid
 import httpx
 
 from dataloader.api.v1.models import QUEUE_NOT_SERVED, WARNING_HEADER
+from tests.api.v1.conftest import table_counts
+from tests.api.v1.constants import OTHER_QUEUE, TRIGGER, WORKER_QUEUE, job_body
 from tests.conftest import wait_until
-from tests.integration_tests.v1_api.conftest import table_counts
-from tests.integration_tests.v1_api.constants import OTHER_QUEUE, TRIGGER, WORKER_QUEUE, job_body
 
 
 async def status_of(client: httpx.AsyncClient, job_id: str) -> dict:
