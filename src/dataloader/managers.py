@@ -7,9 +7,10 @@ holds every other shard's (DL_SHARDS_JSON, docs/scaling.md "Past one primary") a
 a job, an operation, a search or a queue's rules go to the shard of its queue; schedules,
 processes, observers and workflows live on the default shard.
 
-The managers that hold state (schedules, observers, processes, workflows, health) are built on
-first use and dropped on `stop()`, so an App opened again builds them on its new pool; the others
-hold nothing and are made per use. `App` only hands these out; the wiring is here and in node.py.
+The managers that hold state are built on first use; schedules, observers, processes and health
+are dropped on `stop()`, so an App opened again builds them on its new pool (the workflows' manager
+is not: it is built once per App). The others hold nothing and are made per use. `App` only hands
+these out; the wiring is here and in node.py.
 """
 
 from __future__ import annotations
