@@ -10,7 +10,7 @@ database, and prints per mode: wall time and the session's backend CPU per job (
 the server must be on this machine), and the mean claim / heartbeat / finish call. Then the burst:
 a session that ran the step on the empty (analyzed) table, then `--burst` jobs queued, against a
 session opened after the burst: shared buffers read per step (pg_stat_database), the measure
-tests/engine/test_plan_stability.py holds within 2x.
+tests/storage/test_plan_stability.py holds within 2x.
 """
 
 from __future__ import annotations

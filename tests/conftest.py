@@ -31,6 +31,9 @@ from tests.support.pipelines import RUNS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Fixtures shared by tests of several folders (api, jobs, storage, node): `hardening_ctx` and `http`.
+pytest_plugins = ["tests.support.hardening"]
+
 
 # --- tiers (see tests/support/tiers.py) and xdist --------------------------------------------------------
 

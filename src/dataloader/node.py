@@ -1,7 +1,6 @@
 """The node root: the one place that builds what a working process runs — the queue workers (a
-`WorkerManager`) and every background duty beside them — and checks every duty's settings; and
-the managers of the capabilities (jobs, schedules, operations, search, observers, processes, flow,
-health) over a database root (storage/database.py), which `App`, the facade, only hands out.
+`WorkerManager`) and every background duty beside them — and checks every duty's settings. The
+capabilities' managers that `App`, the facade, hands out are built in managers.py.
 
 Each capability owns its duties (jobs/reaper.py, jobs/queue_time.py, retention/pruner.py,
 retention/rollup.py, operations/runner.py, schedules/scheduler.py, observers/node_registry.py); the
@@ -35,35 +34,23 @@ from pydantic import BaseModel, ValidationError
 from dataloader.config import DEFAULT_SHARD, Queue, Settings
 from dataloader.exceptions import ConfigError
 from dataloader.flow.manager import FlowManager
-from dataloader.health.reader import HealthReader
-from dataloader.jobs.manager import JobManager
 from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
 from dataloader.jobs.reaper import Reaper, ReaperSettings
-from dataloader.jobs.search import ExpensiveQueries, JobSearch
 from dataloader.maintenance import LeaderSettings, Service, ServiceDeps, registered_services
-from dataloader.observers.manager import ObserverManager
 from dataloader.observers.node_registry import NodeHeartbeat, NodeSettings
-from dataloader.observers.registry import observers as observer_kinds
-from dataloader.operations.manager import OperationManager
 from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
-from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
 from dataloader.processes.step import run_step
-from dataloader.processes.waiter import TaskWaiter
 from dataloader.retention.pruner import Pruner, PrunerSettings
 from dataloader.retention.rollup import StatsRollup, StatsSettings
-from dataloader.schedules.manager import ScheduleManager
 from dataloader.schedules.scheduler import Scheduler
 from dataloader.storage.database import Database
-from dataloader.storage.flow_repository import FlowRepository
-from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.notifier import Notifier
-from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
+from dataloader.storage.observer_repository import NodeRepository
 from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
-from dataloader.storage.process_repository import PROCESS_TASK, ProcessRepository
+from dataloader.storage.process_repository import PROCESS_TASK
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
-from dataloader.storage.search_repository import SearchRepository
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -220,49 +207,3 @@ def with_process_queues(settings: Settings) -> Settings:
     extra = [Queue(p.queue, p.concurrency) for ns in processors.names()
              if (p := processors.get(ns)) is not None and p.queue not in listed]
     return settings.model_copy(update={"workers": [*settings.workers, *extra]}) if extra else settings
-
-
-# -- the capabilities' managers over a database root (what App hands out) ----------------------------
-
-
-def jobs(db: Database, registry: PipelineRegistry, settings: Settings,
-         served_queues: Callable[[], frozenset[str]]) -> tuple[JobRepository, JobManager]:
-    """The job repository (its single enqueues on the database's group commit) and its manager."""
-    repo = JobRepository(db.enqueue_on)
-    return repo, JobManager(repo, registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
-                            max_args_bytes=settings.max_args_bytes, served_queues=served_queues)
-
-
-def schedules(db: Database, *, check_task: Callable[..., None]) -> ScheduleManager:
-    return ScheduleManager(ScheduleRepository(db.pool), check_task=check_task)
-
-
-def job_search(db: Database, expensive: ExpensiveQueries | None, count_timeout_sec: float | None) -> JobSearch:
-    """Search and counts; `expensive` bounds how many run at once (the HTTP API's), None: no bound."""
-    return JobSearch(SearchRepository(db.pool, count_timeout_sec=count_timeout_sec), expensive)
-
-
-def operations(db: Database, search: JobSearch, count_timeout_sec: float | None) -> OperationManager:
-    return OperationManager(OperationRepository(db.pool, count_timeout_sec=count_timeout_sec), search,
-                            default_batch_size=db.settings.operations_batch_size)
-
-
-def observers(db: Database) -> ObserverManager:
-    return ObserverManager(ObserverRepository(db.pool), NodeRepository(db.pool), observer_kinds)
-
-
-def processes(db: Database, *, operations: Callable[[], OperationManager], notifier: Notifier) -> ProcessManager:
-    settings = db.settings
-    waiter = TaskWaiter(poll_sec=settings.poll_fallback_sec, notifier=notifier)
-    return ProcessManager(ProcessRepository(db.pool), processors, waiter, max_args_bytes=settings.max_args_bytes,
-                          default_lease_ttl_sec=settings.default_lease_ttl_sec, operations=operations,
-                          idle_sec=settings.process_idle_sec)
-
-
-def health(db: Database, connections_budget: Callable[[], int]) -> HealthReader:
-    return HealthReader(HealthRepository(db.pool), connections_budget=connections_budget,
-                        xmin_warn_sec=db.settings.db_xmin_warn_sec)
-
-
-def flow(db: Database) -> FlowManager:
-    return FlowManager(FlowRepository(db.pool))

@@ -66,7 +66,7 @@ EXCLUDED: dict[tuple[str, str], str] = {
     ("docs/observability.md", "pip install 'dataloader[otel]' opentelemetry-exporter-otlp"):
         "installs packages and exports to a collector",
     ("docs/observability.md", "DL_DATA_DIR=/tmp/otel_demo/data DL_PORT=18723 "):
-        "serves until stopped (tests/engine/test_tracing.py runs the same traced service)",
+        "serves until stopped (tests/tracing/test_tracing.py runs the same traced service)",
     ("docs/scaling.md", "# pgbouncer.ini (Debian's pgbouncer 1.18, as used by the tests)"):
         "a PgBouncer's configuration and the settings of another machine (tests/topology/test_pgbouncer.py)",
     ("docs/scaling.md", "DL_DB_DSN=postgresql://dataloader:…@db-main:5432/dataloader "):

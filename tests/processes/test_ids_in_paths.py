@@ -114,7 +114,7 @@ async def test_a_real_server_routes_an_encoded_slash_the_same_way(python, subpro
     """uvicorn hands the raw path over as the in-process transport does: with `dataloader serve`, a
     process id with '/' reaches its routes (`process_not_found` from the route, not the router's
     `not_found`), and a process stored with such an id is read back."""
-    from tests.console.browser import serve
+    from tests.ui.browser import serve
 
     await pdb.execute("INSERT INTO dl_processes (ns, id, status) VALUES ('served', 'orders/42 ✓', 'running')")
     async with serve(python, subprocess_env, tmp_path, token=None) as service:

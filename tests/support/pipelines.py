@@ -193,7 +193,7 @@ async def nan_backoff(ctx: JobContext) -> None:
     raise RuntimeError("fails; its backoff returns NaN")
 
 
-# -- for dataloader.testing (tests/public_api/test_testing_helpers.py) ------------------------------
+# -- for dataloader.testing (tests/testing/test_testing_helpers.py) ------------------------------
 
 
 @pipeline("test.inline_chunks")
@@ -237,7 +237,7 @@ async def enqueue_child(ctx: JobContext) -> None:
         await app.enqueue("dl.noop", {"parent": str(ctx.job_id)}, queue=ctx.queue)
 
 
-# -- outcomes and results (tests/engine/test_outcomes.py, test_transaction_crashes.py) -------------
+# -- outcomes and results (tests/workers/test_outcomes.py, test_transaction_crashes.py) -------------
 
 TX_DDL = """
 CREATE TABLE IF NOT EXISTS test_business (
@@ -330,7 +330,7 @@ async def tx_business(ctx: JobContext) -> None:
     await _mark(ctx, "after_commit")
 
 
-# In-process only (tests/engine/test_outcomes.py): the test opens the gate of attempt 1.
+# In-process only (tests/workers/test_outcomes.py): the test opens the gate of attempt 1.
 TX_GATES: dict[object, tuple[asyncio.Event, asyncio.Event]] = {}
 TX_ERRORS: list[BaseException] = []
 
@@ -419,7 +419,7 @@ async def fail_until(ctx: JobContext) -> None:
         raise RuntimeError(str(ctx.args.get("message", "not yet")))
 
 
-# -- a worker paused past its lease (tests/engine/test_paused_worker.py) ---------------------------
+# -- a worker paused past its lease (tests/workers/test_paused_worker.py) ---------------------------
 
 PROBE_DDL = """
 CREATE TABLE IF NOT EXISTS test_probe (
@@ -465,7 +465,7 @@ async def probed_chunks(ctx: JobContext):
             await asyncio.shield(conn.close())
 
 
-# --- logs of user code (tests/observability/test_json_logs.py) ------------------------------------
+# --- logs of user code (tests/logger/test_json_logs.py) ------------------------------------
 # A pipeline module's own logger: its lines inside a job carry the job's context like ctx.log's.
 _user_log = logging.getLogger(__name__)
 
@@ -500,7 +500,7 @@ async def retry_once(ctx: JobContext) -> str:
     return "retried"
 
 
-# In-process only (tests/engine/test_tracing.py): the test sees the pipeline enter (`entered`) and
+# In-process only (tests/tracing/test_tracing.py): the test sees the pipeline enter (`entered`) and
 # decides when it returns (`release`), to place the end of a run at a moment of its choosing.
 GATES: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
 

@@ -81,7 +81,7 @@ async def test_each_queue_lands_and_runs_on_its_shard_and_every_face_finds_it(tw
     try:
         assert (app.shard_of("qa"), app.shard_of("qb")) == ("default", "b")
         # A shard's pool has a connection for every worker of its own queues (and the spare ones).
-        assert app._shards["b"].db.max_connections() == 2 + app.settings.db_pool_extra
+        assert app.db.shards["b"].max_connections() == 2 + app.settings.db_pool_extra
         ja = await app.enqueue("shard.where", {}, queue="qa")
         jb = await app.enqueue("shard.where", {}, queue="qb")
         batch = await app.enqueue_many([{"task": "shard.where", "queue": q} for q in ("qb", "qa", "qb", "qa")])
@@ -245,7 +245,7 @@ async def test_one_shard_costs_nothing_extra(dsn, db):
     app = await App(Settings(db_dsn=dsn, workers=[Queue("q", 2)])).open()
     try:
         assert type(app.jobs).__name__ == "JobManager" and type(app.flow).__name__ == "FlowManager"
-        assert app._shards == {} and app.connections_budget() == 2 + app.settings.db_pool_extra
+        assert app.db.shards == {} and app.connections_budget() == 2 + app.settings.db_pool_extra
     finally:
         await app.close()
 

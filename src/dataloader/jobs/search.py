@@ -23,6 +23,13 @@ from dataloader.storage.search_repository import SearchRepository
 MAX_COUNT = 10_000_000
 
 
+def check_at_most(at_most: int | None) -> None:
+    """A capped count's cap is at least 1."""
+    if at_most is not None and at_most < 1:
+        raise ValidationFailed(f"at_most must be at least 1, not {at_most}",
+                               [{"loc": ["at_most"], "msg": "must be at least 1", "type": "value_error"}])
+
+
 class ExpensiveQueries:
     """At most `limit` expensive queries (searches, counts, an operation's dry run) at once in this
     process; one more is refused at once with TooManyQueries (a 429) rather than queued, so a burst
@@ -119,6 +126,8 @@ class JobSearch:
         return SearchPage(jobs, next_cursor, total, total is not None and total >= MAX_COUNT, f.describe())
 
     async def count(self, value: JobFilter | Mapping[str, Any] | None = None, *, at_most: int | None = None) -> int:
+        """How many jobs match; with `at_most` (at least 1), counting stops there."""
+        check_at_most(at_most)
         f = await self.checked(value)
         async with self.expensive_slot():
             return await self.repo.count(f, at_most=at_most)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from dataloader.exceptions import ChainNotFound, InvalidJobRequest, JobNotFound, ValidationFailed
 from dataloader.jobs.manager import MAX_LIST_LIMIT, JobManager, JobRequest, TriggerResult, decode_cursor, encode_cursor
-from dataloader.jobs.search import JobSearch, SearchPage
+from dataloader.jobs.search import JobSearch, SearchPage, check_at_most
 from dataloader.model.job import Chain, Job, JobEvent, JobPage
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
@@ -189,6 +189,7 @@ class ShardedSearch:
         return merge_search_pages(pages, limit)
 
     async def count(self, value: JobFilter | Mapping[str, Any] | None = None, *, at_most: int | None = None) -> int:
+        check_at_most(at_most)
         async with self.bounded.expensive_slot():
             counts = await asyncio.gather(*(s.count(value, at_most=at_most) for s in self.shards))
         total = sum(counts)

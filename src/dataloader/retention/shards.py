@@ -6,7 +6,7 @@ shards' reports merge into one. With one shard, each runs once on its pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -41,9 +41,13 @@ def chosen_policy(settings: Settings, older_than: float | timedelta | str | None
     return RetentionPolicy.uniform(seconds, chosen)
 
 
-async def prune_shards(pools: Sequence[asyncpg.Pool], policy: RetentionPolicy, *, batch_size: int,
-                       dry_run: bool, queues: Sequence[str] | None) -> PruneReport:
-    """The policy applied on every shard in turn; one report (the shards' summed)."""
+async def prune_shards(pools: Sequence[asyncpg.Pool], settings: Settings, *, older_than: float | timedelta | str | None,
+                       statuses: Sequence[JobStatus | str] | None, batch_size: int | None, dry_run: bool,
+                       queues: Sequence[str] | None) -> PruneReport:
+    """The policy of a prune asked for now (`chosen_policy`) applied on every shard in turn, in
+    batches of `batch_size` (default DL_RETENTION_BATCH_SIZE); one report (the shards' summed)."""
+    policy = chosen_policy(settings, older_than, statuses)
+    batch_size = batch_size or settings.retention_batch_size
     reports = [await prune(pool, policy, batch_size=batch_size, dry_run=dry_run, queues=queues) for pool in pools]
     return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
 
@@ -53,10 +57,13 @@ async def rollup_shards(pools: Sequence[asyncpg.Pool], settings: Settings) -> in
     return sum([await rollup(pool, lag_sec=settings.stats_lag_sec, keep_sec=settings.stats_keep) for pool in pools])
 
 
-async def stats_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, start: datetime, end: datetime,
-                       unrolled: bool) -> dict[str, Any]:
-    """The stats of every shard in one report: the queues of all, and the rollup's watermark the
-    oldest of theirs (None unless every shard has one). One queue lives on one shard: one pool."""
+async def stats_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, start: datetime | None,
+                       end: datetime | None, hours: float, unrolled: bool) -> dict[str, Any]:
+    """The stats of every shard in one report, from `start` (default: `end - hours`) to `end`
+    (default: now): the queues of all, and the rollup's watermark the oldest of theirs (None
+    unless every shard has one). One queue lives on one shard: one pool."""
+    end = end or datetime.now(UTC)
+    start = start or end - timedelta(hours=hours)
     if start > end:
         raise ValueError("start must not be after end")
     reports = [await read_stats(pool, queue=queue, start=start, end=end, unrolled=unrolled) for pool in pools]
@@ -69,9 +76,11 @@ async def stats_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, star
     return merged
 
 
-async def errors_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, since: datetime,
+async def errors_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, since: datetime | None,
                         limit: int) -> dict[str, Any]:
-    """The error groups of every shard, most frequent first, the first `limit` of all."""
+    """The error groups of every shard since `since` (default: an hour ago), most frequent first,
+    the first `limit` of all."""
+    since = since or datetime.now(UTC) - timedelta(hours=1)
     reports = [await read_errors(pool, queue=queue, since=since, limit=limit) for pool in pools]
     if len(reports) == 1:
         return reports[0]

@@ -216,7 +216,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 # - no cached statement lives longer than STATEMENT_LIFETIME_SEC, which bounds how long any other
 #   plan can be stale (re-preparing costs five custom plans per statement per period: nothing).
 # Statements that mean to read a table whole turn sequential scans back on in their own
-# transaction (search/custom_plans.sql). tests/engine/test_plan_stability.py holds the hot
+# transaction (search/custom_plans.sql). tests/storage/test_plan_stability.py holds the hot
 # statements to this.
 # JIT is off: no statement of a job queue runs long enough to gain from compiling it, and before
 # PostgreSQL 18 a disabled scan adds 1e10 to a plan's cost, far past jit_above_cost, so a node

@@ -172,7 +172,7 @@ class WorkflowRepository:
                         before: tuple[Any, uuid.UUID] | None, limit: int) -> list[WorkflowRunSummary]:
         """Runs newest first after `before` (the (created_at, run_id) of the previous page's last run).
         Planned with its values (custom plans, as the jobs search is): a cached generic plan serves
-        every filter at once and walks dl_jobs whole (tests/engine/test_plan_stability.py)."""
+        every filter at once and walks dl_jobs whole (tests/storage/test_plan_stability.py)."""
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             await conn.execute(sql("search/custom_plans"))
             rows = await conn.fetch(sql("workflows/list_runs"), workflow, statuses,

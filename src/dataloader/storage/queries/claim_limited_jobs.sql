@@ -2,7 +2,7 @@
 -- docs/flow-control.md): claim_jobs.sql with the flow gate. The worker uses it while its queue has a
 -- limit (claim_jobs.sql leaves a limited queue out; next_due_in.sql tells the worker); everything
 -- claim_jobs.sql's header says about lock keys, parking and the order holds here too, and the two
--- must change together (tests/engine/test_claim_variants.py checks that, for a queue with no
+-- must change together (tests/workers/test_claim_variants.py checks that, for a queue with no
 -- limit, both claim the same jobs and answer the same). Each row says whether the queue was still limited (`limited`): false sends the
 -- worker back to claim_jobs.sql.
 --

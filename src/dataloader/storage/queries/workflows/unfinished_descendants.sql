@@ -6,7 +6,7 @@ WITH RECURSIVE below AS (
     WHERE b.depth < 100
 )
 -- the descendants' ids as an index condition too: with the join alone a generic plan made on an
--- empty table walked dl_jobs' whole primary key (tests/engine/test_plan_stability.py)
+-- empty table walked dl_jobs' whole primary key (tests/storage/test_plan_stability.py)
 SELECT b.run_id FROM below b JOIN dl_jobs j ON j.job_id = b.run_id
 WHERE j.job_id = ANY (ARRAY(SELECT d.run_id FROM below d)) AND j.status IN ('queued', 'running')
 ORDER BY b.depth

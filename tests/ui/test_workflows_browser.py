@@ -1,0 +1,91 @@
+"""Workflows in the browser, on a real `dataloader serve` whose workers run the test workflows: a
+failed run is found by status, opened, and restarted from the step that broke (after the
+confirmation page) until it succeeds; a waiting run gets its signal from its page; the list and a
+run's page fit a phone's width. Chromium logs no error on any of these pages."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import wait_until
+from tests.ui.browser import browser, serve, sign_in
+from tests.workflows.flows import PROBE_DDL, QUEUE
+
+SETTINGS = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.workflows.flows",
+            "WORKERS_JSON": f'[{{"queue": "{QUEUE}", "concurrency": 4}}]'}
+
+
+async def test_restart_a_failed_run_and_signal_a_waiting_one(python, subprocess_env, db, dsn, tmp_path):
+    await db.execute(PROBE_DDL)
+    async with serve(python, subprocess_env, tmp_path, extra_env=SETTINGS) as service:
+        headers = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=30) as http:
+            async def status(run_id: str) -> str:
+                return (await http.get(f"/api/v1/workflows/{run_id}")).json()["status"]
+
+            fixable = (await http.post("/api/v1/workflows", json={"workflow": "t.fixable",
+                                                                   "input": {"dsn": dsn, "fix_after": 2}})).json()
+            waiting = (await http.post("/api/v1/workflows", json={"workflow": "t.wait",
+                                                                   "input": {"dsn": dsn, "timeout": 600}})).json()
+            await wait_until(lambda: _is(status, fixable, "failed"), timeout=30, interval=0.2,
+                             message="the fixable run fails at step b")
+
+            async with browser("workflows") as seen:
+                await sign_in(seen, service)
+                page = seen.page
+                await page.goto(f"{service.base_url}/ui/workflows")
+                await page.select_option("#w-status", "failed")
+                await page.click("form[role=search] button[type=submit]")
+                await page.wait_for_selector(f'tr[data-run="{fixable["run_id"]}"]')
+                assert await page.locator(f'tr[data-run="{waiting["run_id"]}"]').count() == 0
+                await seen.shot("failed-runs")
+                await page.click(f'tr[data-run="{fixable["run_id"]}"] a')
+                await page.wait_for_selector("#run-status")
+                assert await page.inner_text("#run-status") == "failed"
+                assert "bug (run 1)" in await page.inner_text("#run-steps")
+                await seen.shot("failed-run")
+                await page.select_option("#restart-from", "b")
+                await page.click("#restart-run")
+                await page.wait_for_selector("#confirm-action")
+                assert "from step 'b'" in await page.inner_text("#consequence")
+                await seen.shot("restart-confirmation")
+                await page.click("#confirm-action")
+                await page.wait_for_selector("#notice")
+                assert (await page.inner_text("#notice")).startswith(
+                    f"Workflow run {fixable['run_id']} restarted from 'b'")
+                await wait_until(lambda: _is(status, fixable, "succeeded"), timeout=30, interval=0.2,
+                                 message="the restarted run succeeds")
+                await page.reload()
+                assert await page.inner_text("#run-status") == "succeeded"
+                await seen.shot("restarted-run")
+
+                await wait_until(lambda: _waits(http, waiting), timeout=30, interval=0.2, message="the run waits")
+                await page.goto(f"{service.base_url}/ui/workflows/{waiting['run_id']}")
+                await page.fill("#signal-name", "go")
+                await page.fill("#signal-payload", '{"ok": true}')
+                await page.click("#send-signal")
+                await page.click("#confirm-action")
+                await page.wait_for_selector("#notice")
+                assert await page.inner_text("#notice") == f"Signal 'go' sent to workflow run {waiting['run_id']}."
+                await wait_until(lambda: _is(status, waiting, "succeeded"), timeout=30, interval=0.2,
+                                 message="the signaled run succeeds")
+                result = (await http.get(f"/api/v1/workflows/{waiting['run_id']}")).json()["result"]
+                assert result == {"first": {"ok": True}, "second": None}
+
+            async with browser("workflows-phone", viewport=(390, 844)) as seen:
+                await sign_in(seen, service)
+                page = seen.page
+                for path in ("/ui/workflows", f"/ui/workflows/{fixable['run_id']}"):
+                    await page.goto(f"{service.base_url}{path}")
+                    overflow = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                    assert overflow <= 1, f"{path} is {overflow}px wider than a phone's screen"
+                    await seen.shot(path.rsplit("/", 1)[-1][:13])
+
+
+async def _is(status, run: dict, wanted: str) -> bool:
+    return await status(run["run_id"]) == wanted
+
+
+async def _waits(http: httpx.AsyncClient, run: dict) -> bool:
+    steps = (await http.get(f"/api/v1/workflows/{run['run_id']}")).json()["steps"]
+    return any(s["kind"] == "wait" and s["state"] == "pending" for s in steps)
