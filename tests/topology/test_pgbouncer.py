@@ -118,9 +118,7 @@ async def test_lock_keys_and_fencing_hold_with_producers_through_the_pooler(dsn:
     jobs of one lock_key overlap, and a job the reaper took back cannot be finished by its old
     attempt (its finish is refused; the job runs again and succeeds once)."""
     queue = f"pgb-{uuid.uuid4().hex[:8]}"
-    # the node's own reaper passes once at its start only: the take-back below is the test's reaper's,
-    # through PgBouncer (a node's reaper racing it could take back the second attempt too)
-    settings = Settings(db_dsn=bouncer.dsn, db_direct_dsn=dsn, heartbeat_sec=0.5, reaper_period_sec=3600,
+    settings = Settings(db_dsn=bouncer.dsn, db_direct_dsn=dsn, heartbeat_sec=0.5, reaper_period_sec=0.5,
                         workers_json=json.dumps([{"queue": queue, "concurrency": 6}]))
     app = App(settings)
     await app.open()
@@ -153,7 +151,9 @@ async def test_lock_keys_and_fencing_hold_with_producers_through_the_pooler(dsn:
                                "WHERE job_id = $1 AND status = 'running' AND attempt = 1", gate.id)
             return await reaper.tick() == 1  # a heartbeat between the two renewed it: again
 
-        async with app.running():
+        # no reaper on the node: the take-back is the test's reaper's alone, through PgBouncer (a
+        # node's reaper passing first, or again, would take back this attempt or the next)
+        async with app.running(reaper=False):
             await wait_until(lambda: pool.fetchval("SELECT status = 'running' FROM dl_jobs WHERE job_id = $1",
                                                    gate.id), timeout=20, message="the job to start")
             await wait_until(reaped, timeout=20, interval=0.2, message="the reaper to take the job back")

@@ -8,7 +8,8 @@
 WITH tok AS (
     SELECT t.token, t.run_id, t.seq FROM dl_workflow_tokens t WHERE t.token = $1
 ), run AS (
-    SELECT j.job_id, j.status FROM dl_jobs j JOIN tok ON j.job_id = tok.run_id
+    -- by its primary key (a join let an empty table's generic plan walk the whole index)
+    SELECT j.job_id, j.status FROM dl_jobs j WHERE j.job_id = (SELECT run_id FROM tok)
     FOR UPDATE OF j
 ), claimed AS (
     UPDATE dl_workflow_tokens t SET used_at = now()
