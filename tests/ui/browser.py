@@ -108,7 +108,9 @@ class Browser:
     async def shot(self, label: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.name}-{label}")[:120]
         path = artifacts_dir() / f"{safe}.png"
-        await self.page.screenshot(path=str(path), full_page=True)
+        # caret="initial": hiding the caret sets `caret-color: transparent !important` on inputs; a
+        # live swap then settling that style attribute broke the console's CSP (style-src 'self')
+        await self.page.screenshot(path=str(path), full_page=True, caret="initial")
         self.shots.append(path)
         return path
 
