@@ -124,6 +124,9 @@ async def test_kill_9_then_a_restart_runs_the_jobs_again_long_before_their_lease
                                  ids) == len(ids)
 
     await wait_until(lambda: running([*jobs, kept]), timeout=20, message="the jobs to run")
+    # its node row names its pid: a node killed before it registered leaves its jobs to their leases
+    await wait_until(lambda: db.fetchval("SELECT count(*) FROM dl_nodes WHERE pid = $1 AND state = 'live'",
+                                         victim.pid), timeout=20, message="the victim's node to register")
     victim.signal(signal.SIGKILL)
     assert await victim.wait_exit() == -signal.SIGKILL
     successor = workers(queues={"q": 4})
