@@ -51,6 +51,11 @@ async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
             # presses as the page has stops: the suite's database holds every other test's queues too
             stops = await page.evaluate("() => document.querySelectorAll('a[href], button, summary, input:not("
                                         "[type=hidden]), select, textarea, [tabindex]').length")
+            # every focusable element the live update swaps has an id (else a swap under it loses the focus)
+            anonymous = await page.evaluate(
+                "() => [...document.querySelectorAll('#overview-live :is(a[href], button, summary, "
+                "input:not([type=hidden]), select, textarea, [tabindex])')].filter(e => !e.id).map(e => e.outerHTML)")
+            assert anonymous == [], anonymous
             for _ in range(stops + 5):
                 await page.keyboard.press("Tab")
                 if await target.evaluate("el => el === document.activeElement"):
