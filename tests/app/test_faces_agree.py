@@ -777,6 +777,9 @@ WORKFLOW_REFUSALS = [
      ["workflows", "list", "--limit", "0"], "validation_error"),
     ("list with limit past the bound", ("list", {"limit": 501}), ("GET", "/api/v1/workflows?limit=501", None),
      ["workflows", "list", "--limit", "501"], "validation_error"),
+    ("complete a token that is none", ("complete_token", ("no-such-token", {"ok": True})),
+     ("POST", "/api/v1/workflows/tokens/no-such-token", {"payload": {"ok": True}}),
+     ["workflows", "complete-token", "no-such-token", "--payload", '{"ok": true}'], "token_not_found"),
 ]
 
 
