@@ -3,7 +3,8 @@ durable workflows against DBOS Transact (PyPI `dbos`) and Absurd (PyPI `absurd-s
 PostgreSQL, a fresh database per measurement, the systems in the same run (their order reversed
 every other run), median over runs and the ratio dataloader / each peer.
 
-Measures (bench/README.md, "Workflows against DBOS Transact", says exactly what each side does):
+Measures (bench/README.md, "Workflows against DBOS Transact and Absurd", says exactly what each
+side does):
 1. `three`: N 3-step workflows (no-op steps) started one call at a time, then one worker process
    drains them: workflows/s from the system's own first start → last finish.
 2. `steps` vs `plain`: M workflows of K no-op steps drained, time per step; M·K plain no-ops
@@ -327,6 +328,23 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs of several result files of one server as one result, each system's runs in file
+    order. A system a file lacks gets empty runs there, so the runs stay paired by index across
+    systems (a ratio is always of the same run). Files of different servers are refused."""
+    servers = {(f["postgres"]["kind"], f["postgres"]["server_version"]) for f in files}
+    if len(servers) > 1:
+        raise ValueError(f"results of different servers: {sorted(servers)}")
+    systems = list(dict.fromkeys(s for f in files for s in f["runs"]))
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for f in files:
+        count = max(len(r) for r in f["runs"].values())
+        for system in systems:
+            got = f["runs"].get(system, [])
+            runs[system].extend(got + [{}] * (count - len(got)))
+    return {"runs": runs}
+
+
 async def _run(args: argparse.Namespace) -> int:
     from bench.cli import _machine, _snapshot_src
 
@@ -408,7 +426,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ref", default="HEAD", help="dataloader commit to measure, or 'worktree'")
     parser.add_argument("--upgrade-peers", action="store_true", help="pip install -U the peers first")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
+                        help="run nothing: print the table over the runs of these result files (one server)")
     args = parser.parse_args(argv)
+    if args.merge:
+        try:
+            merged = merge([json.loads(path.read_text()) for path in args.merge])
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"cannot merge: {exc}")
+        print(table(merged))
+        return 0
     unknown = [m for m in args.measures.split(",") if m.strip() and m.strip() not in MEASURES]
     if unknown:
         parser.error(f"unknown measure(s) {unknown}")

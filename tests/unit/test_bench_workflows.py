@@ -3,7 +3,7 @@ worker ran again is a violation; a step cut off by the kill is not), the table o
 ratio dataloader / peer per run, and the refusal of a system it does not know."""
 
 import pytest
-from bench.workflows import main, recovery_check, table
+from bench.workflows import main, merge, recovery_check, table
 
 
 def test_a_recorded_step_run_by_the_second_worker_is_counted():
@@ -53,3 +53,24 @@ def test_a_system_the_bench_does_not_know_is_refused_before_anything_runs(capsys
         main(["--systems", "dataloader,temporal"])
     assert exit_.value.code == 2
     assert "unknown system(s) ['temporal']" in capsys.readouterr().err
+
+
+def _file(version: str, runs: dict) -> dict:
+    return {"postgres": {"kind": "embedded", "server_version": version}, "runs": runs}
+
+
+def test_merged_files_keep_the_runs_paired_when_a_system_is_missing_from_one():
+    merged = merge([
+        _file("18.4", {"dataloader": [{"x": 1}, {"x": 2}], "absurd": [{"x": 10}, {"x": 20}]}),
+        _file("18.4", {"dataloader": [{"x": 3}], "dbos": [{"x": 30}]}),
+    ])
+    assert merged["runs"] == {
+        "dataloader": [{"x": 1}, {"x": 2}, {"x": 3}],
+        "absurd": [{"x": 10}, {"x": 20}, {}],
+        "dbos": [{}, {}, {"x": 30}],
+    }
+
+
+def test_files_of_two_servers_are_not_merged():
+    with pytest.raises(ValueError, match="different servers"):
+        merge([_file("18.4", {"dataloader": [{}]}), _file("15.20", {"dataloader": [{}]})])
