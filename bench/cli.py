@@ -179,7 +179,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["workflows"]:  # dataloader's workflows against DBOS: its own measures and table
+    if argv[:1] == ["workflows"]:  # dataloader's workflows against DBOS and Absurd: own measures, table
         from bench import workflows
 
         return workflows.main(argv[1:])

@@ -41,6 +41,26 @@ def ensure(upgrade: bool = False) -> dict[str, str]:
     return _versions()
 
 
+def _own_venv(venv: Path, requirements: list[str], distributions: list[str], upgrade: bool) -> dict[str, str]:
+    """A peer's own venv with `requirements` installed (latest), made if missing; the installed
+    versions of `distributions`."""
+    python = venv / "bin" / "python"
+    code = ("import json, importlib.metadata as m; "
+            f"print(json.dumps({{d: m.version(d) for d in {distributions!r}}}))")
+    if python.exists() and not upgrade:
+        try:
+            out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True)
+            return json.loads(out.stdout)
+        except subprocess.CalledProcessError:
+            pass  # a half-made venv: (re)install below
+    if not python.exists():
+        print(f"bench: creating {venv}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", *requirements], check=True)
+    out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
 # DBOS Transact (`python -m bench workflows`) in a venv of its own (bench/.dbos-venv, gitignored):
 # it brings SQLAlchemy and its own psycopg pin, which must not move the queue peers' versions.
 DBOS_VENV = BENCH_DIR / ".dbos-venv"
@@ -51,17 +71,19 @@ DBOS_DISTRIBUTIONS = ["dbos", "psycopg", "sqlalchemy"]
 
 def ensure_dbos(upgrade: bool = False) -> dict[str, str]:
     """Create bench/.dbos-venv with the latest `dbos` if needed; return the installed versions."""
-    code = ("import json, importlib.metadata as m; "
-            f"print(json.dumps({{d: m.version(d) for d in {DBOS_DISTRIBUTIONS!r}}}))")
-    if DBOS_PYTHON.exists() and not upgrade:
-        try:
-            out = subprocess.run([str(DBOS_PYTHON), "-c", code], check=True, capture_output=True, text=True)
-            return json.loads(out.stdout)
-        except subprocess.CalledProcessError:
-            pass
-    if not DBOS_PYTHON.exists():
-        print(f"bench: creating {DBOS_VENV} for DBOS", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(DBOS_VENV)], check=True)
-    subprocess.run([str(DBOS_PYTHON), "-m", "pip", "install", "--quiet", "--upgrade", *DBOS_REQUIREMENTS], check=True)
-    out = subprocess.run([str(DBOS_PYTHON), "-c", code], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return _own_venv(DBOS_VENV, DBOS_REQUIREMENTS, DBOS_DISTRIBUTIONS, upgrade)
+
+
+# Absurd (`python -m bench workflows --systems ...,absurd`) in bench/.absurd-venv (gitignored): its
+# SDK (`absurd-sdk`, psycopg 3) and its CLI (`absurdctl`, which carries the schema's SQL and applies
+# it with `psql`).
+ABSURD_VENV = BENCH_DIR / ".absurd-venv"
+ABSURD_PYTHON = ABSURD_VENV / "bin" / "python"
+ABSURD_REQUIREMENTS = ["absurd-sdk", "absurdctl"]
+ABSURD_DISTRIBUTIONS = ["absurd-sdk", "absurdctl", "psycopg"]
+
+
+def ensure_absurd(upgrade: bool = False) -> dict[str, str]:
+    """Create bench/.absurd-venv with the latest `absurd-sdk` and `absurdctl` if needed; return the
+    installed versions."""
+    return _own_venv(ABSURD_VENV, ABSURD_REQUIREMENTS, ABSURD_DISTRIBUTIONS, upgrade)

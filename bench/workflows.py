@@ -1,12 +1,15 @@
-"""`python -m bench workflows [--quick] [--runs N]`: dataloader's durable workflows against DBOS
-Transact (PyPI `dbos`), on the same PostgreSQL, a fresh database per measurement, both systems in
-the same run (alternated), median over runs and the ratio dataloader / DBOS.
+"""`python -m bench workflows [--quick] [--runs N] [--systems dataloader,dbos,absurd]`: dataloader's
+durable workflows against DBOS Transact (PyPI `dbos`) and Absurd (PyPI `absurd-sdk`), on the same
+PostgreSQL, a fresh database per measurement, the systems in the same run (their order reversed
+every other run), median over runs and the ratio dataloader / each peer.
 
-Measures (bench/README.md, "Workflows against DBOS", says exactly what each side does):
+Measures (bench/README.md, "Workflows against DBOS Transact and Absurd", says exactly what each
+side does):
 1. `three`: N 3-step workflows (no-op steps) started one call at a time, then one worker process
    drains them: workflows/s from the system's own first start → last finish.
 2. `steps` vs `plain`: M workflows of K no-op steps drained, time per step; M·K plain no-ops
-   (dataloader: a `dl.noop` job; DBOS: a queued workflow without steps) drained, time per job.
+   (dataloader: a `dl.noop` job; DBOS: a queued workflow without steps; Absurd: a task without
+   steps) drained, time per job.
 3. `fanout`: one parent starts C child workflows (1 step each) and joins all their results; time
    from the parent's start to its end (database clock) and to the client's result (wall).
 4. `recovery`: W workflows of S slow steps (a 20 ms sleep each, every execution logged to a side
@@ -52,7 +55,7 @@ class Scale:
     recovery_steps: int = 10
     lease_ttl_sec: int = 10    # dataloader's lease of the recovery runs (default 60)
     concurrency: int = 16
-    dbos_poll_sec: float = 0.05
+    peer_poll_sec: float = 0.05    # DBOS's queue polling, Absurd's worker poll_interval
     timeout: float = 240.0
 
 
@@ -68,6 +71,9 @@ class Side:
     span_sql: str        # first start, last finish (epoch s), succeeded
     recorded_sql: str    # (run id, step index) of every slow step recorded done
     run_span_sql: str    # $1 = run id: start → end of that run, seconds (database clock)
+    # where the recovery run's lease is set: "enqueue" (`--lease-ttl` on each start), "worker"
+    # (`--claim-timeout` on the worker) or None (the system recovers at launch, no lease)
+    lease_at: str | None = None
 
     def env(self, marks: Path | None = None) -> dict[str, str]:
         env = DATALOADER.env() if self.name == "dataloader" else {
@@ -78,7 +84,7 @@ class Side:
             env["BENCH_MARKS_FILE"] = str(marks)
         return env
 
-    def worker(self, dsn: str, scale: Scale, marks: Path | None) -> tuple[list[str], dict[str, str]]:
+    def worker(self, dsn: str, scale: Scale, marks: Path | None, *extra: str) -> tuple[list[str], dict[str, str]]:
         env = self.env(marks)
         if self.name == "dataloader":
             env.update({"DL_DB_DSN": dsn, "DL_LOG_LEVEL": "WARNING",
@@ -88,7 +94,7 @@ class Side:
                         if k.startswith("BENCH_WORKER_DL_")})
             return [self.python, "-m", "dataloader", "worker"], env
         return [self.python, str(self.driver), "worker", "--dsn", dsn, "--concurrency", str(scale.concurrency),
-                "--poll", str(scale.dbos_poll_sec)], env
+                "--poll", str(scale.peer_poll_sec), *extra], env
 
     async def call(self, ctx: Ctx, dsn: str, action: str, *extra: str, marks: Path | None = None) -> dict[str, Any]:
         return await procs.run_json([self.python, str(self.driver), action, "--dsn", dsn, *extra],
@@ -103,6 +109,7 @@ DL = Side(
     recorded_sql="""SELECT run_id::text AS run, seq - 1 AS step FROM dl_workflow_steps
                     WHERE kind = 'step' AND state = 'done'""",
     run_span_sql="SELECT extract(epoch FROM finished_at - created_at)::float8 FROM dl_jobs WHERE job_id = $1::uuid",
+    lease_at="enqueue",
 )
 DBOS = Side(
     name="dbos", python=str(peers_venv.DBOS_PYTHON), driver=BENCH / "peers" / "dbos_driver.py",
@@ -113,7 +120,23 @@ DBOS = Side(
                     WHERE function_name = 'slow_step' AND error IS NULL""",
     run_span_sql="SELECT (updated_at - created_at) / 1000.0 FROM dbos.workflow_status WHERE workflow_uuid = $1",
 )
-SIDES = {"dataloader": DL, "dbos": DBOS}
+# Absurd: a task's row (t_<queue>) and its runs (r_<queue>, one per attempt; the task points at its
+# last); a step is a checkpoint row (c_<queue>) named as the driver names it (`slow:<i>`).
+ABSURD = Side(
+    name="absurd", python=str(peers_venv.ABSURD_PYTHON), driver=BENCH / "peers" / "absurd_driver.py",
+    pending_sql="SELECT count(*) FROM absurd.t_bench WHERE state IN ('pending', 'running', 'sleeping')",
+    span_sql="""SELECT extract(epoch FROM min(t.first_started_at))::float8,
+                       extract(epoch FROM max(r.completed_at))::float8, count(*) FILTER (WHERE t.state = 'completed')
+                FROM absurd.t_bench t LEFT JOIN absurd.r_bench r ON r.run_id = t.last_attempt_run""",
+    recorded_sql="""SELECT task_id::text AS run, split_part(checkpoint_name, ':', 2)::int AS step
+                    FROM absurd.c_bench WHERE checkpoint_name LIKE 'slow:%' AND status = 'committed'""",
+    run_span_sql="""SELECT extract(epoch FROM r.completed_at - t.enqueue_at)::float8
+                    FROM absurd.t_bench_parent t JOIN absurd.r_bench_parent r ON r.run_id = t.last_attempt_run
+                    WHERE t.task_id = $1::uuid""",
+    lease_at="worker",
+)
+SIDES = {"dataloader": DL, "dbos": DBOS, "absurd": ABSURD}
+ENSURE_VENV = {"dbos": peers_venv.ensure_dbos, "absurd": peers_venv.ensure_absurd}
 
 
 @dataclass
@@ -216,10 +239,12 @@ async def measure_recovery(ctx: Ctx, side: Side) -> dict[str, Any]:
     marks = ctx.workdir / f"{side.name}-marks-{time.monotonic_ns()}.txt"
     async with pg.fresh_database(ctx.server, f"wf_{side.name}") as dsn:
         await side.call(ctx, dsn, "install")
-        extra = ["--lease-ttl", str(s.lease_ttl_sec)] if side.name == "dataloader" else []
+        lease = str(s.lease_ttl_sec)
+        at_enqueue = ["--lease-ttl", lease] if side.lease_at == "enqueue" else []
+        at_worker = ["--claim-timeout", lease] if side.lease_at == "worker" else []
         await side.call(ctx, dsn, "enqueue", "--kind", "slow", "--count", str(s.recovery),
-                        "--steps", str(s.recovery_steps), *extra)
-        argv, env = side.worker(dsn, s, marks)
+                        "--steps", str(s.recovery_steps), *at_enqueue)
+        argv, env = side.worker(dsn, s, marks, *at_worker)
         first = await procs.spawn(argv, env, ctx.workdir / f"{side.name}-worker.log")
         try:
             await _wait_drained(dsn, side, procs.Deadline(s.timeout), first, until=s.recovery * 3 // 4)
@@ -262,7 +287,7 @@ ROWS = [
     ("three.wall_per_sec", "3-step workflows: worker spawn→drained (wall)", "wf/s", 0),
     ("three.starts_per_sec", "starts, one call per workflow (client)", "wf/s", 0),
     ("steps.per_step_us", "K-step workflows: time per step", "µs", 0),
-    ("steps.plain_us", "plain no-op (dl: job; DBOS: queued workflow): time per job", "µs", 0),
+    ("steps.plain_us", "plain no-op (dl: job; DBOS: queued workflow; Absurd: task): time per job", "µs", 0),
     ("steps.step_over_plain", "per step ÷ plain (same system)", "×", 2),
     ("fanout.db_sec", "fan-out/fan-in 1,000 children: parent start→end (DB clock)", "s", 2),
     ("fanout.wall_sec", "fan-out/fan-in: start call→result returned (client)", "s", 2),
@@ -283,18 +308,41 @@ def _cell(values: list[float], digits: int) -> str:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["| measure | unit | dataloader | dbos | ratio dl/dbos, per run (median) |", "|---|---|---|---|---|"]
+    """The markdown table: per system the median (min–max) over runs, then for each peer the ratio
+    dataloader / peer of each run (the runs paired by index) and their median."""
+    systems = list(results["runs"])
+    peers = [s for s in systems if s != "dataloader"] if "dataloader" in systems else []
+    head = ["measure", "unit", *systems, *(f"ratio dl/{p}, per run (median)" for p in peers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, label, unit, digits in ROWS:
-        runs = {s: [r.get(key) for r in results["runs"].get(s, [])] for s in ("dataloader", "dbos")}
+        runs = {s: [r.get(key) for r in results["runs"][s]] for s in systems}
         if not any(v is not None for vs in runs.values() for v in vs):
             continue
-        dl = [v for v in runs["dataloader"] if v is not None]
-        db = [v for v in runs["dbos"] if v is not None]
-        ratios = [a / b for a, b in zip(runs["dataloader"], runs["dbos"], strict=False)
-                  if a is not None and b not in (None, 0)]
-        ratio = (", ".join(f"{r:.2f}" for r in ratios) + f" ({statistics.median(ratios):.2f})") if ratios else "—"
-        lines.append(f"| {label} | {unit} | {_cell(dl, digits)} | {_cell(db, digits)} | {ratio} |")
+        cells = [_cell([v for v in runs[s] if v is not None], digits) for s in systems]
+        for peer in peers:
+            ratios = [a / b for a, b in zip(runs["dataloader"], runs[peer], strict=False)
+                      if a is not None and b not in (None, 0)]
+            cells.append((", ".join(f"{r:.2f}" for r in ratios) + f" ({statistics.median(ratios):.2f})")
+                         if ratios else "—")
+        lines.append(f"| {label} | {unit} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def merge(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs of several result files of one server as one result, each system's runs in file
+    order. A system a file lacks gets empty runs there, so the runs stay paired by index across
+    systems (a ratio is always of the same run). Files of different servers are refused."""
+    servers = {(f["postgres"]["kind"], f["postgres"]["server_version"]) for f in files}
+    if len(servers) > 1:
+        raise ValueError(f"results of different servers: {sorted(servers)}")
+    systems = list(dict.fromkeys(s for f in files for s in f["runs"]))
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for f in files:
+        count = max(len(r) for r in f["runs"].values())
+        for system in systems:
+            got = f["runs"].get(system, [])
+            runs[system].extend(got + [{}] * (count - len(got)))
+    return {"runs": runs}
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -310,8 +358,9 @@ async def _run(args: argparse.Namespace) -> int:
     os.chmod(workdir, 0o755)
     src, versions = _snapshot_src(args.ref, workdir)
     set_dataloader_src(src)
-    if DBOS in sides:
-        versions.update(await asyncio.to_thread(peers_venv.ensure_dbos, args.upgrade_peers))
+    for side in sides:
+        if side.name in ENSURE_VENV:
+            versions.update(await asyncio.to_thread(ENSURE_VENV[side.name], args.upgrade_peers))
     print("bench: starting PostgreSQL" + (" (BENCH_DSN)" if os.environ.get("BENCH_DSN") else " (embedded)"), flush=True)
     server = await asyncio.to_thread(pg.start_server)
     failed = False
@@ -336,8 +385,11 @@ async def _run(args: argparse.Namespace) -> int:
                         print(f"  error: {errors[-1]}", flush=True)
                         continue
                     values[side.name].update(got)
+                    # the machine is shared: the 1-minute load as each measure ends goes with it
+                    values[side.name][f"{name}.load1"] = load = os.getloadavg()[0]
                     shown = ", ".join(f"{k}={v:.4g}" for k, v in got.items() if isinstance(v, int | float))
-                    print(f"  run {run + 1} {name} {side.name} ({time.monotonic() - t:.0f} s): {shown}", flush=True)
+                    print(f"  run {run + 1} {name} {side.name} ({time.monotonic() - t:.0f} s, load {load:.1f}): "
+                          f"{shown}", flush=True)
             for side in sides:
                 values[side.name]["load_average"] = os.getloadavg()
                 per_side[side.name].append(values[side.name])
@@ -369,15 +421,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts (~2 minutes)")
     parser.add_argument("--runs", type=int, default=None, help="runs per measure (default 2)")
     parser.add_argument("--measures", default=",".join(MEASURES), help=f"subset of {','.join(MEASURES)}")
-    parser.add_argument("--systems", default="dataloader,dbos")
+    parser.add_argument("--systems", default="dataloader,dbos", help=f"subset of {','.join(SIDES)}")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per drain")
     parser.add_argument("--ref", default="HEAD", help="dataloader commit to measure, or 'worktree'")
-    parser.add_argument("--upgrade-peers", action="store_true", help="pip install -U dbos first")
+    parser.add_argument("--upgrade-peers", action="store_true", help="pip install -U the peers first")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
+                        help="run nothing: print the table over the runs of these result files (one server)")
     args = parser.parse_args(argv)
+    if args.merge:
+        try:
+            merged = merge([json.loads(path.read_text()) for path in args.merge])
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"cannot merge: {exc}")
+        print(table(merged))
+        return 0
     unknown = [m for m in args.measures.split(",") if m.strip() and m.strip() not in MEASURES]
     if unknown:
         parser.error(f"unknown measure(s) {unknown}")
+    unknown = [s for s in args.systems.split(",") if s.strip() and s.strip() not in SIDES]
+    if unknown:
+        parser.error(f"unknown system(s) {unknown}")
     try:
         return asyncio.run(_run(args))
     except KeyboardInterrupt:
