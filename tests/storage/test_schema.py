@@ -117,7 +117,7 @@ def _to_revision(conn, revision: str) -> None:
     cfg = migrate.alembic_config()
     cfg.attributes["connection"] = conn
     current = migrate._current_revision(conn)
-    (command.downgrade if revision == "0030_workflows" else command.upgrade)(cfg, revision)
+    (command.upgrade if revision == "head" else command.downgrade)(cfg, revision)
     conn.commit()
     assert current != migrate._current_revision(conn)
 
@@ -148,6 +148,39 @@ async def test_the_workflow_listing_migration_goes_down_and_up_again(empty_db):
     finally:
         await engine.dispose()
     assert await indexes() == at_head
+    assert await migrate.database_revision(empty_db) == migrate.head_revision()
+
+
+async def test_the_step_jobs_migration_goes_down_and_up_again(empty_db):
+    """0036 (step jobs) is reversible: down to 0035 drops the steps' job_id, its index and the two
+    triggers that count a step job's end; up again puts them back, at head."""
+    from dataloader.storage.db import create_engine
+
+    await migrate.upgrade(empty_db)
+
+    async def parts() -> tuple[set[str], set[str]]:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            columns = {r["column_name"] for r in await conn.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'dl_workflow_steps'")}
+            triggers = {r["tgname"] for r in await conn.fetch(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'dl_jobs'::regclass AND NOT tgisinternal")}
+            return columns, triggers
+        finally:
+            await conn.close()
+
+    columns, triggers = await parts()
+    added = {"dl_workflow_step_job_end", "dl_workflow_step_job_deleted"}
+    assert "job_id" in columns and added <= triggers
+    engine = create_engine(empty_db)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_to_revision, "0035_workflow_tokens")
+            assert await parts() == (columns - {"job_id"}, triggers - added)
+            await conn.run_sync(_to_revision, "head")
+    finally:
+        await engine.dispose()
+    assert await parts() == (columns, triggers)
     assert await migrate.database_revision(empty_db) == migrate.head_revision()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import signal
 import uuid
+from typing import Any
 
 import asyncpg
 import pytest
@@ -311,3 +312,36 @@ async def test_workflow_test_runs_steps_with_job_options_inline_with_their_retri
     await run.advance(seconds=10)
     assert run.status == "succeeded" and run.result == "charged" and run.step_runs["charge"] == 2
     assert run.steps[1].job_id is None  # inline: the harness has no queues or workers
+
+
+async def test_a_step_jobs_attempts_are_spans_of_its_runs_trace_and_its_step_is_counted(dsn, sdb, spans) -> None:
+    from tests.workflows.test_observability import sample
+
+    succeeded = sample("dl_workflow_steps_total", workflow="t.sj.flaky", outcome="succeeded")
+    retried = sample("dl_workflow_steps_total", workflow="t.sj.flaky", outcome="retried")
+    waits = sample("dl_workflow_suspends_total", workflow="t.sj.flaky", reason="step_job")
+    async with App(workflow_settings(dsn, workers=[Queue(QUEUE, 2), Queue(STEP_QUEUE, 2)])) as app, app.running():
+        run_id = await app.workflows.start("t.sj.flaky", {"dsn": dsn, "failures": 1, "attempts": 2})
+        assert await app.workflows.result(run_id, timeout=30) == {"value": 2}
+    assert sample("dl_workflow_steps_total", workflow="t.sj.flaky", outcome="succeeded") - succeeded == 1
+    assert sample("dl_workflow_steps_total", workflow="t.sj.flaky", outcome="retried") - retried == 1
+    assert sample("dl_workflow_suspends_total", workflow="t.sj.flaky", reason="step_job") - waits == 1
+    job_id = (await _step_row(sdb, run_id))["job_id"]
+    finished = spans.get_finished_spans()
+    start = next(s for s in finished if s.name == "workflow start t.sj.flaky"
+                 and s.attributes["messaging.message.id"] == str(run_id))
+    step_attempts = [s for s in finished if s.name == f"process {STEP_QUEUE}"
+                     and s.attributes.get("messaging.message.id") == str(job_id)]
+    assert len(step_attempts) == 2  # one failed, one succeeded: both in the run's trace
+    assert {s.context.trace_id for s in step_attempts} == {start.context.trace_id}
+    steps = [s for s in finished if s.name == "step flaky" and s.context.trace_id == start.context.trace_id]
+    in_trace = {s.context.span_id: s for s in finished if s.context.trace_id == start.context.trace_id}
+    attempt_ids = {s.context.span_id for s in step_attempts}
+
+    def attempt_of(span: Any) -> int:
+        while span.context.span_id not in attempt_ids and span.parent is not None:
+            span = in_trace[span.parent.span_id]
+        assert span.context.span_id in attempt_ids, span.name
+        return span.context.span_id
+
+    assert len(steps) == 2 and {attempt_of(s) for s in steps} == attempt_ids  # each inside its step job's attempt
