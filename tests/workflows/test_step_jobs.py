@@ -345,3 +345,15 @@ async def test_a_step_jobs_attempts_are_spans_of_its_runs_trace_and_its_step_is_
         return span.context.span_id
 
     assert len(steps) == 2 and {attempt_of(s) for s in steps} == attempt_ids  # each inside its step job's attempt
+
+
+async def test_cancelling_a_run_cancels_its_waiting_step_job(dsn, sdb) -> None:
+    async with run_queue_only(dsn) as app, app.running():
+        run_id = await app.workflows.start("t.sj.charge", {"dsn": dsn, "amount": 2, "account": "c"})
+        await wait_until(lambda: _step_job(sdb, run_id), timeout=20, message="the step job to be enqueued")
+        await wait_until(lambda: _run_status_is(sdb, run_id, "queued"), timeout=20, message="the run to suspend")
+        assert (await app.workflows.cancel(run_id)).status == "canceled"
+    job = await _step_job(sdb, run_id)
+    assert job["status"] == "canceled"
+    assert (await _step_row(sdb, run_id))["remaining"] == 0  # its end was counted, once
+    assert await probe_counts(sdb, run_id) == {}

@@ -161,8 +161,8 @@ async def run_step_job(definition: WorkflowDefinition, ctx: JobContext) -> Any:
         if is_connection_error(exc):
             raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
         raise
-    if run is None or history is None:
-        return None  # the run is gone (deleted with its job): nothing is waiting for this step
+    if run is None or history is None or run.finished:
+        return None  # the run is gone or has ended (a cancel cancels this job too): nothing waits for the step
     # the step job's own lease decides how long its fence may be trusted (the run's is another job's)
     lease_ttl_sec = int(ctx.args.get("lease_ttl_sec") or history.lease_ttl_sec)
     wf = Workflow(run_id=run_id, workflow=definition.name, input=run.input, attempt=0, history=history,
