@@ -101,3 +101,10 @@ def fails_at_first(run: str) -> str:
 async def inline_in_tests(wf: Workflow, input: dict[str, Any]) -> str:
     return await wf.step("charge", fails_at_first, input["run"], queue=STEP_QUEUE, lock_key="acct:1",
                          max_attempts=3, backoff=lambda attempt: 10.0)
+
+
+@workflow("t.sj.sync", queue=QUEUE)
+def sync_flow(wf: Any, input: dict[str, Any]) -> dict[str, Any]:
+    first = wf.step("first", lambda n: n + 1, input["n"])
+    doubled = wf.step("double", lambda n: (n * 2, os.getpid()), first, queue=STEP_QUEUE, lock_key="sync")
+    return {"first": first, "doubled": doubled[0]}

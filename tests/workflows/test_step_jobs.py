@@ -357,3 +357,12 @@ async def test_cancelling_a_run_cancels_its_waiting_step_job(dsn, sdb) -> None:
     assert job["status"] == "canceled"
     assert (await _step_row(sdb, run_id))["remaining"] == 0  # its end was counted, once
     assert await probe_counts(sdb, run_id) == {}
+
+
+async def test_a_plain_def_workflow_runs_its_step_as_a_job_too(dsn, sdb) -> None:
+    async with App(workflow_settings(dsn, workers=[Queue(QUEUE, 2), Queue(STEP_QUEUE, 2)])) as app, app.running():
+        run_id = await app.workflows.start("t.sj.sync", {"n": 20})
+        assert await app.workflows.result(run_id, timeout=30) == {"first": 21, "doubled": 42}
+    job = await _step_job(sdb, run_id, seq=2)
+    assert (job["queue"], job["lock_key"], job["status"]) == (STEP_QUEUE, "sync", "succeeded")
+    assert (await _step_row(sdb, run_id, seq=1))["job_id"] is None
