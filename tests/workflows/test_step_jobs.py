@@ -366,3 +366,20 @@ async def test_a_plain_def_workflow_runs_its_step_as_a_job_too(dsn, sdb) -> None
     job = await _step_job(sdb, run_id, seq=2)
     assert (job["queue"], job["lock_key"], job["status"]) == (STEP_QUEUE, "sync", "succeeded")
     assert (await _step_row(sdb, run_id, seq=1))["job_id"] is None
+
+
+async def test_a_step_job_deleted_unfinished_is_counted_and_the_step_fails(dsn, sdb) -> None:
+    """The one end that is no UPDATE of status (a DELETE of the queued row, by hand): 0036's delete
+    trigger counts it, wakes the run, and the run records the step failed with how its job ended."""
+    async with run_queue_only(dsn) as app, app.running():
+        run_id = await app.workflows.start("t.sj.charge", {"dsn": dsn, "amount": 4, "account": "d"})
+        await wait_until(lambda: _step_job(sdb, run_id), timeout=20, message="the step job to be enqueued")
+        await wait_until(lambda: _run_status_is(sdb, run_id, "queued"), timeout=20, message="the run to suspend")
+        job_id = (await _step_row(sdb, run_id))["job_id"]
+        await sdb.execute("DELETE FROM dl_jobs WHERE job_id = $1", job_id)
+        await wait_until(lambda: _run_status_is(sdb, run_id, "failed"), timeout=20, message="the run to fail")
+        run = await app.workflows.get(run_id)
+    assert f"its step job {job_id} ended deleted" in run.error and "step 'charge' failed" in run.error
+    row = await _step_row(sdb, run_id)
+    assert (row["state"], row["remaining"]) == ("failed", 0)
+    assert await probe_counts(sdb, run_id) == {}
