@@ -29,9 +29,10 @@ async def test_fresh_database_gets_the_spec_schema_and_engine_indexes(empty_db):
         assert {"ix_dl_jobs_claim", "ix_dl_jobs_running_lease", "ix_dl_jobs_status_queue",
                 "ix_dl_jobs_lock_key_active", "ix_dl_jobs_claim_order"} <= indexes
         triggers = {r["tgname"] for r in await conn.fetch("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-        # those of workflows (0030) and chain joins (0032) let every other row pass on their WHEN
+        # those of workflows (0030), chain joins (0032) and step jobs (0036) let every other row pass on their WHEN
         assert triggers == {"dl_jobs_notify_ins", "dl_jobs_notify_upd", "dl_workflow_child_end", "dl_workflow_requeue",
-                            "dl_chain_join_member_end", "dl_chain_join_member_deleted"}
+                            "dl_chain_join_member_end", "dl_chain_join_member_deleted",
+                            "dl_workflow_step_job_end", "dl_workflow_step_job_deleted"}
         enum = await conn.fetchval("SELECT enum_range(NULL::dl_status)::text")
         assert enum == "{queued,running,succeeded,failed,canceled,lost}"
     finally:
