@@ -7,6 +7,7 @@ execution of a step function and the process that ran it."""
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import uuid
 from typing import Any
@@ -383,3 +384,25 @@ async def test_a_step_job_deleted_unfinished_is_counted_and_the_step_fails(dsn, 
     row = await _step_row(sdb, run_id)
     assert (row["state"], row["remaining"]) == ("failed", 0)
     assert await probe_counts(sdb, run_id) == {}
+
+
+async def test_http_and_cli_show_a_step_jobs_position_with_its_job_queue_and_lock_key(dsn, sdb, cli_env) -> None:
+    import httpx
+
+    from dataloader.api import create_app
+    from tests.support.cli import run
+
+    async with App(workflow_settings(dsn, workers=[Queue(QUEUE, 2), Queue(STEP_QUEUE, 2)])) as app, app.running():
+        run_id = await app.workflows.start("t.sj.charge", {"dsn": dsn, "amount": 6, "account": "h"})
+        await app.workflows.result(run_id, timeout=30)
+        job_id = str((await _step_row(sdb, run_id))["job_id"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(app.settings, context=app)),
+                                     base_url="http://t") as client:
+            got = (await client.get(f"/api/v1/workflows/{run_id}")).json()
+    shown = {k: got["steps"][0][k] for k in ("job_id", "job_queue", "job_lock_key", "job_status")}
+    assert shown == {"job_id": job_id, "job_queue": STEP_QUEUE, "job_lock_key": "acct:h", "job_status": "succeeded"}
+    assert got["steps"][1]["job_id"] is None
+    cli = run(["workflows", "get", str(run_id)], {**cli_env, "DL_PIPELINE_MODULES": MODULES})
+    assert cli.returncode == 0, cli.stderr
+    step = json.loads(cli.stdout)["steps"][0]
+    assert (step["job_id"], step["job_queue"], step["job_lock_key"]) == (job_id, STEP_QUEUE, "acct:h")
