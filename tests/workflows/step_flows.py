@@ -108,3 +108,11 @@ def sync_flow(wf: Any, input: dict[str, Any]) -> dict[str, Any]:
     first = wf.step("first", lambda n: n + 1, input["n"])
     doubled = wf.step("double", lambda n: (n * 2, os.getpid()), first, queue=STEP_QUEUE, lock_key="sync")
     return {"first": first, "doubled": doubled[0]}
+
+
+@workflow("t.sj.side_by_side", queue=QUEUE)
+async def side_by_side(wf: Workflow, input: dict[str, Any]) -> list[Any]:
+    dsn = input["dsn"]
+    return await wf.gather(wf.call("inline", probe, dsn, wf, "inline"),
+                           wf.call("away-1", probe, dsn, wf, "away-1", queue=STEP_QUEUE),
+                           wf.call("away-2", probe, dsn, wf, "away-2", queue=STEP_QUEUE, lock_key="side"))

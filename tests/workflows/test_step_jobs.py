@@ -406,3 +406,14 @@ async def test_http_and_cli_show_a_step_jobs_position_with_its_job_queue_and_loc
     assert cli.returncode == 0, cli.stderr
     step = json.loads(cli.stdout)["steps"][0]
     assert (step["job_id"], step["job_queue"], step["job_lock_key"]) == (job_id, STEP_QUEUE, "acct:h")
+
+
+async def test_steps_side_by_side_mix_inline_steps_and_step_jobs(dsn, sdb) -> None:
+    async with App(workflow_settings(dsn, workers=[Queue(QUEUE, 2), Queue(STEP_QUEUE, 2)])) as app, app.running():
+        run_id = await app.workflows.start("t.sj.side_by_side", {"dsn": dsn})
+        assert await app.workflows.result(run_id, timeout=30) == [1, 1, 1]
+    assert await probe_counts(sdb, run_id) == {"inline": 1, "away-1": 1, "away-2": 1}
+    rows = await sdb.fetch("SELECT seq, name, state, job_id IS NOT NULL AS as_job FROM dl_workflow_steps "
+                           "WHERE run_id = $1 ORDER BY seq", run_id)
+    assert [(r["seq"], r["name"], r["state"], r["as_job"]) for r in rows] == [
+        (1, "inline", "done", False), (2, "away-1", "done", True), (3, "away-2", "done", True)]
