@@ -210,7 +210,8 @@ WORKFLOW_DEADLINES = Counter(
 )
 WORKFLOW_SUSPENDS = Counter(
     "dl_workflow_suspends_total", "Runs that handed their job back without a worker, by why: sleep, wait, "
-    "gather, retry (a step's backoff), taken_back (the run's job was no longer this attempt's), database",
+    "gather, step_job (a step running as a job of its own), retry (a step's backoff), taken_back (the run's "
+    "job was no longer this attempt's), database",
     ["workflow", "reason"],
 )
 # Processes (docs/processes.md). Progressor's timings in seconds: scanning is

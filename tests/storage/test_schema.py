@@ -29,9 +29,10 @@ async def test_fresh_database_gets_the_spec_schema_and_engine_indexes(empty_db):
         assert {"ix_dl_jobs_claim", "ix_dl_jobs_running_lease", "ix_dl_jobs_status_queue",
                 "ix_dl_jobs_lock_key_active", "ix_dl_jobs_claim_order"} <= indexes
         triggers = {r["tgname"] for r in await conn.fetch("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-        # those of workflows (0030) and chain joins (0032) let every other row pass on their WHEN
+        # those of workflows (0030), chain joins (0032) and step jobs (0036) let every other row pass on their WHEN
         assert triggers == {"dl_jobs_notify_ins", "dl_jobs_notify_upd", "dl_workflow_child_end", "dl_workflow_requeue",
-                            "dl_chain_join_member_end", "dl_chain_join_member_deleted"}
+                            "dl_chain_join_member_end", "dl_chain_join_member_deleted",
+                            "dl_workflow_step_job_end", "dl_workflow_step_job_deleted"}
         enum = await conn.fetchval("SELECT enum_range(NULL::dl_status)::text")
         assert enum == "{queued,running,succeeded,failed,canceled,lost}"
     finally:
@@ -117,7 +118,7 @@ def _to_revision(conn, revision: str) -> None:
     cfg = migrate.alembic_config()
     cfg.attributes["connection"] = conn
     current = migrate._current_revision(conn)
-    (command.downgrade if revision == "0030_workflows" else command.upgrade)(cfg, revision)
+    (command.upgrade if revision == "head" else command.downgrade)(cfg, revision)
     conn.commit()
     assert current != migrate._current_revision(conn)
 
@@ -148,6 +149,39 @@ async def test_the_workflow_listing_migration_goes_down_and_up_again(empty_db):
     finally:
         await engine.dispose()
     assert await indexes() == at_head
+    assert await migrate.database_revision(empty_db) == migrate.head_revision()
+
+
+async def test_the_step_jobs_migration_goes_down_and_up_again(empty_db):
+    """0036 (step jobs) is reversible: down to 0035 drops the steps' job_id, its index and the two
+    triggers that count a step job's end; up again puts them back, at head."""
+    from dataloader.storage.db import create_engine
+
+    await migrate.upgrade(empty_db)
+
+    async def parts() -> tuple[set[str], set[str]]:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            columns = {r["column_name"] for r in await conn.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'dl_workflow_steps'")}
+            triggers = {r["tgname"] for r in await conn.fetch(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'dl_jobs'::regclass AND NOT tgisinternal")}
+            return columns, triggers
+        finally:
+            await conn.close()
+
+    columns, triggers = await parts()
+    added = {"dl_workflow_step_job_end", "dl_workflow_step_job_deleted"}
+    assert "job_id" in columns and added <= triggers
+    engine = create_engine(empty_db)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_to_revision, "0035_workflow_tokens")
+            assert await parts() == (columns - {"job_id"}, triggers - added)
+            await conn.run_sync(_to_revision, "head")
+    finally:
+        await engine.dispose()
+    assert await parts() == (columns, triggers)
     assert await migrate.database_revision(empty_db) == migrate.head_revision()
 
 

@@ -286,3 +286,21 @@ async def test_a_path_that_names_no_run_is_a_404_page(db, dsn):
         job_id = job_only.json()["job_id"]
         page = await client.get(f"/ui/workflows/{job_id}")
         assert page.status_code == 404 and f"no workflow run {job_id}" in page.text, "a plain job is no run"
+
+
+async def test_a_step_run_as_a_job_of_its_own_shows_its_job_linked_with_its_queue_and_lock_key(db, dsn):
+    from dataloader import Queue
+    from tests.workflows.step_flows import QUEUE, STEP_QUEUE
+
+    await db.execute(PROBE_DDL)
+    async with App(workflow_settings(dsn, workers=[Queue(QUEUE, 2), Queue(STEP_QUEUE, 2)])) as app, app.running():
+        run_id = await app.workflows.start("t.sj.charge", {"dsn": dsn, "amount": 3, "account": "ui<1>"})
+        await app.workflows.result(run_id, timeout=30)
+        job_id = (await app.workflows.get(run_id)).steps[0].job_id
+    async with console_client(dsn) as client:
+        page = await client.get(f"/ui/workflows/{run_id}")
+    assert page.status_code == 200
+    items = step_items(page.text)
+    assert f'href="/ui/jobs/{job_id}"' in items["1"]
+    assert f'<span class="mono">{STEP_QUEUE}</span>' in items["1"] and "acct:ui&lt;1&gt;" in items["1"]  # escaped
+    assert "step-job" not in items["2"]  # the step after it ran in the run's job

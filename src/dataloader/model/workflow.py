@@ -19,6 +19,9 @@ StepState = Literal["pending", "done", "failed"]
 NAME_PATTERN = r"[A-Za-z0-9_.:-]{1,100}"
 _NAME = re.compile(NAME_PATTERN)
 TASK_PREFIX = "workflow:"
+# The task of a workflow's step jobs: a step with a queue, lock_key or other job options of its own
+# runs as a job of its own, on any worker whose process registered the workflow.
+STEP_TASK_PREFIX = "workflow-step:"
 # A step's name is for people and for the history check: any text, bounded.
 MAX_STEP_NAME = 200
 
@@ -33,6 +36,11 @@ def check_name(what: str, value: Any) -> str:
 def task_of(workflow: str) -> str:
     """The task name of a workflow's run jobs."""
     return TASK_PREFIX + workflow
+
+
+def step_task_of(workflow: str) -> str:
+    """The task name of a workflow's step jobs."""
+    return STEP_TASK_PREFIX + workflow
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -58,21 +66,34 @@ class Recorded:
     remaining: int | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
+    # a step that ran as a job of its own: that job's id, and (in a run's read) its queue, lock_key
+    # and status (None: the step ran inside its run's job, or its job was deleted since)
+    job_id: uuid.UUID | None = None
+    job_queue: str | None = None
+    job_lock_key: str | None = None
+    job_status: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Recorded:
-        keys = row.keys()
+        keys = set(row.keys())  # an asyncpg Record's keys() is an iterator: one `in` would use it up
+
+        def optional(name: str) -> Any:
+            return row[name] if name in keys else None
+
         return cls(seq=row["seq"], kind=row["kind"], name=row["name"], state=row["state"],
                    result=decode(row["result"]), error=row["error"], attempts=row["attempts"],
                    wake_at=row["wake_at"], remaining=row["remaining"],
-                   created_at=row["created_at"] if "created_at" in keys else None,
-                   finished_at=row["finished_at"] if "finished_at" in keys else None)
+                   created_at=optional("created_at"), finished_at=optional("finished_at"),
+                   job_id=optional("job_id"), job_queue=optional("job_queue"),
+                   job_lock_key=optional("job_lock_key"), job_status=optional("job_status"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "kind": self.kind, "name": self.name, "state": self.state,
                 "result": self.result, "error": self.error, "attempts": self.attempts,
                 "wake_at": iso_utc(self.wake_at), "remaining": self.remaining,
-                "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at)}
+                "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at),
+                "job_id": None if self.job_id is None else str(self.job_id), "job_queue": self.job_queue,
+                "job_lock_key": self.job_lock_key, "job_status": self.job_status}
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,8 @@ class WorkflowRepository:
             if gather is not None and parent is not None:
                 attempt, name, count, ids_json, seq, fail_fast = gather
                 row = await conn.fetchrow(sql("workflows/record_step"), *_record_params(
-                    parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count, fail_fast))
+                    parent[0], attempt, seq, "gather", name, "pending", ids_json, None, 0, None, count, fail_fast,
+                    None))
                 if not row["live"]:
                     return None
             tx = InTransaction(conn)
@@ -82,6 +83,33 @@ class WorkflowRepository:
             await conn.execute(sql("workflows/insert_runs"), inserted, [names[i] for i in inserted],
                                parent[0] if parent else None, parent[1] if parent else None, deadline_sec)
             return inserted
+
+    async def start_step_job(self, run_id: uuid.UUID, attempt: int, seq: int, name: str, job: NewJob, *,
+                             traceparent: str | None = None) -> Written:
+        """Record position `seq` as a pending step whose step job is `job` (its join counter at 1)
+        and insert that job, in one transaction fenced on the run's attempt: a run that lost its job
+        starts nothing, and the job never exists without the record that counts its end (0036)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql("workflows/record_step"), *_record_params(
+                run_id, attempt, seq, "step", name, "pending", None, None, 0, None, 1, False, job.job_id))
+            if not row["live"]:
+                return Written(False, None)
+            if row["seq"] is None or row["job_id"] != job.job_id:  # recorded otherwise already: start nothing
+                return Written(True, await self._get_step_on(conn, run_id, seq), row["lease_left_sec"])
+            tx = InTransaction(conn)
+            await JobRepository(tx).insert_jobs([job], tx, "workflow", traceparent=traceparent)
+            return Written(True, Recorded.from_row(row), row["lease_left_sec"])
+
+    async def record_by_step_job(self, job_id: uuid.UUID, attempt: int, run_id: uuid.UUID, seq: int, state: str, *,
+                                 result_json: str | None = None, error: str | None = None, attempts: int = 0,
+                                 wake_in_sec: float | None = None,
+                                 conn: asyncpg.Connection | None = None) -> Written:
+        """A step job's record of its position on its run's history, fenced on the step job's
+        attempt (record_step_job.sql). `conn`: in that connection's transaction (a transactional step's)."""
+        on = conn if conn is not None else self.pool
+        row = await on.fetchrow(sql("workflows/record_step_job"), job_id, attempt, run_id, seq, state, result_json,
+                                error, attempts, wake_in_sec)
+        return await self._written(row, run_id, seq)
 
     async def history(self, run_id: uuid.UUID, attempt: int = 0) -> History | None:
         rows = await self.pool.fetch(sql("workflows/load_history"), run_id, attempt)
@@ -103,7 +131,8 @@ class WorkflowRepository:
         """`conn`: record in that connection's transaction (a transactional step's) instead of the pool."""
         on = conn if conn is not None else self.pool
         row = await on.fetchrow(sql("workflows/record_step"), *_record_params(
-            run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False))
+            run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False,
+            None))
         return await self._written(row, run_id, seq)
 
     async def step_may_start(self, run_id: uuid.UUID, attempt: int) -> float | None:
@@ -123,7 +152,10 @@ class WorkflowRepository:
         return Written(True, await self.get_step(run_id, seq), left)
 
     async def get_step(self, run_id: uuid.UUID, seq: int) -> Recorded | None:
-        row = await self.pool.fetchrow(sql("workflows/get_step"), run_id, seq)
+        return await self._get_step_on(self.pool, run_id, seq)
+
+    async def _get_step_on(self, on: Any, run_id: uuid.UUID, seq: int) -> Recorded | None:
+        row = await on.fetchrow(sql("workflows/get_step"), run_id, seq)
         return None if row is None else Recorded.from_row(row)
 
     async def mark_seen(self, run_id: uuid.UUID, attempt: int, wakes: int) -> None:
@@ -188,7 +220,7 @@ class WorkflowRepository:
 
     async def cancel_runs(self, run_ids: list[uuid.UUID]) -> None:
         """Cancel the jobs of these runs as a cancel does (a queued one at once, a running one at its
-        next await), with every run below them that has not ended."""
+        next await), with every run and step job below them that has not ended."""
         jobs = JobRepository(self.pool)
         for run_id in run_ids:
             for job_id in [run_id, *await self.unfinished_descendants(run_id)]:
@@ -200,6 +232,7 @@ class WorkflowRepository:
 
 def _record_params(run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str,
                    result_json: str | None, error: str | None, attempts: int, wake_in_sec: float | None,
-                   remaining: int | None, fail_fast: bool) -> tuple[Any, ...]:
-    """$1..$12 of record_step.sql (its header)."""
-    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, fail_fast)
+                   remaining: int | None, fail_fast: bool, job_id: uuid.UUID | None) -> tuple[Any, ...]:
+    """$1..$13 of record_step.sql (its header)."""
+    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, fail_fast,
+            job_id)

@@ -19,6 +19,14 @@ window the step asks first (`step_may_start`). The clock counts a suspended mach
 (CLOCK_BOOTTIME where there is one), so a machine that slept past the lease asks again. A step
 cut off before its record (kill -9, a lost lease) runs again on the next attempt with the same
 `wf.step_key`: steps are at least once, their recorded results exactly once.
+
+A step given job options (a queue, lock_key, partition_key, priority or lease of its own) runs as a
+*step job*: the run records the position pending with its job, inserts that job in the same
+fenced transaction and suspends; the job's end counts down the position and wakes the run (0036),
+as a child's end wakes a gather. The step job replays the same function with a `wf` aimed at that
+position (`StepJobTarget`): every earlier position returns what was recorded and nothing runs, the
+step's function runs at its position, its record is fenced on the step job's attempt, and the
+replay stops there. Replaying is why a step job needs no serialized closure or arguments.
 """
 
 from __future__ import annotations
@@ -38,8 +46,10 @@ from typing import Any, Literal
 
 from dataloader import metrics, tracing
 from dataloader.exceptions import FatalError
+from dataloader.jobs.enqueue import job_request
+from dataloader.model.ids import new_id
 from dataloader.model.storable import encode_json
-from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, task_of
+from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, step_task_of, task_of
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import History, WorkflowRepository, Written
@@ -72,7 +82,7 @@ def default_step_backoff(attempt: int) -> float:
     return float(min(2 ** (attempt - 1), 300))
 
 
-SuspendKind = Literal["sleep", "wait", "gather", "retry", "taken_back", "database"]
+SuspendKind = Literal["sleep", "wait", "gather", "step_job", "retry", "taken_back", "database"]
 
 
 class Suspend(BaseException):
@@ -92,8 +102,18 @@ class DeadlinePassed(BaseException):
     Suspend); the runner fails the run and cancels its unfinished children."""
 
 
+class StepJobEnd(BaseException):
+    """A step job's replay reached the end of what it may do (a BaseException, so a workflow's
+    `except Exception` cannot swallow it): its position was run and recorded, or found recorded, or
+    is no longer this job's; `Workflow.step_job_outcome` says which."""
+
+
 class _RecordFenced(Exception):
     """A transactional step's record found the run's job taken back: its transaction rolls back."""
+
+
+class _NotThisStepJob(StepJobEnd):
+    """A step job's replay met a position it may not settle (not its own, not recorded)."""
 
 
 class HistoryMismatch(Exception):
@@ -122,6 +142,31 @@ class ChildFailed(Exception):
 
 
 @dataclass(frozen=True)
+class StepJobOptions:
+    """A step's job options (`wf.step(..., queue=..., lock_key=...)`), validated as an enqueue's."""
+
+    queue: str | None = None
+    lock_key: str | None = None
+    partition_key: str | None = None
+    priority: int | None = None
+    lease_ttl_sec: int | None = None
+
+
+@dataclass(frozen=True)
+class StepJobTarget:
+    """What a step job's replay is for: its own job and attempt, and the position it runs."""
+
+    job_id: uuid.UUID
+    attempt: int
+    seq: int
+    name: str
+
+
+# What a step job's replay did at its position (None: it never got there).
+StepJobOutcome = Literal["done", "failed", "retry", "found", "not_ours"]
+
+
+@dataclass(frozen=True)
 class StepCall:
     """A step to run in a `gather` (`wf.call(...)` makes one; nothing runs yet)."""
 
@@ -133,6 +178,7 @@ class StepCall:
     backoff: Callable[[int], float] | None
     timeout: float | timedelta | None
     transaction: bool
+    job: StepJobOptions | None = None  # run as a job of its own (None: inside the run's job)
 
 
 # The running step's key: per task, so steps side by side in a gather each see their own.
@@ -179,9 +225,18 @@ class Workflow:
     def __init__(self, *, run_id: uuid.UUID, workflow: str, input: Any, attempt: int, history: History,
                  repo: WorkflowRepository, queue_of: Callable[[str], tuple[str, int] | None], lease_ttl_sec: int,
                  log: logging.Logger | logging.LoggerAdapter[Any], clock: Callable[[], datetime] | None = None,
-                 loaded_at: float | None = None) -> None:
-        """`loaded_at`: when (on the lease clock) the read of `history` was sent."""
+                 loaded_at: float | None = None, queue: str = "default", step_job: StepJobTarget | None = None,
+                 step_jobs: bool = True) -> None:
+        """`loaded_at`: when (on the lease clock) the read of `history` was sent. `queue`: the run's
+        (a step job's default). `step_job`: this `wf` replays for that step job (see the module's
+        docstring). `step_jobs=False`: steps with job options run inline (WorkflowTest)."""
         self.run_id = run_id
+        self.queue = queue
+        self._target = step_job
+        self._step_jobs = step_jobs
+        self.step_job_outcome: StepJobOutcome | None = None
+        self.step_job_retry_in: float | None = None
+        self.step_job_error: str | None = None
         self.workflow = workflow
         self.input = input
         self.attempt = attempt
@@ -217,7 +272,9 @@ class Workflow:
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
                    backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
-                   transaction: bool = False, **kwargs: Any) -> Any:
+                   transaction: bool = False, queue: str | None = None, lock_key: str | None = None,
+                   partition_key: str | None = None, priority: int | None = None,
+                   lease_ttl_sec: int | None = None, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` (async, or sync in a thread) once and record its result; on a
         replay return the recorded result without running it. Its JSON form is what is returned,
         the first time too, so the first run and a replay see the same value. A failure is retried
@@ -227,15 +284,23 @@ class Workflow:
 
         `transaction=True`: `fn` is async and gets a connection to dataloader's database first,
         `fn(conn, *args, **kwargs)`, in the transaction that records the step: its writes commit
-        with the record or not at all — exactly once, where a plain step is at least once."""
+        with the record or not at all — exactly once, where a plain step is at least once.
+
+        `queue`, `lock_key`, `partition_key`, `priority`, `lease_ttl_sec`: the step runs as a job of its
+        own with these (the others as an enqueue's defaults; `queue` the run's), on that queue's
+        workers, under its lock_key and flow limits; its attempts are that job's, `backoff` apart.
+        The run waits for it without a worker. Checked as an enqueue's options (ValidationFailed)."""
         call = self.call(name, fn, *args, max_attempts=max_attempts, backoff=backoff, timeout=timeout,
-                         transaction=transaction, **kwargs)
+                         transaction=transaction, queue=queue, lock_key=lock_key, partition_key=partition_key,
+                         priority=priority, lease_ttl_sec=lease_ttl_sec, **kwargs)
         seq, rec = self._next("step", name)
         return await self._step_at(seq, rec, call)
 
     def call(self, name: str, fn: Callable[..., Any], *args: Any, max_attempts: int = DEFAULT_STEP_ATTEMPTS,
              backoff: Callable[[int], float] | None = None, timeout: float | timedelta | None = None,
-             transaction: bool = False, **kwargs: Any) -> StepCall:
+             transaction: bool = False, queue: str | None = None, lock_key: str | None = None,
+             partition_key: str | None = None, priority: int | None = None, lease_ttl_sec: int | None = None,
+             **kwargs: Any) -> StepCall:
         """A step for `gather` (run by the gather, side by side with the others; nothing runs here).
         Takes what `step` takes."""
         self._check_step_name(name)
@@ -243,24 +308,58 @@ class Workflow:
             raise ValueError("max_attempts must be >= 1")
         if transaction and not inspect.iscoroutinefunction(fn):
             raise TypeError("a step with transaction=True takes an async function: fn(conn, *args, **kwargs)")
-        return StepCall(name, fn, args, kwargs, max_attempts, backoff, timeout, transaction)
+        job = None
+        if any(v is not None for v in (queue, lock_key, partition_key, priority, lease_ttl_sec)):
+            # the enqueue's own model: a queue, lock_key or priority a job may not have, a step may not
+            job_request(step_task_of(self.workflow), queue=queue or self.queue, lock_key=lock_key,
+                        partition_key=partition_key, priority=priority, lease_ttl_sec=lease_ttl_sec,
+                        max_attempts=max_attempts)
+            job = StepJobOptions(queue, lock_key, partition_key, priority, lease_ttl_sec)
+        return StepCall(name, fn, args, kwargs, max_attempts, backoff, timeout, transaction, job)
 
     async def _step_at(self, seq: int, rec: Recorded | None, call: StepCall) -> Any:
-        """Step `call` at history position `seq` (`rec`: what is recorded there)."""
+        """Step `call` at history position `seq` (`rec`: what is recorded there). A step job's replay
+        stops at its own position, whatever the step did there (StepJobEnd)."""
+        target = self._target
+        if target is None or seq != target.seq:
+            return await self._run_step(seq, rec, call)
+        try:
+            await self._run_step(seq, rec, call)
+        except (StepFailed, Suspend):
+            if self.step_job_outcome is None:
+                raise  # the step job's own job was taken back, or the database went away
+        self._ended_step_job("done", None)
+        raise StepJobEnd()
+
+    async def _run_step(self, seq: int, rec: Recorded | None, call: StepCall) -> Any:
         name, fn, args, kwargs = call.name, call.fn, call.args, call.kwargs
         max_attempts, backoff, timeout, transaction = call.max_attempts, call.backoff, call.timeout, call.transaction
+        target = self._target
+        if target is not None and seq == target.seq:
+            if rec is None or rec.job_id != target.job_id:
+                self.step_job_outcome = "not_ours"  # the run was restarted from before it: another job's now
+                raise StepJobEnd()
+            if rec.state != "pending":
+                self.step_job_outcome = "found"  # recorded by an attempt before this one
+                raise StepJobEnd()
         if rec is not None and rec.state == "done":
             return rec.result
         if rec is not None and rec.state == "failed":
             raise StepFailed(name, rec.error)
-        if rec is not None and rec.wake_at is not None:
+        if target is not None and seq != target.seq:
+            raise _NotThisStepJob()  # another position, not settled: the run's (or another step job's) to do
+        if target is None and (rec.job_id if rec is not None else call.job and self._step_jobs):
+            return await self._step_job_at(seq, rec, call)
+        if target is None and rec is not None and rec.wake_at is not None:
             left = (rec.wake_at - self._now()).total_seconds()
             if left > 0:
                 raise Suspend(left, f"step {name!r} retries later", "retry")
-        attempt = (rec.attempts if rec is not None else 0) + 1
+        # a step job's attempts are its job's (one a kill -9 cut off counts too, as the engine counts it)
+        attempt = target.attempt if target is not None else (rec.attempts if rec is not None else 0) + 1
+        fence_id, fence_attempt = (target.job_id, target.attempt) if target is not None else (self.run_id, self.attempt)
         if lease_clock() >= self._lease_known_until:
             asked_at = lease_clock()
-            left = await self._read(self._repo.step_may_start(self.run_id, self.attempt))
+            left = await self._read(self._repo.step_may_start(fence_id, fence_attempt))
             if left is None:
                 # this attempt's history may be stale: another attempt may have recorded this step
                 raise Suspend(0.0, "the run's job was taken back", "taken_back")
@@ -287,30 +386,35 @@ class Workflow:
             metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
             if isinstance(exc, FatalError) or attempt >= max_attempts:
                 metrics.WORKFLOW_STEPS.labels(self.workflow, "failed").inc()
-                written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
-                                                              error=describe(exc), attempts=attempt))
+                written = await self._write(self._record_step(seq, name, "failed", error=describe(exc),
+                                                              attempts=attempt))
+                self._ended_step_job("failed", self._stored(written, seq).error)
                 raise StepFailed(name, self._stored(written, seq).error) from exc
             metrics.WORKFLOW_STEPS.labels(self.workflow, "retried").inc()
             delay = (backoff or default_step_backoff)(attempt)
-            await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "pending",
-                                                error=describe(exc), attempts=attempt, wake_in_sec=delay))
+            await self._write(self._record_step(seq, name, "pending", error=describe(exc), attempts=attempt,
+                                                wake_in_sec=delay))
             self.log.warning("workflow step failed; retrying", extra={"step": name, "attempt": attempt,
                                                                       "error": describe(exc)})
+            if target is not None:  # the step job's next attempt, `delay` from now (Retry)
+                self.step_job_retry_in = delay
+                self._ended_step_job("retry", describe(exc))
             raise Suspend(delay, f"step {name!r} retries", "retry") from exc
         finally:
             _STEP_KEY.reset(key)
         metrics.WORKFLOW_STEP_SECONDS.labels(self.workflow).observe(time.monotonic() - started)
         metrics.WORKFLOW_STEPS.labels(self.workflow, "succeeded").inc()
         if transaction:
+            self._ended_step_job("done", None)
             return self._stored(committed, seq).result
         text, problem = encode_json(value, MAX_VALUE_BYTES)
         if problem is not None:
             error = f"the step's value cannot be recorded: {problem}"
-            written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
-                                                          error=error, attempts=attempt))
+            written = await self._write(self._record_step(seq, name, "failed", error=error, attempts=attempt))
+            self._ended_step_job("failed", self._stored(written, seq).error)
             raise StepFailed(name, self._stored(written, seq).error)
-        written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "done",
-                                                      result_json=text, attempts=attempt))
+        written = await self._write(self._record_step(seq, name, "done", result_json=text, attempts=attempt))
+        self._ended_step_job("done", None)
         stored = self._stored(written, seq)
         if stored.state == "failed":
             raise StepFailed(name, stored.error)
@@ -324,6 +428,8 @@ class Workflow:
         if rec is None:
             rec = self._stored(await self._write(self._repo.record(
                 self.run_id, self.attempt, seq, "sleep", name, "done", wake_in_sec=seconds)), seq)
+        if self._target is not None:
+            return  # the run went past it: a step job's clock must not send it back to sleep
         if rec.wake_at is not None:
             left = (rec.wake_at - self._now()).total_seconds()
             if left > 0:
@@ -385,6 +491,8 @@ class Workflow:
         rec = self._history.steps.get(seq)
         if rec is not None and not (rec.kind == "patch" and rec.name == change):
             return False  # recorded by the code before the change: the old path, no position taken
+        if rec is None and self._target is not None:
+            raise _NotThisStepJob()  # past what the run recorded: not a step job's to record
         self._seq = seq
         if rec is None:
             self._stored(await self._write(self._repo.record(
@@ -457,10 +565,12 @@ class Workflow:
         lines up whichever finished first). Every step is recorded as it ends; then a step that must
         retry hands the run back (those done stay done), one that failed for good raises
         StepFailed (or is returned as one with `return_exceptions=True`)."""
-        slots = [(*self._next("step", call.name), call) for call in calls]
+        slots = [(*self._next("step", call.name, in_gather=True), call) for call in calls]
         outcomes = await asyncio.gather(*(self._step_at(seq, rec, call) for seq, rec, call in slots),
                                         return_exceptions=True)
         suspends = [o for o in outcomes if isinstance(o, Suspend)]
+        if self._target is not None and self.step_job_outcome is not None:
+            raise StepJobEnd()  # a step job's replay: its own slot decided, the others are not its own
         for outcome in outcomes:  # what stops the run outright comes first
             if isinstance(outcome, BaseException) and not isinstance(outcome, Suspend | StepFailed):
                 raise outcome
@@ -513,7 +623,9 @@ class Workflow:
         """Seconds until the run's deadline (negative: passed; None: no deadline)."""
         return None if self.deadline is None else self.deadline - lease_clock()
 
-    def _next(self, kind: str, name: str) -> tuple[int, Recorded | None]:
+    def _next(self, kind: str, name: str, *, in_gather: bool = False) -> tuple[int, Recorded | None]:
+        """The next position and what is recorded there. `in_gather`: a slot of steps side by side,
+        which `_step_at` settles itself (a step job's replay must not stop at a sibling)."""
         if self.broken is not None:
             raise self.broken
         left = self.deadline_left()
@@ -527,7 +639,72 @@ class Workflow:
                 f"{rec.kind} {rec.name!r} but the code now asks for {kind} {name!r}; the run is stopped "
                 f"rather than re-running or skipping {rec.kind} {rec.name!r}")
             raise self.broken
+        target = self._target
+        if target is not None and not in_gather and self._seq != target.seq and (rec is None
+                                                                                  or rec.state == "pending"):
+            # a step job replays only what the run went past: anything not settled is not its to do
+            raise _NotThisStepJob()
         return self._seq, rec
+
+    def _record_step(self, seq: int, name: str, state: str, *, result_json: str | None = None,
+                     error: str | None = None, attempts: int = 0, wake_in_sec: float | None = None,
+                     conn: Any = None) -> Awaitable[Written]:
+        """A step's record, fenced on the run's attempt, or on the step job's for a step job's replay."""
+        target = self._target
+        on = {} if conn is None else {"conn": conn}
+        if target is None:
+            return self._repo.record(self.run_id, self.attempt, seq, "step", name, state, result_json=result_json,
+                                     error=error, attempts=attempts, wake_in_sec=wake_in_sec, **on)
+        return self._repo.record_by_step_job(target.job_id, target.attempt, self.run_id, seq, state,
+                                             result_json=result_json, error=error, attempts=attempts,
+                                             wake_in_sec=wake_in_sec, conn=conn)
+
+    def _ended_step_job(self, outcome: StepJobOutcome, error: str | None) -> None:
+        """A step job's replay decided at its position (no-op in a run's own attempt): it stops there."""
+        if self._target is None or self.step_job_outcome is not None:
+            return
+        self.step_job_outcome = outcome
+        self.step_job_error = error
+
+    async def _step_job_at(self, seq: int, rec: Recorded | None, call: StepCall) -> Any:
+        """The run's side of a step with job options: start its job (with the pending record, one
+        fenced transaction), wait for its end without a worker, then take what it recorded — or,
+        when it ended without a record (canceled, lost, deleted, or failed before its step ran),
+        record the step failed with how its job ended."""
+        name = call.name
+        if rec is None:
+            options = call.job or StepJobOptions()
+            job_id = new_id()
+            job = NewJob(queue=options.queue or self.queue, task=step_task_of(self.workflow),
+                         lock_key=options.lock_key or str(job_id),
+                         args_json=json.dumps({"run_id": str(self.run_id), "seq": seq, "step": name,
+                                               "lease_ttl_sec": options.lease_ttl_sec or self._lease_ttl_sec}),
+                         partition_key=options.partition_key or "",
+                         priority=100 if options.priority is None else options.priority,
+                         max_attempts=call.max_attempts, lease_ttl_sec=options.lease_ttl_sec or self._lease_ttl_sec,
+                         producer="workflow", job_id=job_id)
+            # the step job's attempts are spans of the run's trace, as a gather's children are
+            rec = self._stored(await self._write(self._repo.start_step_job(
+                self.run_id, self.attempt, seq, name, job, traceparent=tracing.current_traceparent())), seq)
+            if rec.job_id == job_id:
+                metrics.count_enqueue("enqueued", job.queue, job.task)
+        if rec.state == "done":
+            return rec.result
+        if rec.state == "failed":
+            raise StepFailed(name, rec.error)
+        if (rec.remaining or 0) > 0:
+            raise Suspend(MAX_SUSPEND_SEC, f"step {name!r} runs as job {rec.job_id}", "step_job")
+        assert rec.job_id is not None
+        end = (await self._read(self._repo.children([rec.job_id])))[0]
+        error = f"its step job {rec.job_id} ended {end.status or 'deleted'}" + (f": {end.error}" if end.error else "")
+        written = await self._write(self._repo.record(self.run_id, self.attempt, seq, "step", name, "failed",
+                                                      error=error, attempts=rec.attempts))
+        stored = self._stored(written, seq)
+        if stored.state == "done":  # recorded after all, by a step job revived meanwhile
+            return stored.result
+        if written.step is not None:
+            metrics.WORKFLOW_STEPS.labels(self.workflow, "failed").inc()
+        raise StepFailed(name, stored.error)
 
     def check_history_consumed(self) -> None:
         """At the run's end: a history with positions past the last one the code asked for means
@@ -583,8 +760,8 @@ class Workflow:
             text, problem = encode_json(value, MAX_VALUE_BYTES)
             if problem is not None:  # recorded failed, like a plain step's; its writes roll back
                 raise FatalError(f"the step's value cannot be recorded: {problem}")
-            written = await self._read(self._repo.record(self.run_id, self.attempt, seq, "step", name, "done",
-                                                         result_json=text, attempts=attempt, conn=conn))
+            written = await self._read(self._record_step(seq, name, "done", result_json=text, attempts=attempt,
+                                                         conn=conn))
             if not written.live:
                 raise _RecordFenced()
         self._trust_lease(written.lease_left_sec, sent_at)

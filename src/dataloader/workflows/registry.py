@@ -3,7 +3,8 @@
 A workflow is an `async def f(wf, input)` (or a plain `def`, run in a worker thread with a blocking
 `wf`). Registering one also registers the pipeline of its run jobs, task `workflow:<name>`, in
 the engine's pipeline registry: a run is an ordinary job of the workflow's queue, served by any
-worker of that queue whose process imported the module (DL_PIPELINE_MODULES), as pipelines are.
+worker of that queue whose process imported the module (DL_PIPELINE_MODULES), as pipelines are;
+and that of its step jobs, task `workflow-step:<name>`, which run on whatever queue the step names.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dataloader.model.workflow import check_name, task_of
+from dataloader.model.workflow import check_name, step_task_of, task_of
 from dataloader.workers.pipelines.registry import PipelineRegistry
 from dataloader.workers.pipelines.registry import registry as pipeline_registry
 
@@ -54,9 +55,12 @@ class WorkflowRegistry:
         if existing is not None and existing.func is not func and not replace:
             raise ValueError(f"workflow {name!r} is already registered by {existing.func.__module__}")
         definition = WorkflowDefinition(name, func, inspect.iscoroutinefunction(func), queue, max_attempts)
-        from dataloader.workflows.runner import pipeline_of  # the runner needs the registry: one way only
+        from dataloader.workflows.runner import pipeline_of, step_pipeline_of  # the runner needs the registry
 
         self._pipelines.register(definition.task, pipeline_of(definition), max_attempts=max_attempts, replace=True)
+        # its step jobs: any worker of any queue whose process registered the workflow runs them; their
+        # attempts are each job's own (the step's max_attempts), their delays the step's backoff (Retry)
+        self._pipelines.register(step_task_of(name), step_pipeline_of(definition), replace=True)
         self._workflows[name] = definition
         return definition
 

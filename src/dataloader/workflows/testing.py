@@ -13,8 +13,10 @@ the test says so:
         assert run.status == "succeeded" and run.result == {"packed": 3}
         assert run.step_runs["reserve"] == 1          # replays never ran it again
 
-A gather's children run in the same memory with the same clock. A step's retry backoff is time too:
-`advance` past it and the step runs again. What the engine does to a run that the code cannot
+A gather's children run in the same memory with the same clock. A step with job options (`queue=`,
+`lock_key=`…) is checked as the engine checks it and runs inline, as a step without them does (its
+queue's workers, lock and limits are the engine's: tests/workflows/test_step_jobs.py). A step's
+retry backoff is time too: `advance` past it and the step runs again. What the engine does to a run that the code cannot
 cause (a kill -9, a lost lease, a database restart) is not simulated here; tests/workflows has those
 against a real PostgreSQL and real processes.
 """
@@ -290,7 +292,8 @@ class WorkflowTest:
 
         wf = Workflow(run_id=self.run_id, workflow=self.workflow, input=self.input, attempt=self.attempts,
                       history=History(0, dict(self.steps)), repo=repo,  # type: ignore[arg-type]
-                      queue_of=queue_of, lease_ttl_sec=60, log=log, clock=lambda: memory.now)
+                      queue_of=queue_of, lease_ttl_sec=60, log=log, clock=lambda: memory.now,
+                      queue=self.definition.queue, step_jobs=False)
         counting = _CountingSteps(wf, memory.step_runs)
         try:
             if self.definition.is_async:

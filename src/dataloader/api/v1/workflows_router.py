@@ -96,9 +96,14 @@ class StepView(BaseModel):
     error: str | None = None
     attempts: int
     wake_at: datetime | None = Field(description="A sleep's end, a wait's deadline, a retry's time")
-    remaining: int | None = Field(description="A gather's children not yet ended")
+    remaining: int | None = Field(description="A gather's children not yet ended; a step job's: 1 until it ended")
     created_at: datetime | None
     finished_at: datetime | None
+    job_id: uuid.UUID | None = Field(default=None, description="A step run as a job of its own (a queue, lock_key "
+                                                               "or other job options of its own): that job")
+    job_queue: str | None = Field(default=None, description="The step job's queue")
+    job_lock_key: str | None = Field(default=None, description="The step job's lock_key")
+    job_status: str | None = Field(default=None, description="The step job's status")
 
 
 class RunView(BaseModel):

@@ -8,7 +8,7 @@ SELECT r.wakes, j.lease_ttl_sec,
        CASE WHEN j.status::text = 'running' AND j.attempt = $2 AND j.lease_expires_at > now()
             THEN EXTRACT(epoch FROM j.lease_expires_at - now())::float8 END AS lease_left_sec,
        EXTRACT(epoch FROM r.deadline_at - now())::float8 AS deadline_left_sec,
-       s.seq, s.kind, s.name, s.state, s.result::text AS result, s.error, s.attempts, s.wake_at, s.remaining
+       s.seq, s.kind, s.name, s.state, s.result::text AS result, s.error, s.attempts, s.wake_at, s.remaining, s.job_id
 FROM dl_workflow_runs r
 LEFT JOIN dl_jobs j ON j.job_id = r.run_id
 LEFT JOIN dl_workflow_steps s ON s.run_id = r.run_id
