@@ -1,5 +1,5 @@
 -- A run with its job's state. $1 run id.
-SELECT r.run_id, r.workflow, r.parent_run_id, r.parent_seq, r.deadline_at, j.status::text AS status, j.queue,
+SELECT r.run_id, r.workflow, r.parent_run_id, r.parent_seq, r.deadline_at, r.generation, j.status::text AS status, j.queue,
        j.args->'input' AS input, j.result::text AS result, j.error, j.attempt, j.available_at,
        j.created_at, j.started_at, j.finished_at
 FROM dl_workflow_runs r JOIN dl_jobs j ON j.job_id = r.run_id
