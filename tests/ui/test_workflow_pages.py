@@ -137,7 +137,7 @@ async def test_a_gathers_children_are_linked_to_their_pages_and_back(db, dsn):
             "SELECT run_id FROM dl_workflow_runs WHERE parent_run_id = $1 ORDER BY parent_seq, run_id", run_id)]
         page = await client.get(f"/ui/workflows/{run_id}")
         gather = step_items(page.text)["1"]
-        linked = re.findall(r'<a class="mono" href="/ui/workflows/([0-9a-f-]{36})">', gather)
+        linked = re.findall(r'<a class="mono" href="/ui/workflows/([0-9a-f-]{36})" id="child-1-[0-9]+">', gather)
         assert sorted(linked) == sorted(str(c) for c in children) and len(linked) == 2
         assert '<span class="status succeeded">succeeded</span>' in gather
         assert '<span class="status failed">failed</span>' in gather
