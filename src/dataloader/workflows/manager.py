@@ -280,7 +280,8 @@ class WorkflowManager:
         if from_step is not None:
             found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
             if found is None:
-                raise ValidationFailed(f"workflow run {run.run_id} has no recorded step {from_step!r}")
+                message = f"workflow run {run.run_id} has no recorded step {from_step!r}"
+                raise ValidationFailed(message, [{"loc": ["from_step"], "msg": message, "type": "value_error"}])
             from_seq = found
         row = await self.repo.restart_cut(run.run_id, from_seq)
         if row is None:
