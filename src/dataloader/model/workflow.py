@@ -125,7 +125,7 @@ class WorkflowRun:
     def from_row(cls, row: Any, steps: list[Recorded], earlier_children: list[EarlierChild] | None = None
                  ) -> WorkflowRun:
         return cls(run_id=row["run_id"], workflow=row["workflow"], status=row["status"],
-                   input=decode(row["input"]) if isinstance(row["input"], str) else row["input"],
+                   input=decode(row["input"]),
                    result=decode(row["result"]), error=row["error"], queue=row["queue"],
                    parent_run_id=row["parent_run_id"], created_at=row["created_at"],
                    finished_at=row["finished_at"], available_at=row["available_at"], steps=steps,
