@@ -239,6 +239,7 @@ async def side_by_side(wf: Workflow, input: dict[str, Any]) -> list[Any]:
 # queue no worker serves, where the test itself moves them (a worker that holds one, its end).
 IDLE_QUEUE = "wf-idle"
 BROKEN_CHILDREN: set[int] = set()
+BROKEN_FINISH: set[str] = set()  # the `finish` keys of runs whose last step fails
 HELD_CHILDREN: set[int] = set()
 
 
@@ -262,4 +263,11 @@ async def regather(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
     results = await wf.gather(*(wf.child("t.regather_child", {"dsn": dsn, "i": i},
                                           queue=IDLE_QUEUE if i in HELD_CHILDREN else None) for i in range(3)),
                               fail_fast=input.get("fail_fast", False))
+    if input.get("finish"):
+        async def finish() -> str:
+            if input["finish"] in BROKEN_FINISH:
+                raise FatalError("finish is broken")
+            return "finished"
+
+        return {"results": results, "finish": await wf.step("finish", finish)}
     return {"results": results}

@@ -24,11 +24,11 @@ from tests.workflows.conftest import probe_counts
 
 @pytest.fixture(autouse=True)
 def fresh_children() -> Iterator[None]:
-    flows.BROKEN_CHILDREN.clear()
-    flows.HELD_CHILDREN.clear()
+    for flags in (flows.BROKEN_CHILDREN, flows.HELD_CHILDREN, flows.BROKEN_FINISH):
+        flags.clear()
     yield
-    flows.BROKEN_CHILDREN.clear()
-    flows.HELD_CHILDREN.clear()
+    for flags in (flows.BROKEN_CHILDREN, flows.HELD_CHILDREN, flows.BROKEN_FINISH):
+        flags.clear()
 
 
 async def _children(pool: asyncpg.Pool, run_id: uuid.UUID) -> list[asyncpg.Record]:
@@ -211,3 +211,22 @@ async def test_a_second_restart_also_resumes_a_restart_cut_off_after_its_cut(
         await _end(wdb, held, "canceled")
     assert await probe_counts(wdb, run_id) == {"prepare": 2, "plan": 2}
     assert await _gathers_done(wdb, run_id) == 2  # generation 1 never reached its gather
+
+
+async def test_a_restart_after_a_gather_keeps_its_children_the_runs_own(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """A restart from a step after a gather keeps the gather (done: replayed from its record) and
+    its children, which move to the new generation with the run: none is listed as an earlier
+    generation's, none is canceled, none started again."""
+    async with app.running():
+        flows.BROKEN_FINISH.add("kept")
+        run_id = await app.workflows.start("t.regather", {"dsn": dsn, "finish": "kept"})
+        with pytest.raises(WorkflowFailed, match="finish is broken"):
+            await app.workflows.result(run_id, timeout=30)
+        flows.BROKEN_FINISH.clear()
+        restarted = await app.workflows.restart(run_id, from_step="finish")
+        assert restarted.generation == 1 and restarted.earlier_children == []
+        assert await app.workflows.result(run_id, timeout=30) == {"results": [0, 10, 20], "finish": "finished"}
+    children = await _children(wdb, run_id)
+    assert [c["parent_generation"] for c in children] == [1, 1, 1]
+    assert {c["run_id"] for c in children} == {derived_job_id(run_id, 0, 3, i) for i in range(3)}
+    assert await _gathers_done(wdb, run_id) == 1

@@ -21,6 +21,14 @@ WITH job AS (
     UPDATE dl_workflow_runs r SET deadline_at = NULL, generation = r.generation + 1
     FROM allowed WHERE r.run_id = allowed.job_id
     RETURNING r.generation
+), kept AS (
+    -- the children of the gathers the cut keeps (all done: a run ends only at or after its last
+    -- gather's decision) stay the run's own: they move to the new generation with it, so only the
+    -- cut positions' children are left behind in the old one
+    UPDATE dl_workflow_runs c SET parent_generation = (SELECT generation FROM renewed)
+    FROM allowed
+    WHERE c.parent_run_id = allowed.job_id AND c.parent_seq < $2
+      AND c.parent_generation = (SELECT generation FROM renewed) - 1
 ), freed AS (
     UPDATE dl_workflow_signals g SET consumed_seq = NULL
     FROM allowed WHERE g.run_id = allowed.job_id AND g.consumed_seq >= $2
