@@ -339,7 +339,7 @@ async def test_a_runs_page_is_live_on_the_nodes_one_poll(db, dsn):
         assert hub.renders == hub.rounds, "one render per round for the topic, not one per browser"
 
 
-async def test_a_restarted_runs_page_shows_the_earlier_generations_children(db, dsn):
+async def test_a_restart_from_before_a_gather_from_the_console_and_the_earlier_generations_children(db, dsn):
     from tests.workflows import flows
 
     await db.execute(PROBE_DDL)
@@ -349,7 +349,8 @@ async def test_a_restarted_runs_page_shows_the_earlier_generations_children(db, 
             run_id = await app.workflows.start("t.regather", {"dsn": dsn})
             await wait_until(lambda: ended(db, run_id), timeout=30, message="the run fails at its gather")
             flows.BROKEN_CHILDREN.clear()
-            await app.workflows.restart(run_id, from_step="plan")
+            said, done = await confirm(client, f"/ui/workflows/{run_id}/restart", {"from_step": "plan"})
+            assert "new children" in said and done.status_code == 303, done.text
             await app.workflows.result(run_id, timeout=30)
             page = await client.get(f"/ui/workflows/{run_id}")
     finally:

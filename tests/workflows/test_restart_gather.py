@@ -230,3 +230,65 @@ async def test_a_restart_after_a_gather_keeps_its_children_the_runs_own(app: App
     assert [c["parent_generation"] for c in children] == [1, 1, 1]
     assert {c["run_id"] for c in children} == {derived_job_id(run_id, 0, 3, i) for i in range(3)}
     assert await _gathers_done(wdb, run_id) == 1
+
+
+def _sync_restart(dsn: str, run_id: uuid.UUID) -> tuple[int, object]:
+    from dataloader import SyncApp
+    from tests.workflows.conftest import workflow_settings
+
+    with SyncApp(workflow_settings(dsn, workers=[])) as sync:
+        restarted = sync.workflows.restart(run_id, from_step="plan")
+        return restarted.generation, sync.workflows.result(run_id, timeout=30)
+
+
+async def test_sync_app_restarts_from_before_a_gather_too(app: App, wdb: asyncpg.Pool, dsn: str) -> None:
+    """The blocking face makes the same call: it is allowed there too."""
+    import asyncio
+
+    flows.BROKEN_CHILDREN.add(2)
+    async with app.running():  # the workers run on this loop; the SyncApp blocks in a thread
+        run_id = await app.workflows.start("t.regather", {"dsn": dsn})
+        with pytest.raises(WorkflowFailed):
+            await app.workflows.result(run_id, timeout=30)
+        flows.BROKEN_CHILDREN.clear()
+        generation, result = await asyncio.to_thread(_sync_restart, dsn, run_id)
+    assert (generation, result) == (1, {"results": [0, 10, 20]})
+    assert await probe_counts(wdb, run_id) == {"prepare": 1, "plan": 2}
+
+
+async def _failed_at_its_gather(app: App, dsn: str) -> uuid.UUID:
+    flows.BROKEN_CHILDREN.add(0)
+    run_id = await app.workflows.start("t.regather", {"dsn": dsn})
+    with pytest.raises(WorkflowFailed):
+        await app.workflows.result(run_id, timeout=30)
+    flows.BROKEN_CHILDREN.clear()
+    return run_id
+
+
+async def test_http_and_the_cli_restart_from_before_a_gather_too(app: App, wdb: asyncpg.Pool, dsn: str,
+                                                                cli_env: dict[str, str]) -> None:
+    import asyncio
+    import json
+
+    import httpx
+
+    from dataloader.api import create_app
+    from tests.support.cli import run
+
+    async with app.running(), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(app.settings, context=app)), base_url="http://t") as client:
+        over_http = await _failed_at_its_gather(app, dsn)
+        answer = await client.post(f"/api/v1/workflows/{over_http}/restart", json={"from_step": "plan"})
+        assert answer.status_code == 200 and answer.json()["generation"] == 1, answer.text
+        assert await app.workflows.result(over_http, timeout=30) == {"results": [0, 10, 20]}
+        shown = (await client.get(f"/api/v1/workflows/{over_http}")).json()
+        assert [c["generation"] for c in shown["earlier_children"]] == [0, 0, 0]
+
+        by_cli = await _failed_at_its_gather(app, dsn)
+        env = {**cli_env, "DL_PIPELINE_MODULES": "tests.workflows.flows"}
+        done = await asyncio.to_thread(run, ["workflows", "restart", str(by_cli), "--from-step", "plan"], env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["generation"] == 1
+        assert await app.workflows.result(by_cli, timeout=30) == {"results": [0, 10, 20]}
+    for run_id in (over_http, by_cli):
+        assert await probe_counts(wdb, run_id) == {"prepare": 1, "plan": 2}

@@ -183,7 +183,8 @@ async def restart(request: Request) -> Response:
                    button="Restart the run",
                    consequence=f"The {run.workflow} run ({run.status}) loses its recorded history from {where} "
                                "on (the signals its waits took there are freed for the replay) and runs again "
-                               "from there; the steps before keep their results and do not run again.",
+                               "from there; the steps before keep their results and do not run again. A gather "
+                               "there starts new children; the old ones that have not ended are canceled.",
                    keep=run_path(run.run_id))
     restarted = await request.app.state.console.app().workflows.restart(run.run_id, from_step=from_step)
     return back(request, form, run_path(run.run_id),
