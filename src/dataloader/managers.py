@@ -8,9 +8,10 @@ a job, an operation, a search or a queue's rules go to the shard of its queue; s
 processes, observers and workflows live on the default shard.
 
 The managers that hold state are built on first use; schedules, observers, processes and health
-are dropped on `stop()`, so an App opened again builds them on its new pool (the workflows' manager
-is not: it is built once per App). The others hold nothing and are made per use. `App` only hands
-these out; the wiring is here and in node.py.
+(and the waiter processes share with workflows' `result`) are dropped on `stop()`, so an App opened
+again builds them on its new pool (the workflows' manager is not: it is built once per App, and asks
+for the waiter of the moment). The others hold nothing and are made per use. `App` only hands these
+out; the wiring is here and in node.py.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Managers:
         self._observers: ObserverManager | None = None
         self._processes: ProcessManager | None = None
         self._workflows: WorkflowManager | None = None
+        self._waiter: TaskWaiter | None = None
         self._health: HealthReader | None = None
         self.repo: JobRepository
         self.jobs: JobManager
@@ -131,10 +133,10 @@ class Managers:
         for manager in list(self.nodes):
             await manager.stop()
             locks_held = locks_held or manager.holds_stray_locks
-        processes, self._processes = self._processes, None
-        self._schedules = self._observers = self._health = None
-        if processes is not None:
-            await processes.waiter.close()
+        waiter, self._waiter = self._waiter, None
+        self._processes = self._schedules = self._observers = self._health = None
+        if waiter is not None:
+            await waiter.close()
         return locks_held
 
     def everywhere(self) -> list[Managers]:
@@ -248,12 +250,20 @@ class Managers:
         return self._observers
 
     @property
+    def waiter(self) -> TaskWaiter:
+        """Where callers wait for a process task or a workflow run to end: subscriptions on the
+        node's one listening session (an App without workers has that session too: it starts on
+        the first wait), with the fallback poll of DL_POLL_FALLBACK_SEC."""
+        if self._waiter is None:
+            self._waiter = TaskWaiter(poll_sec=self.settings.poll_fallback_sec, notifier=self.notifier)
+        return self._waiter
+
+    @property
     def processes(self) -> ProcessManager:
         if self._processes is None:
             settings = self.settings
-            waiter = TaskWaiter(poll_sec=settings.poll_fallback_sec, notifier=self.notifier)
             self._processes = ProcessManager(
-                ProcessRepository(self.db.pool), processors, waiter, max_args_bytes=settings.max_args_bytes,
+                ProcessRepository(self.db.pool), processors, self.waiter, max_args_bytes=settings.max_args_bytes,
                 default_lease_ttl_sec=settings.default_lease_ttl_sec, operations=self.operations,
                 idle_sec=settings.process_idle_sec)
         return self._processes
@@ -263,7 +273,8 @@ class Managers:
         if self._workflows is None:
             self._workflows = WorkflowManager(
                 WorkflowRepository(self.db.pool), self.jobs, workflow_definitions,
-                max_args_bytes=self.settings.max_args_bytes, default_lease_ttl_sec=self.settings.default_lease_ttl_sec)
+                max_args_bytes=self.settings.max_args_bytes, default_lease_ttl_sec=self.settings.default_lease_ttl_sec,
+                waiter=lambda: self.waiter)
         return self._workflows
 
     @property

@@ -777,6 +777,8 @@ WORKFLOW_REFUSALS = [
      ["workflows", "list", "--limit", "0"], "validation_error"),
     ("list with limit past the bound", ("list", {"limit": 501}), ("GET", "/api/v1/workflows?limit=501", None),
      ["workflows", "list", "--limit", "501"], "validation_error"),
+    ("restart of no run", ("restart", (_NO_RUN,)), ("POST", f"/api/v1/workflows/{_NO_RUN}/restart", {}),
+     ["workflows", "restart", _NO_RUN], "workflow_not_found"),
     ("complete a token that is none", ("complete_token", ("no-such-token", {"ok": True})),
      ("POST", "/api/v1/workflows/tokens/no-such-token", {"payload": {"ok": True}}),
      ["workflows", "complete-token", "no-such-token", "--payload", '{"ok": true}'], "token_not_found"),
@@ -798,3 +800,24 @@ async def test_a_workflow_refusal_gets_the_same_code_from_every_face_and_writes_
     assert await cli_code(dsn, cli) == code
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
     assert await db.fetchval("SELECT count(*) FROM dl_workflow_signals") == 0
+
+
+async def test_a_restart_refusal_gets_the_same_code_from_every_face_and_changes_nothing(py_app, http, db, dsn):
+    """What a restart still refuses, alike on every face (the console's form makes the same call:
+    tests/ui/test_workflow_pages.py): a run that has not ended, a step the run never recorded. The
+    run keeps its generation and history, and no restart is journaled."""
+    from tests.workflows import flows  # registers the test workflows here
+
+    run_id = str(await py_app.workflows.start("t.wait", {"dsn": dsn}))  # queued: no worker runs it
+    for args, body, cli, code in (
+            ({}, {}, [], "job_not_retryable"),
+            ({"from_step": "zz"}, {"from_step": "zz"}, ["--from-step", "zz"], "validation_error")):
+        with pytest.raises(DataloaderError) as caught:
+            await py_app.workflows.restart(run_id, **args)
+        assert caught.value.code == code
+        assert await http_code(http, "POST", f"/api/v1/workflows/{run_id}/restart", body) == code
+        assert await cli_code(dsn, ["workflows", "restart", run_id, *cli]) == code
+    assert flows.QUEUE == (await py_app.workflows.get(run_id)).queue
+    run = await py_app.workflows.get(run_id)
+    assert (run.status, run.generation, run.steps) == ("queued", 0, [])
+    assert await db.fetchval("SELECT count(*) FROM dl_job_events WHERE kind = 'workflow_restart'") == 0

@@ -180,7 +180,7 @@ def test_a_topic_postgres_would_truncate_is_refused() -> None:
 async def test_a_node_with_every_duty_and_process_callers_holds_one_listening_session(
         db: asyncpg.Pool, dsn: str) -> None:
     # Before the notifier a node held four to five: the workers', the scheduler's, the operation
-    # runner's, the node registry's and the process waiter's.
+    # runner's, the node registry's and the process waiter's (which also hears workflow runs' ends).
     name = "dl-test-node-sessions"
     async with App(Settings(db_dsn=_named(dsn, name), workers_json='[{"queue": "t-notifier", "concurrency": 1}]',
                             observer_capacity=0)) as app:
@@ -188,7 +188,7 @@ async def test_a_node_with_every_duty_and_process_callers_holds_one_listening_se
             await app.processes.waiter.start()
             assert manager.notifier is app.notifier
             every = sorted(["dl_jobs", "dl_cancel", "dl_schedules", "dl_operations", "dl_observers",
-                            "dl_process_task", "dl_process_feed"])
+                            "dl_process_task", "dl_process_feed", "dl_workflow_end"])
             # the duties subscribe as they start, each in its own task: wait for the last one
             await wait_until(lambda: sorted(app.notifier.topics()) == every, timeout=10,
                              message=f"every duty's topic on the one session ({sorted(app.notifier.topics())})")

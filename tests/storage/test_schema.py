@@ -185,6 +185,38 @@ async def test_the_step_jobs_migration_goes_down_and_up_again(empty_db):
     assert await migrate.database_revision(empty_db) == migrate.head_revision()
 
 
+async def test_the_workflow_generations_migration_goes_down_and_up_again(empty_db):
+    """0037 (restart generations, the run-end notification) is reversible: down to 0036 drops its
+    two columns and gives the join's trigger function back its 0030 body; up again restores both."""
+    from dataloader.storage.db import create_engine
+
+    await migrate.upgrade(empty_db)
+
+    async def shape() -> tuple[set[str], bool]:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            columns = {r["column_name"] for r in await conn.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'dl_workflow_runs'")}
+            body = await conn.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'dl_workflow_child_end'")
+            return columns, "dl_workflow_end" in body
+        finally:
+            await conn.close()
+
+    columns, notifies = await shape()
+    assert {"generation", "parent_generation"} <= columns and notifies
+    engine = create_engine(empty_db)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_to_revision, "0036_workflow_step_jobs")
+            down_columns, down_notifies = await shape()
+            assert down_columns == columns - {"generation", "parent_generation"} and not down_notifies
+            await conn.run_sync(_to_revision, "head")
+    finally:
+        await engine.dispose()
+    assert await shape() == (columns, True)
+    assert await migrate.database_revision(empty_db) == migrate.head_revision()
+
+
 async def test_bulk_insert_notifies_each_queue_once(dsn, db):
     conn = await asyncpg.connect(dsn)
     got: list[str] = []

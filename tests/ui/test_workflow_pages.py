@@ -13,6 +13,7 @@ workflows' queue (tests/workflows/flows.py); the console's App has none."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -137,7 +138,7 @@ async def test_a_gathers_children_are_linked_to_their_pages_and_back(db, dsn):
             "SELECT run_id FROM dl_workflow_runs WHERE parent_run_id = $1 ORDER BY parent_seq, run_id", run_id)]
         page = await client.get(f"/ui/workflows/{run_id}")
         gather = step_items(page.text)["1"]
-        linked = re.findall(r'<a class="mono" href="/ui/workflows/([0-9a-f-]{36})">', gather)
+        linked = re.findall(r'<a class="mono" href="/ui/workflows/([0-9a-f-]{36})" id="child-1-[0-9]+">', gather)
         assert sorted(linked) == sorted(str(c) for c in children) and len(linked) == 2
         assert '<span class="status succeeded">succeeded</span>' in gather
         assert '<span class="status failed">failed</span>' in gather
@@ -304,3 +305,77 @@ async def test_a_step_run_as_a_job_of_its_own_shows_its_job_linked_with_its_queu
     assert f'href="/ui/jobs/{job_id}"' in items["1"]
     assert f'<span class="mono">{STEP_QUEUE}</span>' in items["1"] and "acct:ui&lt;1&gt;" in items["1"]  # escaped
     assert "step-job" not in items["2"]  # the step after it ran in the run's job
+
+
+FOCUSABLE = re.compile(r"<(a\s[^>]*href|button|summary|select|textarea|input(?![^>]*type=\"hidden\"))[^>]*>")
+
+
+def anonymous_focusable(html: str) -> list[str]:
+    """The focusable elements of a fragment without an id: a live swap under one loses the focus."""
+    return [m.group(0) for m in FOCUSABLE.finditer(html) if not re.search(r'\sid="[^"]+"', m.group(0))]
+
+
+async def test_a_runs_page_is_live_on_the_nodes_one_poll(db, dsn):
+    """The run's page subscribes to its topic; the node's live poll renders the run once per round
+    however many browsers watch it, and the fragment moves on as the run does: the first wait
+    pending, the second, the end; its focusable elements all have ids."""
+    from dataloader.ui.live import LiveHub
+    from dataloader.ui.pages.workflows import render_live
+
+    await db.execute(PROBE_DDL)
+    async with runner(dsn) as app, console_client(dsn) as client:
+        run_id = await app.workflows.start("t.wait", {"dsn": dsn, "timeout": 600, "twice": True})
+        await wait_until(lambda: _waiting(db, run_id), timeout=20, message="the run waits")
+        page = await client.get(f"/ui/workflows/{run_id}")
+        topic = f"workflow:{run_id}"
+        assert f'sse-connect="/ui/live?topic={topic}"' in page.text and f'sse-swap="{topic}"' in page.text
+        assert (await client.get("/ui/live?topic=workflow:not-a-run")).status_code == 400
+
+        hub = LiveHub(lambda t: render_live(app, t.partition(":")[2], "/ui"), 0.05)
+        seen: list[str] = []
+
+        async def next_fragment(queue, wanted) -> str:
+            while True:
+                _, html = await asyncio.wait_for(queue.get(), 30)
+                seen.append(html)
+                if wanted(html):
+                    return html
+
+        def waits(html: str) -> int:
+            return html.count('data-kind="wait"')
+
+        async with hub.subscribe(frozenset({topic})) as first, hub.subscribe(frozenset({topic})) as second:
+            html = await next_fragment(first, lambda h: waits(h) == 1)
+            assert 'id="signal-name"' in html and anonymous_focusable(html) == []
+            await app.workflows.signal(run_id, "go", 1)
+            html = await next_fragment(first, lambda h: waits(h) == 2)
+            assert anonymous_focusable(html) == []
+            await app.workflows.signal(run_id, "go", 2)
+            html = await next_fragment(first, lambda h: 'id="run-status">succeeded' in h)
+            assert 'id="cancel-run"' not in html and anonymous_focusable(html) == []
+            assert second.qsize() >= 1, "the other browser got the same fragments"
+        assert hub.renders == hub.rounds, "one render per round for the topic, not one per browser"
+
+
+async def test_a_restart_from_before_a_gather_from_the_console_and_the_earlier_generations_children(db, dsn):
+    from tests.workflows import flows
+
+    await db.execute(PROBE_DDL)
+    flows.BROKEN_CHILDREN.add(1)
+    try:
+        async with runner(dsn) as app, console_client(dsn) as client:
+            run_id = await app.workflows.start("t.regather", {"dsn": dsn})
+            await wait_until(lambda: ended(db, run_id), timeout=30, message="the run fails at its gather")
+            flows.BROKEN_CHILDREN.clear()
+            said, done = await confirm(client, f"/ui/workflows/{run_id}/restart", {"from_step": "plan"})
+            assert "new children" in said and done.status_code == 303, done.text
+            await app.workflows.result(run_id, timeout=30)
+            page = await client.get(f"/ui/workflows/{run_id}")
+    finally:
+        flows.BROKEN_CHILDREN.clear()
+    assert 'id="run-generation">1 time (generation 1)' in page.text
+    earlier = re.search(r'<ul class="children" id="run-earlier-children">(.*?)</ul>', page.text, re.S)
+    assert earlier and earlier.group(1).count('data-generation="0"') == 3
+    assert '<span class="status failed">failed</span>' in earlier.group(1)
+    live = page.text[page.text.index('id="run-live"'):]
+    assert anonymous_focusable(live[:live.index("</main>") if "</main>" in live else None]) == []

@@ -232,3 +232,42 @@ async def side_by_side(wf: Workflow, input: dict[str, Any]) -> list[Any]:
     results = await wf.gather(wf.call("a", work, "a", 0.6), wf.call("b", work, "b", 0.2, backoff=lambda n: 0.1),
                               wf.call("c", work, "c", 0.1, max_attempts=1), return_exceptions=True)
     return [str(r) if isinstance(r, Exception) else r for r in results]
+
+
+# Restart from before a gather (tests/workflows/test_restart_gather.py): the children whose index is
+# in BROKEN_CHILDREN fail (the bug a restart follows a fix of), those in HELD_CHILDREN go to a
+# queue no worker serves, where the test itself moves them (a worker that holds one, its end).
+IDLE_QUEUE = "wf-idle"
+BROKEN_CHILDREN: set[int] = set()
+BROKEN_FINISH: set[str] = set()  # the `finish` keys of runs whose last step fails
+HELD_CHILDREN: set[int] = set()
+
+
+@workflow("t.regather_child", queue=QUEUE)
+async def regather_child(wf: Workflow, input: dict[str, Any]) -> int:
+    async def work() -> int:
+        await probe(input["dsn"], wf, "work")
+        if input["i"] in BROKEN_CHILDREN:
+            raise FatalError(f"child {input['i']} is broken")
+        return input["i"] * 10
+
+    return await wf.step("work", work)
+
+
+@workflow("t.regather", queue=QUEUE)
+async def regather(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Two steps, then a gather of three children: restart from `plan` re-runs plan and the gather."""
+    dsn = input["dsn"]
+    await wf.step("prepare", probe, dsn, wf, "prepare")
+    await wf.step("plan", probe, dsn, wf, "plan")
+    results = await wf.gather(*(wf.child("t.regather_child", {"dsn": dsn, "i": i},
+                                          queue=IDLE_QUEUE if i in HELD_CHILDREN else None) for i in range(3)),
+                              fail_fast=input.get("fail_fast", False))
+    if input.get("finish"):
+        async def finish() -> str:
+            if input["finish"] in BROKEN_FINISH:
+                raise FatalError("finish is broken")
+            return "finished"
+
+        return {"results": results, "finish": await wf.step("finish", finish)}
+    return {"results": results}

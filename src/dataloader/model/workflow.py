@@ -97,6 +97,27 @@ class Recorded:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlierChild:
+    """A child a run started in a generation a restart left: canceled by that restart if it had not
+    ended, and counted by no join since; kept for the run's history."""
+
+    run_id: uuid.UUID
+    workflow: str
+    seq: int  # the gather's position in that generation's history
+    generation: int
+    status: str | None  # its job's; None: its job is gone (pruned)
+
+    @classmethod
+    def from_row(cls, row: Any) -> EarlierChild:
+        return cls(run_id=row["run_id"], workflow=row["workflow"], seq=row["parent_seq"],
+                   generation=row["parent_generation"], status=row["status"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "workflow": self.workflow, "seq": self.seq,
+                "generation": self.generation, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowRun:
     """A run: its job's state (the run IS that job: `run_id` is its job id) and its history."""
 
@@ -113,19 +134,24 @@ class WorkflowRun:
     available_at: datetime | None
     steps: list[Recorded] = field(default_factory=list)
     deadline_at: datetime | None = None  # when the run must have ended (None: never)
+    generation: int = 0  # how many times it was restarted
+    # the children of the generations a restart left (`get` only; empty in `result` and listings)
+    earlier_children: list[EarlierChild] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
         return self.status in ("succeeded", "failed", "canceled", "lost")
 
     @classmethod
-    def from_row(cls, row: Any, steps: list[Recorded]) -> WorkflowRun:
+    def from_row(cls, row: Any, steps: list[Recorded], earlier_children: list[EarlierChild] | None = None
+                 ) -> WorkflowRun:
         return cls(run_id=row["run_id"], workflow=row["workflow"], status=row["status"],
-                   input=decode(row["input"]) if isinstance(row["input"], str) else row["input"],
+                   input=decode(row["input"]),
                    result=decode(row["result"]), error=row["error"], queue=row["queue"],
                    parent_run_id=row["parent_run_id"], created_at=row["created_at"],
                    finished_at=row["finished_at"], available_at=row["available_at"], steps=steps,
-                   deadline_at=row.get("deadline_at"))
+                   deadline_at=row.get("deadline_at"), generation=row.get("generation") or 0,
+                   earlier_children=earlier_children or [])
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": str(self.run_id), "workflow": self.workflow, "status": self.status,
@@ -133,7 +159,8 @@ class WorkflowRun:
                 "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
                 "created_at": iso_utc(self.created_at), "finished_at": iso_utc(self.finished_at),
                 "available_at": iso_utc(self.available_at), "deadline_at": iso_utc(self.deadline_at),
-                "steps": [s.to_dict() for s in self.steps]}
+                "generation": self.generation, "steps": [s.to_dict() for s in self.steps],
+                "earlier_children": [c.to_dict() for c in self.earlier_children]}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,16 @@
-"""Callers of `init`, `call` and `repair` wait here for their task to end, and followers of a
-namespace's event feed for its next rows: two subscriptions on the node's ONE listening session
+"""Callers of `init`, `call` and `repair` wait here for their task to end, callers of a workflow's
+`result` for its run to end, and followers of a namespace's event feed for its next rows: three
+subscriptions on the node's ONE listening session
 (storage/notifier.py, shared with the workers and duties), however many callers and feed streams
 there are (a session per stream once let 100 held `…/events/stream` requests exhaust
 PostgreSQL's connections).
 
 A step's transaction sends `NOTIFY dl_process_task, '<task id>'` as it commits (apply_step.sql,
 end_task.sql, delete_process.sql). The notifier hears it and this waiter wakes the callers of
-that task, who then read the stored outcome. The task row is read once after the caller
+that task, who then read the stored outcome. A workflow run's job reaching a terminal status sends
+`NOTIFY dl_workflow_end, '<run id>'` in that end's transaction (0036's trigger on dl_jobs, which
+plain jobs pass by its WHEN clause); its waiters are woken the same way (a run id is a job id, never
+a task id: one table of waiters serves both). The task row is read once after the caller
 registered (so an end that came before the registration is not missed) and then again only on a
 notification, or on a bounded fallback poll (every `poll_sec` while listening, every second
 while the listener is down): no busy polling.
@@ -32,6 +36,7 @@ from typing import Any
 from dataloader.storage.notifier import Notifier, Subscription
 
 CHANNEL = "dl_process_task"
+RUN_END_CHANNEL = "dl_workflow_end"  # payload: the id of the workflow run whose job ended
 FEED_CHANNEL = "dl_process_feed"  # payload: the namespace whose feed has a new row
 DISCONNECTED_POLL_SEC = 1.0
 
@@ -81,6 +86,7 @@ class TaskWaiter:
                 self._subscriptions = [
                     await self.notifier.subscribe(CHANNEL, self._handle, on_missed=self._wake_all,
                                                   on_lost=self._wake_all),
+                    await self.notifier.subscribe(RUN_END_CHANNEL, self._handle),
                     await self.notifier.subscribe(FEED_CHANNEL, self._handle_feed)]
         await self.notifier.start()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from dataloader.model.workflow import Recorded, WorkflowRun, WorkflowRunSummary
+from dataloader.model.workflow import EarlierChild, Recorded, WorkflowRun, WorkflowRunSummary
 from dataloader.storage.executor import InTransaction
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
@@ -35,6 +35,8 @@ class History:
     lease_left_sec: float | None = None
     # the seconds the run's deadline had left at the read (negative: passed; None: no deadline)
     deadline_left_sec: float | None = None
+    # how many times the run was restarted: the jobs it starts derive their ids from it (workflows/derived.py)
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,8 @@ class WorkflowRepository:
         if not rows:
             return None
         return History(rows[0]["wakes"], {r["seq"]: Recorded.from_row(r) for r in rows if r["seq"] is not None},
-                       rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"], rows[0]["deadline_left_sec"])
+                       rows[0]["lease_ttl_sec"] or 60, rows[0]["lease_left_sec"], rows[0]["deadline_left_sec"],
+                       rows[0]["generation"])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
@@ -198,7 +201,9 @@ class WorkflowRepository:
             return None
         steps = ([Recorded.from_row(r) for r in await self.pool.fetch(sql("workflows/list_steps"), run_id)]
                  if with_steps else [])
-        return WorkflowRun.from_row(row, steps)
+        earlier = ([EarlierChild.from_row(r) for r in await self.pool.fetch(sql("workflows/earlier_children"), run_id)]
+                   if with_steps and row["generation"] else [])
+        return WorkflowRun.from_row(row, steps, earlier)
 
     async def list_runs(self, *, workflow: str | None, statuses: list[str] | None,
                         before: tuple[Any, uuid.UUID] | None, limit: int) -> list[WorkflowRunSummary]:
@@ -215,8 +220,21 @@ class WorkflowRepository:
         return await self.pool.fetchval(sql("workflows/run_by_key"), idempotency_key)
 
     async def restart_cut(self, run_id: uuid.UUID, from_seq: int) -> Any:
-        """restart_cut.sql's row (status, gather, removed), or None: no such run."""
+        """restart_cut.sql's row (status, removed, generation), or None: no such run."""
         return await self.pool.fetchrow(sql("workflows/restart_cut"), run_id, from_seq)
+
+    async def stale_children(self, run_id: uuid.UUID) -> list[uuid.UUID]:
+        """The unfinished runs below `run_id` started by a generation a restart left, nearest first."""
+        return [r["run_id"] for r in await self.pool.fetch(sql("workflows/stale_children"), run_id)]
+
+    async def cancel_stale_children(self, run_id: uuid.UUID) -> int:
+        """Cancel them (as a cancel does: a queued one at once, a running one at its next await);
+        how many there were."""
+        stale = await self.stale_children(run_id)
+        jobs = JobRepository(self.pool)
+        for job_id in stale:
+            await jobs.cancel_job(job_id)
+        return len(stale)
 
     async def cancel_runs(self, run_ids: list[uuid.UUID]) -> None:
         """Cancel the jobs of these runs as a cancel does (a queued one at once, a running one at its

@@ -55,6 +55,7 @@ from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import History, WorkflowRepository, Written
 from dataloader.workers.lease_guard import fence_margin
 from dataloader.workers.outcome import describe
+from dataloader.workflows.derived import derived_job_id, derived_key
 
 # The longest a run hands its job back for at once (a wait without a deadline, a join): just under
 # the engine's longest delay; it then replays and hands back again, which costs one replay a year.
@@ -596,10 +597,12 @@ class Workflow:
             text, problem = encode_json({"input": child.input}, MAX_VALUE_BYTES)
             if problem is not None:
                 raise FatalError(f"gather: the input of child {index} cannot be stored: {problem}")
-            # the same ids and keys on every replay: a start cut off and repeated starts nothing twice
-            child_id = uuid.uuid5(self.run_id, f"{seq}:{index}")
+            # the same ids and keys on every replay of this generation: a start cut off and repeated
+            # starts nothing twice; a restart's replay (a new generation) starts new children
+            child_id = derived_job_id(self.run_id, self._history.generation, seq, index)
             jobs.append(NewJob(queue=queue, task=task_of(child.workflow), lock_key=str(child_id),
-                               args_json=text or "{}", idempotency_key=f"workflow:{self.run_id}:{seq}:{index}",
+                               args_json=text or "{}",
+                               idempotency_key=derived_key(self.run_id, self._history.generation, seq, index),
                                max_attempts=max_attempts, lease_ttl_sec=self._lease_ttl_sec, job_id=child_id))
             names.append(child.workflow)
         ids = [str(j.job_id) for j in jobs]

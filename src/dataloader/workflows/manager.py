@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from dataloader import metrics, tracing
 from dataloader.config import Settings
@@ -18,7 +19,6 @@ from dataloader.exceptions import (
     JobAlreadyFinished,
     JobNotFound,
     JobNotRetryable,
-    RestartNotPossible,
     TokenNotFound,
     TokenUsed,
     UnknownWorkflow,
@@ -38,7 +38,8 @@ from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workflows.context import MAX_DURATION_SEC
 from dataloader.workflows.registry import WorkflowRegistry
 
-# How often `result` looks again while it waits (it starts fast: most short runs end quickly).
+# How often `result` looks again when it has no listening session to wait on (a manager built
+# without one; the App's has one): it starts fast, most short runs end quickly.
 RESULT_POLL_MIN_SEC = 0.02
 RESULT_POLL_MAX_SEC = 1.0
 MAX_IDEMPOTENCY_KEY = 300
@@ -69,10 +70,21 @@ def run_id_of(value: uuid.UUID | str) -> uuid.UUID:
     return uuid_of(value, "run_id")
 
 
+class RunEndWaiter(Protocol):
+    """What `result` waits on: processes/waiter.py's TaskWaiter, which also hears `dl_workflow_end`."""
+
+    async def wait(self, task_id: uuid.UUID, read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool],
+                   timeout: float) -> tuple[bool, Any]: ...
+
+
 class WorkflowManager:
     def __init__(self, repo: WorkflowRepository, jobs: JobManager, registry: WorkflowRegistry, *,
-                 max_args_bytes: int, default_lease_ttl_sec: int) -> None:
+                 max_args_bytes: int, default_lease_ttl_sec: int,
+                 waiter: Callable[[], RunEndWaiter] | None = None) -> None:
+        """`waiter`: the node's waiter on its one listening session, as it is now (it is rebuilt
+        when the App is opened again); None: `result` polls."""
         self.repo = repo
+        self.waiter = waiter
         self.jobs = jobs
         self.registry = registry
         self.max_args_bytes = max_args_bytes
@@ -159,23 +171,42 @@ class WorkflowManager:
 
     async def result(self, run_id: uuid.UUID | str, *, timeout: float | timedelta = 30.0) -> Any:
         """Wait for the run to end: its result, or WorkflowFailed (failed, canceled or lost), or
-        WorkflowTimeout when `timeout` passes first (the run goes on)."""
+        WorkflowTimeout when `timeout` passes first (the run goes on). Waits on the node's listening
+        session: the run's end notifies `dl_workflow_end` in its own transaction (migration 0037);
+        the run is read once, then again on that notification, on the session's return after a
+        loss (what was sent meanwhile was not heard), or on the bounded fallback poll."""
         run_id = run_id_of(run_id)
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+        async def read() -> WorkflowRun | None:
+            return await self.repo.get_run(run_id, with_steps=False)
+
+        def ended(run: WorkflowRun | None) -> bool:
+            return run is None or run.finished
+
+        if self.waiter is not None:
+            _, run = await self.waiter().wait(run_id, read, ended, max(seconds, 0.0))
+        else:  # no listening session to wait on (a manager built alone): poll, backing off
+            run = await self._poll(read, ended, seconds)
+        if run is None:
+            raise WorkflowNotFound(f"no workflow run {run_id}")
+        if run.status == "succeeded":
+            return run.result
+        if run.finished:
+            raise WorkflowFailed(f"workflow run {run_id} ended {run.status}: {run.error}", run.status)
+        raise WorkflowTimeout(f"workflow run {run_id} is still {run.status} after {seconds:g} s")
+
+    @staticmethod
+    async def _poll(read: Callable[[], Awaitable[WorkflowRun | None]], ended: Callable[[WorkflowRun | None], bool],
+                    seconds: float) -> WorkflowRun | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         pause = RESULT_POLL_MIN_SEC
         while True:
-            run = await self.repo.get_run(run_id, with_steps=False)
-            if run is None:
-                raise WorkflowNotFound(f"no workflow run {run_id}")
-            if run.status == "succeeded":
-                return run.result
-            if run.finished:
-                raise WorkflowFailed(f"workflow run {run_id} ended {run.status}: {run.error}", run.status)
+            run = await read()
             left = deadline - loop.time()
-            if left <= 0:
-                raise WorkflowTimeout(f"workflow run {run_id} is still {run.status} after {seconds:g} s")
+            if ended(run) or left <= 0:
+                return run
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, RESULT_POLL_MAX_SEC)
 
@@ -235,13 +266,22 @@ class WorkflowManager:
         position of that name; None: from the start), e.g. with fixed code: the history from
         there on is removed (the signals its waits took are freed), and the run's job is retried
         with a fresh attempt budget. Steps before it keep their results and are not run again.
-        Refused (nothing changed) for a run that has not ended, and from before a gather."""
+        A gather cut this way starts new children on the replay, which join anew; the children of
+        the run's earlier generation are canceled if they had not ended, and their ends count in
+        no join. Refused (nothing changed) for a run that has not ended and for an unknown step.
+
+        In three parts, each safe to be cut off after: the cut (one statement: history, generation,
+        journal — from here the old children count nothing), the cancel of the old children, the
+        retry. A run cut off after the first or second part is an ended run with a shorter
+        history, which a second restart resumes, or a plain retry of its job (its replay cancels
+        the old children that are left before it runs)."""
         run = await self.get(run_id)
         from_seq = 1
         if from_step is not None:
             found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
             if found is None:
-                raise ValidationFailed(f"workflow run {run.run_id} has no recorded step {from_step!r}")
+                message = f"workflow run {run.run_id} has no recorded step {from_step!r}"
+                raise ValidationFailed(message, [{"loc": ["from_step"], "msg": message, "type": "value_error"}])
             from_seq = found
         row = await self.repo.restart_cut(run.run_id, from_seq)
         if row is None:
@@ -249,9 +289,9 @@ class WorkflowManager:
         if row["status"] not in ("failed", "canceled", "lost"):
             raise JobNotRetryable(f"workflow run {run.run_id} is {row['status']}; only a failed, canceled or "
                                   "lost run can be restarted")
-        if row["gather"]:
-            raise RestartNotPossible(f"workflow run {run.run_id}: a restart from before a gather is not built yet "
-                                     f"(position {from_seq} or later is a gather)")
+        # before the retry: the replay must not find an old child still running beside its new ones
+        for child in await self.repo.stale_children(run.run_id):
+            await self._cancel_job(child)
         try:
             await self.jobs.retry(run.run_id)
         except JobNotRetryable:

@@ -85,6 +85,16 @@ async def run_workflow(definition: WorkflowDefinition, ctx: JobContext) -> Any:
     if history is None:
         raise FatalError(f"job {ctx.job_id} is not a workflow run (no dl_workflow_runs row)")
 
+    if history.generation:
+        # restarted: the children of the generations it left must not keep running unseen. The
+        # restart cancels them itself; this covers a restart cut off before it did, resumed by a
+        # plain retry of the run's job (one statement per attempt of a restarted run only)
+        try:
+            await repo.cancel_stale_children(ctx.job_id)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise Snooze(DATABASE_LOST_SUSPEND_SEC) from exc
+            raise
     wf = Workflow(run_id=ctx.job_id, workflow=definition.name, input=ctx.args.get("input"), attempt=ctx.attempt,
                   history=history, repo=repo, queue_of=_queue_of, lease_ttl_sec=history.lease_ttl_sec, log=ctx.log,
                   loaded_at=loaded_at, queue=ctx.queue)

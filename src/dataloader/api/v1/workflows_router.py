@@ -106,6 +106,14 @@ class StepView(BaseModel):
     job_status: str | None = Field(default=None, description="The step job's status")
 
 
+class EarlierChildView(BaseModel):
+    run_id: uuid.UUID
+    workflow: str
+    seq: int = Field(description="The gather's position in that generation's history")
+    generation: int = Field(description="The parent's generation that started it")
+    status: str | None = Field(description="Its job's status (null: its job was pruned)")
+
+
 class RunView(BaseModel):
     run_id: uuid.UUID
     workflow: str
@@ -120,7 +128,10 @@ class RunView(BaseModel):
     finished_at: datetime | None
     available_at: datetime | None = Field(description="When its job runs next (a sleeping run's wake-up)")
     deadline_at: datetime | None = Field(default=None, description="When the run must have ended (none: never)")
+    generation: int = Field(default=0, description="How many times the run was restarted")
     steps: list[StepView]
+    earlier_children: list[EarlierChildView] = Field(
+        default_factory=list, description="Children of the generations a restart left: counted by no join since")
 
 
 class RunSummaryView(BaseModel):
@@ -250,10 +261,10 @@ async def cancel_run(run_id: RunId, api: Api) -> RunView:
 
 @router.post("/{run_id}/restart", response_model=RunView, summary="Run an ended run again from a step",
              responses=error_responses(ErrorCode.workflow_not_found, ErrorCode.job_not_retryable,
-                                       ErrorCode.restart_not_possible, ErrorCode.invalid_json,
-                                       ErrorCode.unsupported_media_type))
+                                       ErrorCode.invalid_json, ErrorCode.unsupported_media_type))
 async def restart_run(run_id: RunId, api: Api, body: Annotated[RestartBody | None, Body()] = None) -> RunView:
     """For a failed, canceled or lost run (409 `job_not_retryable` otherwise), e.g. after a fix: its
     history from the step on is removed and it runs again from there; the steps before keep their
-    results. 409 `restart_not_possible` from before a gather (not built yet)."""
+    results. From before a gather, the replay starts new children that join anew; the old ones that
+    had not ended are canceled and count in no join (`earlier_children` lists them)."""
     return view(await api.restart(run_id, from_step=body.from_step if body is not None else None))

@@ -2,7 +2,8 @@
 paging: `app.workflows.list`), and a run's page: its state and its recorded history as a timeline
 (a gather's children linked to their own pages), with the actions cancel, send a signal and
 restart from a step — each the same `app.workflows` call Python, HTTP and the CLI make, so each
-refuses alike (an ended run, an unknown step: the App's error as a page).
+refuses alike (an ended run, an unknown step: the App's error as a page). The run's page is live
+(topic `workflow:<run id>`): it moves on as the run does, without a reload.
 
 All three actions ask first (ui/actions.py): a cancel ends the run and every run below it, a
 restart removes the history from its step on, and a signal is taken by a wait and cannot be taken
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from starlette.datastructures import ImmutableMultiDict
@@ -24,7 +25,12 @@ from dataloader.exceptions import DataloaderError, ValidationFailed, WorkflowNot
 from dataloader.model.workflow import Recorded, WorkflowRun
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, ask, back, confirmed
+from dataloader.ui.pages.jobs import is_uuid
+from dataloader.ui.topic import Topic
 from dataloader.workflows.manager import DEFAULT_LIST_LIMIT, RUN_STATUSES
+
+if TYPE_CHECKING:
+    from dataloader.app import App
 
 NAV = ("Workflows", "/workflows")
 PAGE_SIZE = DEFAULT_LIST_LIMIT
@@ -97,11 +103,31 @@ async def run_of(request: Request) -> WorkflowRun:
     return await request.app.state.console.app().workflows.get(run_id)
 
 
+def run_context(run: WorkflowRun) -> dict[str, Any]:
+    """What the run's page and its live fragment show of it (one template: workflow_live.html)."""
+    return {"run": run, "shown": shown, "children_of": gather_children, "restart_points": restart_points(run),
+            "can_restart": run.status in RESTARTABLE, "masked_json": render.masked_json}
+
+
 async def show(request: Request) -> Response:
     run = await run_of(request)
-    return render.page(request, "workflow.html", run=run, shown=shown,
-                       children_of=gather_children, restart_points=restart_points(run),
-                       can_restart=run.status in RESTARTABLE, masked_json=render.masked_json)
+    return render.page(request, "workflow.html", **run_context(run))
+
+
+async def render_live(app: App, arg: str, root: str) -> str:
+    """The run's state, actions and timeline, as the page shows them: rendered once per round of the
+    node's live poll for every browser on the page (ui/live.py), so a step recorded, a sleep, a
+    wait, a child's end or the run's end appears without a reload. Forms in it get their CSRF token
+    from the page (static/console.js); what a user typed in the signal form or chose in the restart
+    form is kept across a swap (hx-preserve), and every focusable element has an id, so the focus
+    stays where it was."""
+    try:
+        run = await app.workflows.get(uuid.UUID(arg))
+    except WorkflowNotFound:
+        # the topic's argument is a UUID (accepts): nothing to escape
+        return f'<p class="note" id="run-gone">Workflow run {uuid.UUID(arg)} no longer exists (pruned).</p>'
+    return render.fragment("workflow_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+                           **run_context(run))
 
 
 def _payload(form: ImmutableMultiDict[str, str]) -> Any:
@@ -157,7 +183,8 @@ async def restart(request: Request) -> Response:
                    button="Restart the run",
                    consequence=f"The {run.workflow} run ({run.status}) loses its recorded history from {where} "
                                "on (the signals its waits took there are freed for the replay) and runs again "
-                               "from there; the steps before keep their results and do not run again.",
+                               "from there; the steps before keep their results and do not run again. A gather "
+                               "there starts new children; the old ones that have not ended are canceled.",
                    keep=run_path(run.run_id))
     restarted = await request.app.state.console.app().workflows.restart(run.run_id, from_step=from_step)
     return back(request, form, run_path(run.run_id),
@@ -166,6 +193,7 @@ async def restart(request: Request) -> Response:
 
 
 # The show route takes any text so that a path naming no run is the 404 page, not a bare 404.
+TOPICS = {"workflow": Topic(render_live, accepts=is_uuid)}
 routes = [Route("/workflows", listing, methods=["GET"]), Route("/workflows/{run_id}", show, methods=["GET"]),
           Route("/workflows/{run_id:uuid}/cancel", cancel, methods=["POST"]),
           Route("/workflows/{run_id:uuid}/signal", signal, methods=["POST"]),

@@ -2,9 +2,10 @@
 -- wake after this read is a wake it has not seen) and every recorded position, oldest first; and
 -- its job's lease, which its children's jobs get, and the seconds that lease has left for attempt $2
 -- by the database's clock (NULL when the job is not running with it; see step_may_start.sql), and the
--- seconds left to the run's deadline (negative: passed; NULL: none).
+-- seconds left to the run's deadline (negative: passed; NULL: none), and its restart generation
+-- (the children it starts derive their ids from it).
 -- $1 run id, $2 attempt. One row with NULL seq when nothing is recorded yet; no row: no such run.
-SELECT r.wakes, j.lease_ttl_sec,
+SELECT r.wakes, r.generation, j.lease_ttl_sec,
        CASE WHEN j.status::text = 'running' AND j.attempt = $2 AND j.lease_expires_at > now()
             THEN EXTRACT(epoch FROM j.lease_expires_at - now())::float8 END AS lease_left_sec,
        EXTRACT(epoch FROM r.deadline_at - now())::float8 AS deadline_left_sec,
