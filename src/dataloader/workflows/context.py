@@ -583,8 +583,8 @@ class Workflow:
             text, problem = encode_json(value, MAX_VALUE_BYTES)
             if problem is not None:  # recorded failed, like a plain step's; its writes roll back
                 raise FatalError(f"the step's value cannot be recorded: {problem}")
-            written = await self._read(self._repo.record(self.run_id, self.attempt, seq, "step", name, "done",
-                                                         result_json=text, attempts=attempt, conn=conn))
+            written = await self._read(self._repo.in_transaction(conn).record(
+                self.run_id, self.attempt, seq, "step", name, "done", result_json=text, attempts=attempt))
             if not written.live:
                 raise _RecordFenced()
         self._trust_lease(written.lease_left_sec, sent_at)
