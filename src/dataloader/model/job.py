@@ -118,6 +118,18 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class JobListing:
+    """What a plain listing of jobs (`App.list`, `GET /api/v1/jobs`, `dataloader jobs list`) matches,
+    checked by the jobs manager; None matches any. The operator's search has its richer JobFilter."""
+
+    queue: str | None = None
+    task: str | None = None
+    statuses: list[str] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobEvent:
     """A row of the journal, `dl_job_events`."""
 
