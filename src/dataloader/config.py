@@ -191,6 +191,57 @@ def _json_object(value: Any, not_object: str, kind: str, entry: Callable[[str, A
     return parsed
 
 
+def _queue_time_limit(queue: str, spec: Any) -> dict[str, Any]:
+    """One queue of DL_QUEUE_TIME_LIMITS_JSON."""
+    if not isinstance(spec, dict) or "limit" not in spec or set(spec) - {"limit", "fail"}:
+        raise ValueError("must be an object with limit (and optional fail)")
+    seconds = Settings.duration_seconds(spec["limit"])
+    if not 0 <= seconds <= 3650 * 86400:
+        raise ValueError("limit must be between 0 and 3650d")
+    if not isinstance(spec.get("fail", False), bool):
+        raise ValueError("fail must be true or false")
+    return {"limit": seconds, "fail": spec.get("fail", False)}
+
+
+def _task_limits(queue: str, tasks: Any) -> dict[str, TaskSettings]:
+    """One queue of DL_TASK_LIMITS_JSON: task -> limits (a task name follows a queue name's rule)."""
+    return _json_object(tasks, "must be an object of task -> limits", "task",
+                        lambda task, declared: declared if isinstance(declared, TaskSettings)
+                        else task_settings_from_declaration(declared, task), text=False)
+
+
+def _retention_ages(queue: str, ages: Any) -> dict[str, float]:
+    """One queue of DL_RETENTION_QUEUES_JSON: finished status -> age in seconds."""
+    if not isinstance(ages, dict) or not ages:
+        raise ValueError('must be an object of status: age, e.g. {"succeeded": "1d"}')
+    parsed: dict[str, float] = {}
+    for status, age in ages.items():
+        if status not in FINISHED_STATUS_NAMES:
+            raise ValueError(f"unknown status {status!r} (allowed: {', '.join(FINISHED_STATUS_NAMES)})")
+        seconds = Settings.duration_seconds(age)
+        if not 3600 <= seconds <= 3650 * 86400:
+            raise ValueError(f"{status} age must be between 1h and 3650d")
+        parsed[status] = seconds
+    return parsed
+
+
+def _queue_settings(queue: str, declared: Any) -> QueueSettings:
+    """One queue of DL_QUEUES_JSON: its limits (a QueueSettings given in code passes as it is)."""
+    return declared if isinstance(declared, QueueSettings) else settings_from_declaration(declared, queue)
+
+
+# The settings that are a JSON object of queue -> declaration: the example their error shows, the
+# parser of one queue's declaration, and the rule its queue names must follow (None: none checked).
+# One validator reads them all (Settings._parse_queue_object).
+_QUEUE_OBJECTS: dict[str, tuple[str, Callable[[str, Any], Any], Callable[[object], bool] | None]] = {
+    "queue_time_limits_json": ('{"load": {"limit": "15m", "fail": false}}', _queue_time_limit, None),
+    "queues_json": ('{"load": {"concurrency": 5, "rate": "10/1s"}}', _queue_settings, _is_queue_name),
+    "task_limits_json": ('{"load": {"load.cbr": {"concurrency": 3, "rate": "10/1s"}}}', _task_limits,
+                         _is_queue_name),
+    "retention_queues_json": ('{"load": {"succeeded": "1d"}}', _retention_ages, None),
+}
+
+
 def default_data_dir() -> Path:
     """The embedded server's data directory: the user's data directory, or for root a system one
     (the server then runs as DL_EMBEDDED_USER, who cannot enter root's home)."""
@@ -388,12 +439,6 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON list of error-text prefixes like ["ValidationError"]')
         return value
 
-    @field_validator("queue_time_limits_json", mode="before")
-    @classmethod
-    def _parse_queue_time_limits(cls, value: Any) -> Any:
-        return _json_object(value, 'must be a JSON object like {"load": {"limit": "15m", "fail": false}}',
-                            "queue", _queue_time_limit, name_ok=None)
-
     # --- Node registry and observers (docs/observers.md) -------------------------------
     # Every node heartbeats its dl_nodes row this often (one statement); a node silent for more than
     # DL_NODE_DEAD_AFTER_SEC is marked dead by any other node and its observers move. An observer
@@ -448,18 +493,11 @@ class Settings(BaseSettings):
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value
 
-    @field_validator("queues_json", mode="before")
+    @field_validator(*_QUEUE_OBJECTS, mode="before")
     @classmethod
-    def _parse_queues(cls, value: Any) -> Any:
-        return _json_object(value, 'must be a JSON object like {"load": {"concurrency": 5, "rate": "10/1s"}}',
-                            "queue", lambda queue, declared: declared if isinstance(declared, QueueSettings)
-                            else settings_from_declaration(declared, queue))
-
-    @field_validator("task_limits_json", mode="before")
-    @classmethod
-    def _parse_task_limits(cls, value: Any) -> Any:
-        return _json_object(value, 'must be a JSON object like {"load": {"load.cbr": {"concurrency": 3, "rate": '
-                                   '"10/1s"}}}', "queue", _task_limits)
+    def _parse_queue_object(cls, value: Any, info: ValidationInfo) -> Any:
+        example, entry, name_ok = _QUEUE_OBJECTS[info.field_name]
+        return _json_object(value, f"must be a JSON object like {example}", "queue", entry, name_ok=name_ok)
 
     def declared_task_settings(self, pipelines: dict[str, TaskSettings]) -> dict[tuple[str, str], TaskSettings]:
         """The limits this node declares, by (queue, task): its pipelines' `@pipeline(limits=...)` in
@@ -475,12 +513,6 @@ class Settings(BaseSettings):
         declared = {w.queue: w.limits for w in self.workers if w.limits is not None}
         declared.update(self.queues_json)
         return declared
-
-    @field_validator("retention_queues_json", mode="before")
-    @classmethod
-    def _parse_retention_queues(cls, value: Any) -> Any:
-        return _json_object(value, 'must be a JSON object like {"load": {"succeeded": "1d"}}',
-                            "queue", _retention_ages, name_ok=None)
 
     @staticmethod
     def duration_seconds(value: Any) -> float:
@@ -501,40 +533,6 @@ class Settings(BaseSettings):
         if seconds != seconds or seconds in (float("inf"), float("-inf")):
             raise ValueError(f"not a duration: {value!r}")
         return seconds
-
-
-def _queue_time_limit(queue: str, spec: Any) -> dict[str, Any]:
-    """One queue of DL_QUEUE_TIME_LIMITS_JSON."""
-    if not isinstance(spec, dict) or "limit" not in spec or set(spec) - {"limit", "fail"}:
-        raise ValueError("must be an object with limit (and optional fail)")
-    seconds = Settings.duration_seconds(spec["limit"])
-    if not 0 <= seconds <= 3650 * 86400:
-        raise ValueError("limit must be between 0 and 3650d")
-    if not isinstance(spec.get("fail", False), bool):
-        raise ValueError("fail must be true or false")
-    return {"limit": seconds, "fail": spec.get("fail", False)}
-
-
-def _task_limits(queue: str, tasks: Any) -> dict[str, TaskSettings]:
-    """One queue of DL_TASK_LIMITS_JSON: task -> limits (a task name follows a queue name's rule)."""
-    return _json_object(tasks, "must be an object of task -> limits", "task",
-                        lambda task, declared: declared if isinstance(declared, TaskSettings)
-                        else task_settings_from_declaration(declared, task), text=False)
-
-
-def _retention_ages(queue: str, ages: Any) -> dict[str, float]:
-    """One queue of DL_RETENTION_QUEUES_JSON: finished status -> age in seconds."""
-    if not isinstance(ages, dict) or not ages:
-        raise ValueError('must be an object of status: age, e.g. {"succeeded": "1d"}')
-    parsed: dict[str, float] = {}
-    for status, age in ages.items():
-        if status not in FINISHED_STATUS_NAMES:
-            raise ValueError(f"unknown status {status!r} (allowed: {', '.join(FINISHED_STATUS_NAMES)})")
-        seconds = Settings.duration_seconds(age)
-        if not 3600 <= seconds <= 3650 * 86400:
-            raise ValueError(f"{status} age must be between 1h and 3650d")
-        parsed[status] = seconds
-    return parsed
 
 
 def parse_workers_json(raw: str) -> list[Queue]:

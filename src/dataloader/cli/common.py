@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -214,6 +215,14 @@ def _with_app(fn: Any) -> Any:
             await app.close()
 
     return _run(run())
+
+
+def _uuid_argument(value: str, what: str) -> uuid.UUID:
+    """A UUID given on the command line; otherwise the one-line error (exit 2) saying it is not `what`."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not {what}") from None
 
 
 def _json_option(name: str, text: str) -> Any:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dataloader.cli.common import _json_option, _print, _with_app
+from dataloader.cli.common import _json_option, _print, _uuid_argument, _with_app
 from dataloader.exceptions import ValidationFailed
 
 if TYPE_CHECKING:
@@ -18,10 +18,7 @@ jobs_app = typer.Typer(help="Enqueue, inspect, cancel, retry, reprioritise and d
 
 
 def _job_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is not a UUID") from None
+    return _uuid_argument(value, "a UUID")
 
 
 @jobs_app.command("trigger")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dataloader.cli.common import _print, _with_app
+from dataloader.cli.common import _print, _uuid_argument, _with_app
 from dataloader.cli.processes import FromEventOpt, FromOpt, _restart_point
 from dataloader.config import Settings
 
@@ -233,10 +233,7 @@ def ops_restart_processes(
 
 
 def _operation_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is not an operation id (a UUID)") from None
+    return _uuid_argument(value, "an operation id (a UUID)")
 
 
 @ops_app.command("list")

@@ -44,7 +44,16 @@ from dataloader.exceptions import (
 from dataloader.model.chain import MAX_STAGES, Stage, stages_json
 from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
-from dataloader.model.job import FINISHED_STATUSES, RETRYABLE_STATUSES, Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.job import (
+    FINISHED_STATUSES,
+    RETRYABLE_STATUSES,
+    Chain,
+    Job,
+    JobEvent,
+    JobListing,
+    JobPage,
+    JobStatus,
+)
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.storable import args_problem
 from dataloader.model.stored_job import EnqueueOutcome, NewJob, replay_outcome
@@ -489,11 +498,8 @@ class JobManager:
             message = f"unknown status {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
         # One row more than asked tells whether another page exists without a count(*).
-        jobs = await self.repo.list_jobs(
-            queue=queue, task=task, statuses=[str(s) for s in statuses] if statuses else None,
-            created_from=created_from, created_to=created_to,
-            before=decode_cursor(cursor) if cursor else None, limit=limit + 1,
-        )
+        listing = JobListing(queue, task, [str(s) for s in statuses] if statuses else None, created_from, created_to)
+        jobs = await self.repo.list_jobs(listing, before=decode_cursor(cursor) if cursor else None, limit=limit + 1)
         if len(jobs) <= limit:
             return JobPage(jobs, None)
         last = jobs[limit - 1]

@@ -89,16 +89,9 @@ class LeaderElector(Service):
         self.backend_pid: int | None = None  # the elector session's server pid (tests, diagnostics)
         self._connect = connect_fn
         self._rng = rng or random.Random()
-        self._wake = asyncio.Event()
-
-    def request_stop(self) -> None:
-        super().request_stop()
-        self._wake.set()
 
     async def run(self) -> None:
-        self._wake = asyncio.Event()
-        if self.stopping.is_set():
-            self._wake.set()
+        self.fresh_wake()
         metrics.LEADER.labels(self.node_name).set(0)
         failures = 0
         try:
@@ -168,7 +161,7 @@ class LeaderElector(Service):
 
         def on_lost(_conn: Any) -> None:
             lost.set()
-            self._wake.set()
+            self.wake()
 
         conn.add_termination_listener(on_lost)
         while not self.stopping.is_set() and not lost.is_set():

@@ -53,7 +53,6 @@ class LoopService(Service):
         self.ticks = 0
         self.last_tick_ok = True  # whether the last tick succeeded (a failed one may retry sooner)
         self.last_result: Any = None  # what the last successful tick returned
-        self._wake = asyncio.Event()
         self._set_up_done = False
 
     @abstractmethod
@@ -74,18 +73,8 @@ class LoopService(Service):
     def on_stop(self) -> None:
         """Undo what must not outlive a run; called however the run ends."""
 
-    def wake(self) -> None:
-        """Tick now instead of at the end of the current wait."""
-        self._wake.set()
-
-    def request_stop(self) -> None:
-        super().request_stop()
-        self._wake.set()
-
     async def run(self) -> None:
-        self._wake = asyncio.Event()
-        if self.stopping.is_set():
-            self._wake.set()
+        self.fresh_wake()
         self._set_up_done = False
         self.on_start()
         notifier = self.notifier

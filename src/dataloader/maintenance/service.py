@@ -65,6 +65,7 @@ class Service(ABC):
         self.last_error: str | None = None
         self.last_error_at: datetime | None = None
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
@@ -94,8 +95,23 @@ class Service(ABC):
         await asyncio.shield(self._task)
 
     def request_stop(self) -> None:
-        """Ask `run()` to return. Subclasses that wait on more than `stopping` extend this."""
+        """Ask `run()` to return: it also ends a wait on the wake-up event. Subclasses that wait on
+        more than these two extend this."""
         self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """End the run's current wait on its wake-up event (`fresh_wake`) now."""
+        self._wake.set()
+
+    def fresh_wake(self) -> asyncio.Event:
+        """The wake-up event of a run that waits between its steps (`clock.wait(event, delay)`),
+        made anew at the run's start, so an earlier run's wake-up is not this one's; set already
+        when a stop was asked before the run began."""
+        self._wake = asyncio.Event()
+        if self.stopping.is_set():
+            self._wake.set()
+        return self._wake
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Ask `run()` to return and wait up to `timeout`; a service that does not listen is cancelled.

@@ -13,7 +13,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 
 def iso(value: dt.datetime) -> str:
@@ -26,6 +26,11 @@ def iso(value: dt.datetime) -> str:
     except OverflowError:  # a clamped extreme (storage/db.py) in another zone: leave it as it is
         return value.isoformat()
     return value.replace(tzinfo=None).isoformat() + "Z"
+
+
+def iso_times(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a row's `asdict`, for a `to_dict`) with each of its times written by `iso`."""
+    return {key: iso(value) if isinstance(value, dt.datetime) else value for key, value in data.items()}
 
 
 def refuse_number_as_time(value: object) -> object:

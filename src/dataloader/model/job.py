@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dataloader.model.clock import iso
+from dataloader.model.clock import iso, iso_times
 
 
 class JobStatus(StrEnum):
@@ -114,10 +114,19 @@ class Job:
         for key in ("chain_id", "parent_job_id"):
             if data[key] is not None:
                 data[key] = str(data[key])
-        for key, value in data.items():
-            if isinstance(value, datetime):
-                data[key] = iso(value)
-        return data
+        return iso_times(data)
+
+
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    """What a plain listing of jobs (`App.list`, `GET /api/v1/jobs`, `dataloader jobs list`) matches,
+    checked by the jobs manager; None matches any. The operator's search has its richer JobFilter."""
+
+    queue: str | None = None
+    task: str | None = None
+    statuses: list[str] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

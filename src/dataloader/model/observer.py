@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from dataloader.base import StrictModel
-from dataloader.model.clock import iso
+from dataloader.model.clock import iso_times
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$"
 
@@ -93,10 +93,7 @@ class Observer:
         body = asdict(self)
         body["state"] = self.state.value
         body["node_id"] = str(self.node_id) if self.node_id else None
-        for key, value in body.items():
-            if isinstance(value, datetime):
-                body[key] = iso(value)
-        return body
+        return iso_times(body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +126,4 @@ class Node:
         body = asdict(self)
         body["node_id"] = str(self.node_id)
         body["superseded_by"] = str(self.superseded_by) if self.superseded_by else None
-        for key, value in body.items():
-            if isinstance(value, datetime):
-                body[key] = iso(value)
-        return body
+        return iso_times(body)

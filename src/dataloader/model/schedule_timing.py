@@ -244,24 +244,12 @@ def plan(timing: Timing, due_at: datetime, now: datetime, *, missed: MissedPolic
             following = last_due + step if last_due + step < LAST_TICK else None
     else:
         following = None
-        ticks = iter_ticks(timing, due_at)
-        for tick in ticks:
+        for tick in _walked_ticks(timing, due_at, now):
             if tick > now:
                 following = tick
                 break
             total += 1
             window.append(tick)
-            if total >= MAX_ENUMERATED:
-                # Far behind (a per-minute schedule down for a week): jump to the last day; the
-                # ticks in between are counted as skipped only as far as enumerated.
-                ticks = iter_ticks(timing, max(tick, now - timedelta(days=1)))
-                for tick in ticks:
-                    if tick > now:
-                        following = tick
-                        break
-                    total += 1
-                    window.append(tick)
-                break
     due = list(window)
     on_time = now - due[-1] <= grace
     if policy is MissedPolicy.skip:
@@ -269,6 +257,19 @@ def plan(timing: Timing, due_at: datetime, now: datetime, *, missed: MissedPolic
     else:
         chosen = due[-keep:]
     return TickPlan(tuple(chosen), total - len(chosen), following)
+
+
+def _walked_ticks(timing: Timing, due_at: datetime, now: datetime) -> Iterator[datetime]:
+    """The ticks after `due_at`, as `plan` walks them. Far behind (a per-minute schedule down
+    for a week), after MAX_ENUMERATED - 1 of them it jumps to the last day before `now`: the ticks
+    in between are counted as skipped only as far as enumerated."""
+    walked = 0
+    for tick in iter_ticks(timing, due_at):
+        yield tick
+        walked += 1
+        if walked >= MAX_ENUMERATED - 1:
+            yield from iter_ticks(timing, max(tick, now - timedelta(days=1)))
+            return
 
 
 def idempotency_key(schedule_name: str, tick: datetime) -> str:

@@ -59,6 +59,7 @@ from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import Expectation, TaskWaiter
+from dataloader.storage.executor import InTransaction, Pooled
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
 
 MAX_LIST_LIMIT = 500
@@ -258,7 +259,7 @@ class ProcessManager:
         process or task type is a conflict."""
         if task.idempotency_key is None:
             return None
-        existing = await self.repo.get_task_by_key(task.ns, task.idempotency_key, conn=conn)
+        existing = await self.repo.get_task_by_key(task.ns, task.idempotency_key, InTransaction(conn))
         if existing is None:
             return None
         if existing.process_id != task.process_id or existing.type != task.type:
@@ -389,7 +390,7 @@ class ProcessManager:
         self._check_ns(ns)
         process_id = self._check_id(process_id)
         started = time.perf_counter()
-        if not await self.repo.delete_process(ns, process_id):
+        if not await self.repo.delete_process(ns, process_id, Pooled(self.repo.pool)):
             raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
         metrics.PROCESS_REMOVE_SECONDS.labels(ns).observe(time.perf_counter() - started)
 

@@ -49,6 +49,7 @@ from dataloader.model.process import (
 from dataloader.model.storable import encode_json
 from dataloader.processes.registry import Processor, processors
 from dataloader.storage.db import is_connection_error
+from dataloader.storage.executor import InTransaction
 from dataloader.storage.process_repository import (
     NewTask,
     ProcessRepository,
@@ -347,7 +348,7 @@ class _Step:
     async def _remove(self) -> None:
         started = time.perf_counter()
         async with self.ctx.transaction() as conn:
-            await self.repo.delete_process(self.ns, self.pid, self.task_id, conn=conn)
+            await self.repo.delete_process(self.ns, self.pid, InTransaction(conn), self.task_id)
         metrics.PROCESS_REMOVE_SECONDS.labels(self.ns).observe(time.perf_counter() - started)
         self.log.info("process removed by its timer")
 

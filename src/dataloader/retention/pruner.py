@@ -20,7 +20,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -140,12 +140,8 @@ async def prune_process_feed(pool: asyncpg.Pool, older_than_sec: float, *, batch
                              stopping: asyncio.Event | None = None) -> int:
     """Delete the processes' event feed rows older than `older_than_sec`, batch by batch from the
     feed's head; returns how many."""
-    deleted_total = 0
-    while stopping is None or not stopping.is_set():
-        deleted = await retention_repository.prune_feed_batch(pool, older_than_sec, batch_size)
-        deleted_total += deleted
-        if deleted < batch_size:
-            break
+    deleted_total = await _in_batches(
+        lambda: retention_repository.prune_feed_batch(pool, older_than_sec, batch_size), batch_size, stopping)
     if deleted_total:
         metrics.FEED_ROWS_PRUNED.inc(deleted_total)
     return deleted_total
@@ -155,9 +151,17 @@ async def prune_fair_tenants(pool: asyncpg.Pool, idle_sec: float, *, batch_size:
                              stopping: asyncio.Event | None = None) -> int:
     """Delete fair share's rows of tenants idle for `idle_sec` (retention/prune_fair_tenants_batch.sql),
     batch by batch; returns how many."""
+    return await _in_batches(
+        lambda: retention_repository.prune_fair_tenants_batch(pool, idle_sec, batch_size), batch_size, stopping)
+
+
+async def _in_batches(delete_batch: Callable[[], Awaitable[int]], batch_size: int,
+                      stopping: asyncio.Event | None) -> int:
+    """Run `delete_batch` (one statement, one transaction) until a batch deletes fewer than
+    `batch_size` rows or `stopping` is set (looked at before each batch); how many it deleted."""
     deleted_total = 0
     while stopping is None or not stopping.is_set():
-        deleted = await retention_repository.prune_fair_tenants_batch(pool, idle_sec, batch_size)
+        deleted = await delete_batch()
         deleted_total += deleted
         if deleted < batch_size:
             break

@@ -15,6 +15,7 @@ import asyncpg
 from dataloader.model.clock import iso
 from dataloader.model.process import Event, HistoryRange, Process, ProcessStatus, Timer
 from dataloader.storage.db import parse_timestamptz_text
+from dataloader.storage.executor import Executor
 from dataloader.storage.queries import sql
 
 PROCESS_TASK = "dl.process"
@@ -178,16 +179,18 @@ class ProcessRepository:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    async def get_task(self, task_id: uuid.UUID, conn: Any = None) -> TaskRecord | None:
-        row = await (conn or self.pool).fetchrow(sql("processes/get_task"), task_id)
+    async def get_task(self, task_id: uuid.UUID) -> TaskRecord | None:
+        row = await self.pool.fetchrow(sql("processes/get_task"), task_id)
         return None if row is None else TaskRecord.from_row(row)
 
-    async def get_task_by_key(self, ns: str, key: str, conn: Any = None) -> TaskRecord | None:
-        row = await (conn or self.pool).fetchrow(sql("processes/get_task_by_key"), ns, key)
+    @staticmethod
+    async def get_task_by_key(ns: str, key: str, on: Executor) -> TaskRecord | None:
+        """The task the idempotency key names, read on `on` (an enqueue's own transaction)."""
+        row = await on.fetchrow(sql("processes/get_task_by_key"), ns, key)
         return None if row is None else TaskRecord.from_row(row)
 
-    async def get_process(self, ns: str, process_id: str, conn: Any = None) -> ProcessRow | None:
-        row = await (conn or self.pool).fetchrow(sql("processes/get_process"), ns, process_id)
+    async def get_process(self, ns: str, process_id: str) -> ProcessRow | None:
+        row = await self.pool.fetchrow(sql("processes/get_process"), ns, process_id)
         return None if row is None else process_from_row(row)
 
     @staticmethod
@@ -195,12 +198,12 @@ class ProcessRepository:
         row = await conn.fetchrow(sql("processes/lock_process"), ns, process_id)
         return None if row is None else process_from_row(row)
 
-    async def events(self, ns: str, process_id: str, history: HistoryRange, conn: Any = None) -> list[Event]:
-        runner = conn or self.pool
+    async def events(self, ns: str, process_id: str, history: HistoryRange) -> list[Event]:
         if history.direction == "backward":
-            rows = await runner.fetch(sql("processes/events_backward"), ns, process_id, history.offset, history.limit)
+            rows = await self.pool.fetch(sql("processes/events_backward"), ns, process_id, history.offset,
+                                         history.limit)
         else:
-            rows = await runner.fetch(sql("processes/events_forward"), ns, process_id, history.offset, history.limit)
+            rows = await self.pool.fetch(sql("processes/events_forward"), ns, process_id, history.offset, history.limit)
         return [event_from_row(r) for r in rows]
 
     async def list_tasks(self, ns: str, process_id: str) -> list[TaskRecord]:
@@ -242,10 +245,11 @@ class ProcessRepository:
                        response_json: str | None = None) -> bool:
         return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error, response_json))
 
-    async def delete_process(self, ns: str, process_id: str, task_id: uuid.UUID | None = None,
-                             conn: Any = None) -> bool:
-        row = await (conn or self.pool).fetchrow(sql("processes/delete_process"), ns, process_id,
-                                                 lock_key_of(ns, process_id), task_id)
+    @staticmethod
+    async def delete_process(ns: str, process_id: str, on: Executor, task_id: uuid.UUID | None = None) -> bool:
+        """Delete the process and its rows on `on` (the pool, or a process step's transaction, whose
+        task `task_id` is then spared the cancel)."""
+        row = await on.fetchrow(sql("processes/delete_process"), ns, process_id, lock_key_of(ns, process_id), task_id)
         return bool(row["removed"])
 
     @staticmethod

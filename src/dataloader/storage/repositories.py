@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.model.ids import new_id
-from dataloader.model.job import Job, JobEvent, JoinState
+from dataloader.model.job import Job, JobEvent, JobListing, JoinState
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.stored_job import Inserted, NewJob, as_uuid, enqueued
 from dataloader.storage.executor import Executor, executor_of
@@ -159,23 +159,14 @@ class JobRepository:
                            held=r["held"], oldest_waiting_sec=r["oldest_waiting_sec"])
                 for r in await self.on.fetch(sql("queue_depths"))]
 
-    async def list_jobs(
-        self,
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        statuses: list[str] | None = None,
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-        before: tuple[datetime, uuid.UUID] | None = None,
-        limit: int = 100,
-    ) -> list[Job]:
-        """Jobs newest first, without args; `before` is the (created_at, job_id) of the previous
-        page's last row."""
+    async def list_jobs(self, listing: JobListing, *, before: tuple[datetime, uuid.UUID] | None = None,
+                        limit: int = 100) -> list[Job]:
+        """The jobs `listing` matches, newest first, without args; `before` is the (created_at,
+        job_id) of the previous page's last row."""
         before_at, before_id = before if before is not None else (None, None)
         rows = await self.on.fetch(
-            sql("list_jobs"), queue, task, statuses or None, created_from, created_to,
-            before_at, before_id, limit,
+            sql("list_jobs"), listing.queue, listing.task, listing.statuses or None, listing.created_from,
+            listing.created_to, before_at, before_id, limit,
         )
         return [Job.from_row(row) for row in rows]
 

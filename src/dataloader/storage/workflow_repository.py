@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from dataloader.model.workflow import EarlierChild, Recorded, WorkflowRun, WorkflowRunSummary
-from dataloader.storage.executor import InTransaction
+from dataloader.storage.executor import Executor, InTransaction, Pooled
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository, NewJob
 
@@ -58,8 +58,19 @@ class ChildEnd:
 
 
 class WorkflowRepository:
+    """`on`: where `record` writes (the pool; `in_transaction` gives one that writes in a step's
+    transaction). The other statements run on the pool, each transaction opened here."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+        self.on: Executor = Pooled(pool)
+
+    def in_transaction(self, conn: asyncpg.Connection) -> WorkflowRepository:
+        """This repository with `record` in `conn`'s transaction (a `transaction=True` step's, so
+        the step's writes and its record commit together)."""
+        bound = WorkflowRepository(self.pool)
+        bound.on = InTransaction(conn)
+        return bound
 
     async def start(self, jobs: list[NewJob], workflows: list[str], *, parent: tuple[uuid.UUID, int] | None = None,
                     gather: tuple[int, str, int, str, int, bool] | None = None,
@@ -104,13 +115,12 @@ class WorkflowRepository:
 
     async def record_by_step_job(self, job_id: uuid.UUID, attempt: int, run_id: uuid.UUID, seq: int, state: str, *,
                                  result_json: str | None = None, error: str | None = None, attempts: int = 0,
-                                 wake_in_sec: float | None = None,
-                                 conn: asyncpg.Connection | None = None) -> Written:
+                                 wake_in_sec: float | None = None) -> Written:
         """A step job's record of its position on its run's history, fenced on the step job's
-        attempt (record_step_job.sql). `conn`: in that connection's transaction (a transactional step's)."""
-        on = conn if conn is not None else self.pool
-        row = await on.fetchrow(sql("workflows/record_step_job"), job_id, attempt, run_id, seq, state, result_json,
-                                error, attempts, wake_in_sec)
+        attempt (record_step_job.sql), on this repository's executor (`in_transaction`: a
+        transactional step's)."""
+        row = await self.on.fetchrow(sql("workflows/record_step_job"), job_id, attempt, run_id, seq, state,
+                                     result_json, error, attempts, wake_in_sec)
         return await self._written(row, run_id, seq)
 
     async def history(self, run_id: uuid.UUID, attempt: int = 0) -> History | None:
@@ -129,11 +139,10 @@ class WorkflowRepository:
 
     async def record(self, run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str, *,
                      result_json: str | None = None, error: str | None = None, attempts: int = 0,
-                     wake_in_sec: float | None = None, remaining: int | None = None,
-                     conn: asyncpg.Connection | None = None) -> Written:
-        """`conn`: record in that connection's transaction (a transactional step's) instead of the pool."""
-        on = conn if conn is not None else self.pool
-        row = await on.fetchrow(sql("workflows/record_step"), *_record_params(
+                     wake_in_sec: float | None = None, remaining: int | None = None) -> Written:
+        """Written on this repository's executor: the pool, or a transactional step's transaction
+        (`in_transaction`)."""
+        row = await self.on.fetchrow(sql("workflows/record_step"), *_record_params(
             run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, False,
             None))
         return await self._written(row, run_id, seq)

@@ -654,13 +654,13 @@ class Workflow:
                      conn: Any = None) -> Awaitable[Written]:
         """A step's record, fenced on the run's attempt, or on the step job's for a step job's replay."""
         target = self._target
-        on = {} if conn is None else {"conn": conn}
+        repo = self._repo if conn is None else self._repo.in_transaction(conn)
         if target is None:
-            return self._repo.record(self.run_id, self.attempt, seq, "step", name, state, result_json=result_json,
-                                     error=error, attempts=attempts, wake_in_sec=wake_in_sec, **on)
-        return self._repo.record_by_step_job(target.job_id, target.attempt, self.run_id, seq, state,
-                                             result_json=result_json, error=error, attempts=attempts,
-                                             wake_in_sec=wake_in_sec, conn=conn)
+            return repo.record(self.run_id, self.attempt, seq, "step", name, state, result_json=result_json,
+                               error=error, attempts=attempts, wake_in_sec=wake_in_sec)
+        return repo.record_by_step_job(target.job_id, target.attempt, self.run_id, seq, state,
+                                       result_json=result_json, error=error, attempts=attempts,
+                                       wake_in_sec=wake_in_sec)
 
     def _ended_step_job(self, outcome: StepJobOutcome, error: str | None) -> None:
         """A step job's replay decided at its position (no-op in a run's own attempt): it stops there."""

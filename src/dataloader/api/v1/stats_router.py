@@ -13,10 +13,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
 from pydantic import (
-    AfterValidator,
-    AwareDatetime,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictFloat,
@@ -27,7 +24,7 @@ from pydantic import (
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import ApiError, error_responses
 from dataloader.api.v1.models import ErrorCode
-from dataloader.api.v1.utils import check_rfc3339, check_utc_representable
+from dataloader.api.v1.schemas import Rfc3339Time
 from dataloader.config import Settings
 from dataloader.model.job import FINISHED_STATUS_NAMES
 
@@ -36,7 +33,6 @@ router = APIRouter(prefix="/api/v1", tags=["stats"], dependencies=[Depends(requi
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 MAX_RANGE = timedelta(days=366)
-Time = Annotated[AwareDatetime, BeforeValidator(check_rfc3339), AfterValidator(check_utc_representable)]
 QueueName = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]*$",
                                         description="One queue; all queues when absent")]
 FinishedStatus = Literal[FINISHED_STATUS_NAMES]  # the statuses of model/job.py, in their order
@@ -159,8 +155,8 @@ def _check_time(name: str, value: datetime) -> datetime:
 async def stats(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     queue: QueueName = None,
-    from_: Annotated[Time | None, Query(alias="from", description="RFC 3339; default: `to` - 24 h")] = None,
-    to: Annotated[Time | None, Query(description="RFC 3339; default: now")] = None,
+    from_: Annotated[Rfc3339Time | None, Query(alias="from", description="RFC 3339; default: `to` - 24 h")] = None,
+    to: Annotated[Rfc3339Time | None, Query(description="RFC 3339; default: now")] = None,
     unrolled: Annotated[Literal["true", "false"], Query(
         description="`true`: the finished counts also hold the jobs the rollup has not counted yet "
                     "(read from dl_jobs in the same snapshot; their times are not in the timings)")] = "false",
@@ -192,7 +188,8 @@ async def queue_depths(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Que
 async def stats_errors(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     queue: QueueName = None,
-    since: Annotated[Time | None, Query(description="RFC 3339, floored to the hour; default: an hour ago")] = None,
+    since: Annotated[Rfc3339Time | None,
+                     Query(description="RFC 3339, floored to the hour; default: an hour ago")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 20,
 ) -> Any:
     """"Top errors in the last hour": failures of the hours from `since` on, grouped by the first

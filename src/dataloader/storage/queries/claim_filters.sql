@@ -32,5 +32,5 @@
       -- table when no task was ever paused), and each candidate is compared with the array.
       -- `|| ''` hides task's statistics: in a queue of one task, `task <> <unknown array>` was
       -- estimated to keep no row, which costed the walk as reading the whole index (the plan flip
-      -- the lock_key term below describes); the estimate is now the default's.
+      -- claim_key_free.sql's lock_key term describes); the estimate is now the default's.
       AND q.task || '' <> ALL ((SELECT fence.paused_tasks FROM fence)::text[])

@@ -102,12 +102,7 @@ WITH RECURSIVE fence AS MATERIALIZED (
             WHERE q.status = 'queued' AND NOT q.key_parked AND q.queue = $1 AND q.partition_key = o.partition_key
               AND q.available_at <= now()
               AND q.task || '' <> ALL ((SELECT pt.tasks FROM paused_task pt)::text[])
-              AND NOT EXISTS (
-                  SELECT 1 FROM dl_jobs r
-                  -- 'running', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
-                  WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
-                  ORDER BY r.lock_key, r.status OFFSET 0
-              )
+-- @include claim_key_free
             ORDER BY q.priority, q.available_at, q.created_at
             LIMIT 4 * {limit}
         ) x

@@ -78,18 +78,7 @@ WITH fence AS MATERIALIZED (
       AND EXISTS (SELECT 1 FROM fence WHERE fence.paused_tasks IS NOT NULL)
       AND q.task || '' <> ALL ((SELECT fence.paused_tasks FROM fence)::text[])
       AND q.task || '' <> ALL (COALESCE((SELECT f.full_tasks FROM flow f), '{}'::text[]))
-      -- `|| ''` hides lock_key's statistics from this estimate (same value, same plans available):
-      -- with a hot key's 100,000 parked rows, the column's most common value is the running key,
-      -- so PostgreSQL expected this to reject 99 % of the walk, costed the walk of
-      -- ix_dl_jobs_claim_order as reading it all, and in about 1 ANALYZE of 5 preferred to read
-      -- every unparked queued job out of ix_dl_jobs_lock_key_active and sort them (2-4 ms instead
-      -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
-      AND NOT EXISTS (
-          SELECT 1 FROM dl_jobs r
-          -- 'running', said so that only ix_dl_jobs_lock_key_active serves the probe (claim_jobs.sql)
-          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
-          ORDER BY r.lock_key, r.status OFFSET 0
-      )
+-- @include claim_key_free
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED

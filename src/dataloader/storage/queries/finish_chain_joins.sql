@@ -1,5 +1,5 @@
--- Fan-in for plain chains (0032), included by both finishes that insert a chain's next jobs
--- (finish_jobs.sql, finish_in_transaction.sql) after their `join_rows` CTE: the next rows that are
+-- Fan-in for plain chains (0032), included by finish_chain_next.sql (the chain step of both
+-- finishes) after its `join_rows` CTE: the next rows that are
 -- a join stage (`join_members`: its members' job ids, in the Then's order). The join and its
 -- members are recorded by the statement that inserts them, so a join exists exactly when its
 -- stages do. Members carry no idempotency key (model/chain.py's Then), so every one is inserted.

@@ -18,27 +18,10 @@ WITH ended AS (
         finished_at = now(),
         chain_id = CASE WHEN $3::text IS NOT NULL THEN COALESCE(chain_id, job_id) ELSE chain_id END
     WHERE job_id = $1 AND attempt = $2 AND status = 'running'
-    RETURNING job_id, queue, attempt, chain_id
-), next_jobs AS (
-    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
-                         available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
-                         parent_job_id, chain_next, traceparent)
-    SELECT (n->>'job_id')::uuid, n->>'queue', n->>'task', n->'args', n->>'idempotency_key', n->>'lock_key',
-           n->>'partition_key', (n->>'priority')::int,
-           now() + make_interval(secs => (n->>'delay_sec')::float8), (n->>'max_attempts')::int,
-           (n->>'lease_ttl_sec')::int, 'chain', (n->>'timeout_sec')::int, e.chain_id, e.job_id,
-           NULLIF(n->'chain_next', 'null'::jsonb), $4::text
-    FROM ended e, jsonb_array_elements($3::text::jsonb) AS n
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING job_id, queue, task, parent_job_id
-), next_journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'queued', jsonb_build_object('task', task, 'parent_job_id', parent_job_id)
-    FROM next_jobs
-), join_rows AS (
-    SELECT n FROM ended e, jsonb_array_elements($3::text::jsonb) AS n WHERE n ? 'join_members'
+    -- the columns finish_chain_next.sql reads: this finish's next stages are $3, its span $4
+    RETURNING job_id, queue, attempt, chain_id, status, $3::text AS next, $4::text AS span
 ),
--- @include finish_chain_joins
+-- @include finish_chain_next
 journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT job_id, queue, 'done',

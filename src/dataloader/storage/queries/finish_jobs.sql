@@ -91,24 +91,9 @@ WITH input AS (
     WHERE j.job_id = ANY ($1::uuid[]) AND j.job_id = t.job_id
     RETURNING j.job_id, j.queue, j.status, j.available_at, j.lock_key, t.attempt, t.outcome, t.error,
               t.fatal, t.reason, j.chain_id, t.next, j.held_reason, t.span
-), next_jobs AS (
-    INSERT INTO dl_jobs (job_id, queue, task, args, idempotency_key, lock_key, partition_key, priority,
-                         available_at, max_attempts, lease_ttl_sec, producer, timeout_sec, chain_id,
-                         parent_job_id, chain_next, traceparent)
-    SELECT (n->>'job_id')::uuid, n->>'queue', n->>'task', n->'args', n->>'idempotency_key', n->>'lock_key',
-           n->>'partition_key', (n->>'priority')::int,
-           now() + make_interval(secs => (n->>'delay_sec')::float8), (n->>'max_attempts')::int,
-           (n->>'lease_ttl_sec')::int, 'chain', (n->>'timeout_sec')::int, e.chain_id, e.job_id,
-           NULLIF(n->'chain_next', 'null'::jsonb), e.span
-    FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
-    WHERE e.status = 'succeeded' AND e.next IS NOT NULL
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING job_id, queue, task, parent_job_id
-), next_journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'queued', jsonb_build_object('task', task, 'parent_job_id', parent_job_id)
-    FROM next_jobs
-), journal AS (
+),
+-- @include finish_chain_next
+journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT e.job_id, e.queue,
            CASE
@@ -131,11 +116,7 @@ WITH input AS (
                'next_jobs', CASE WHEN e.status = 'succeeded' AND e.next IS NOT NULL
                                  THEN jsonb_array_length(e.next::jsonb) END))
     FROM ended e
-), join_rows AS (
-    SELECT n FROM ended e, jsonb_array_elements(e.next::jsonb) AS n
-    WHERE e.status = 'succeeded' AND e.next IS NOT NULL AND n ? 'join_members'
 ),
--- @include finish_chain_joins
 freed AS (
     SELECT job_id, lock_key FROM ended
     UNION ALL

@@ -49,7 +49,7 @@ WITH input AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
 -- @include claim_filters
-      -- claim_jobs.sql's running-key check (its `|| ''`, `status > 'queued'` and OFFSET 0 for the
+      -- claim_key_free.sql's running-key check (its `|| ''`, `status > 'queued'` and OFFSET 0 for the
       -- same reasons), but a row this statement finishes does not count: its key is free once the
       -- statement is done
       AND NOT EXISTS (

@@ -7,7 +7,7 @@
 --   released: the observers of those nodes (and of any dead/stopped node still holding one) go
 --             back to 'created' to be claimed elsewhere — or to 'deleted' when a stop was asked.
 --             A move does not touch `failures`: a node's death never uses an observer's budget;
---   wake:     one NOTIFY so nodes with spare capacity claim now instead of at their next beat.
+--   wake:     one NOTIFY so nodes with spare capacity claim now instead of at their next beat. (released and wake: release_observers.sql)
 -- Also returned: the observers of this node whose stop was asked (in case a NOTIFY was missed),
 -- in how many seconds the earliest waiting observer this node could run is due (null: none waits;
 -- <= 0: now), and whether no observer runs or waits anywhere (then no node's death can strand one,
@@ -23,23 +23,12 @@ WITH beat AS (
       AND heartbeat_at < now() - make_interval(secs => $2::float8)
     RETURNING node_id, name
 ), holders AS (
-    SELECT node_id, name FROM dead
+    SELECT node_id, name, 'died' AS fate, 'stopped (its node ' || name || ' died meanwhile)' AS stop_reason FROM dead
     UNION ALL
-    SELECT node_id, name FROM dl_nodes WHERE state IN ('dead', 'stopped')
-), released AS (
-    UPDATE dl_observers o
-    SET state = CASE WHEN o.desired = 'stop' THEN 'deleted' ELSE 'created' END,
-        node_id = NULL, last_node_id = o.node_id, restart_at = now(), updated_at = now(),
-        moves = o.moves + (o.desired = 'run')::int,
-        stopped_at = CASE WHEN o.desired = 'stop' THEN now() END,
-        reason = CASE WHEN o.desired = 'stop' THEN 'stopped (its node ' || h.name || ' died meanwhile)'
-                      ELSE 'node ' || h.name || ' died; waiting for a live node' END
-    FROM holders h
-    WHERE o.node_id = h.node_id
-    RETURNING o.name
-), wake AS (
-    SELECT pg_notify('dl_observers', 'wake') AS sent WHERE EXISTS (SELECT 1 FROM released)
-)
+    SELECT node_id, name, 'died', 'stopped (its node ' || name || ' died meanwhile)'
+    FROM dl_nodes WHERE state IN ('dead', 'stopped')
+),
+-- @include nodes/release_observers
 SELECT (SELECT count(*) FROM beat)::int AS alive,
        ARRAY(SELECT name FROM dead) AS dead_nodes,
        (SELECT count(*) FROM released)::int AS released,

@@ -40,11 +40,8 @@ WITH existing AS (
     SELECT t.task_id, $8, 'dl.process', jsonb_build_object('ns', $2::text, 'id', $3::text, 'type', $4::text),
            $9, $10, t.scheduled_at, $11, $12, $13, $14::text, $16::text
     FROM task t
-    RETURNING job_id, queue
-), journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'queued', jsonb_strip_nulls(jsonb_build_object('task', 'dl.process', 'request_id', $14::text))
-    FROM job
-)
+    RETURNING job_id, queue, request_id
+),
+-- @include processes/task_job_journal
 SELECT (SELECT status FROM existing) AS status, (SELECT count(*) FROM created) > 0 AS created,
        (SELECT count(*) FROM task) > 0 AS queued, (SELECT yes FROM paused) AS paused

@@ -21,10 +21,7 @@ WITH task AS (
     SELECT t.task_id, $9, 'dl.process', jsonb_build_object('ns', $2::text, 'id', $3::text, 'type', $4::text),
            $10, $11, t.scheduled_at, $12, $13, $14, $15::text, $16::text, $17::text
     FROM task t
-    RETURNING job_id, queue
-), journal AS (
-    INSERT INTO dl_job_events (job_id, queue, kind, payload)
-    SELECT job_id, queue, 'queued', jsonb_strip_nulls(jsonb_build_object('task', 'dl.process', 'request_id', $15::text))
-    FROM job
-)
+    RETURNING job_id, queue, request_id
+),
+-- @include processes/task_job_journal
 SELECT task_id, scheduled_at FROM task
