@@ -45,6 +45,9 @@ class JobRepository:
                 inserted = await on.fetchrow(sql("insert_restartable_job"), *params)
                 found = None if inserted is not None else await on.fetchrow(
                     sql("get_queued_restartable_job"), job.lock_key)
+            elif job.idempotency_key is None:  # nothing can conflict: the statement without ON CONFLICT
+                inserted = await on.fetchrow(sql("insert_job_unkeyed"), *params)
+                found = None
             else:  # a new job, or the one its idempotency key names (with whether its args are the same)
                 inserted = await on.fetchrow(sql("insert_job"), *params)
                 found = None if inserted is not None else await on.fetchrow(
@@ -74,8 +77,9 @@ class JobRepository:
         leases; all ids given) and each job's timeout, on `on`."""
         ids = columns[0]
         unkeyed = not any(columns[4])
-        arrays, fills = batch_arrays((*columns[1:], timeouts))
-        params = (ids, *arrays, producer, request_id, traceparent, *fills)
+        a, f = batch_arrays((*columns[1:], timeouts))
+        params = (ids, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], producer, request_id,
+                  traceparent, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10])
         if unkeyed:  # nothing can be skipped: the cheaper statement
             count = await on.fetchval(sql("insert_jobs_batch_unkeyed"), *params)
             if count != len(ids):  # cannot happen: a row it does not insert is an error
