@@ -105,8 +105,8 @@ def variants() -> list[Variant]:
         Variant("VALUES: promise floor, unkeyed", "values"),
         Variant("COPY: dl_jobs with its indexes, no journal", "copy", journal=False),
         Variant("COPY: promise floor (two COPYs, one transaction)", "copy"),
-        Variant("ours: insert_jobs_batch_unkeyed.sql, App's arrays", "ours-sql"),
-        Variant("ours: insert_jobs_batch.sql keyed, App's arrays", "ours-sql", keyed=True),
+        Variant("ours: insert_job_columns, unkeyed (App's arrays)", "ours-sql"),
+        Variant("ours: insert_job_columns, keyed (App's arrays)", "ours-sql", keyed=True),
         Variant("ours: App.enqueue_many, unkeyed", "ours-app"),
         Variant("ours: App.enqueue_many, keyed", "ours-app", keyed=True),
         Variant("pgqueuer: Queries.enqueue", "pgqueuer"),
@@ -237,11 +237,11 @@ class Runner:
             columns = manager.batch_columns(
                 [{"task": TASK, "args": {}, "queue": QUEUE, "lock_key": str(i),
                   **({"idempotency_key": f"key-{i}"} if v.keyed else {})} for i in range(n)])
-            sql_name = "insert_jobs_batch" if v.keyed else "insert_jobs_batch_unkeyed"
-            from dataloader.storage.queries import sql
+            # JobRepository.insert_job_columns on this session: it picks the statement (keyed or
+            # not) and builds its parameters, as App.enqueue_many does after batch_columns
+            from dataloader.storage.executor import InTransaction
 
-            statement = sql(sql_name)
-            params = (*columns.columns, None, columns.timeouts, None, None)
+            repo, executor = self.app.repo, InTransaction(self.work)
         else:
             statement = _statement(v, n)
             params = arrays if v.shape != "unnest-narrow" else arrays[:6]
@@ -251,6 +251,10 @@ class Runner:
         cpu0, t0 = time.process_time(), time.perf_counter()
         if v.shape == "ours-app":
             inserted = await self.app.enqueue_many(items)
+            assert len(inserted) == n, len(inserted)
+        elif v.shape == "ours-sql":
+            async with self.work.transaction():
+                inserted = await repo.insert_job_columns(columns.columns, executor, None, columns.timeouts)
             assert len(inserted) == n, len(inserted)
         elif v.shape == "copy":
             now = datetime.now(UTC)
