@@ -160,17 +160,27 @@ async def enqueue(ctx: Context, systems: list[System], runs: int) -> MeasureResu
             single = await _driver(ctx, system, "enqueue-single", dsn, "--n", str(sc.enqueue_single))
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
+            single_tx = await _driver(ctx, system, "enqueue-single-tx", dsn, "--n", str(sc.enqueue_single))
+        async with fresh_database(ctx.server, "enqueue") as dsn:
+            await _install(ctx, system, dsn)
             batch = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
                                   "--batch", str(sc.batch_size))
         async with fresh_database(ctx.server, "enqueue") as dsn:
             await _install(ctx, system, dsn)
             whole = await _driver(ctx, system, "enqueue-batch", dsn, "--n", str(sc.enqueue_batch),
                                   "--batch", str(sc.enqueue_batch))
-        return ({"enqueue.single": sc.enqueue_single / single["seconds"],
-                 "enqueue.batch": sc.enqueue_batch / batch["seconds"],
-                 "enqueue.one_call": sc.enqueue_batch / whole["seconds"]},
-                {"single_seconds": single["seconds"], "batch_seconds": batch["seconds"],
-                 "one_call_seconds": whole["seconds"]})
+        metrics: Metrics = {}
+        for name, done, n in (("single", single, sc.enqueue_single), ("single_tx", single_tx, sc.enqueue_single),
+                              ("batch", batch, sc.enqueue_batch), ("one_call", whole, sc.enqueue_batch)):
+            if done.get("unsupported"):
+                continue
+            metrics[f"enqueue.{name}"] = n / done["seconds"]
+            # CPU per job beside each rate: on a shared machine the steadier figure (driver_cli.CpuProbe).
+            metrics[f"enqueue.{name}.cpu_client_us"] = done["client_cpu_sec"] / n * 1e6
+            if done.get("db_cpu_sec") is not None:
+                metrics[f"enqueue.{name}.cpu_db_us"] = done["db_cpu_sec"] / n * 1e6
+        return (metrics, {"single_seconds": single["seconds"], "single_tx_seconds": single_tx.get("seconds"),
+                          "batch_seconds": batch["seconds"], "one_call_seconds": whole["seconds"]})
 
     return await _repeat(ctx, systems, runs, "enqueue", one)
 

@@ -20,9 +20,14 @@ class Metric:
 def _metrics() -> dict[str, Metric]:
     m: dict[str, Metric] = {
         "enqueue.single": Metric("enqueue, one call per job", "jobs/s", True),
+        "enqueue.single_tx": Metric("enqueue, one call per job in the caller's transaction", "jobs/s", True),
         "enqueue.batch": Metric("enqueue, batch API ×1000", "jobs/s", True),
         "enqueue.one_call": Metric("enqueue, the whole batch in one call", "jobs/s", True),
     }
+    for key, what in (("single", "one call per job"), ("single_tx", "one call per job in the caller's transaction"),
+                      ("batch", "batch API ×1000"), ("one_call", "the whole batch in one call")):
+        m[f"enqueue.{key}.cpu_client_us"] = Metric(f"enqueue, {what}: client CPU per job", "µs", False)
+        m[f"enqueue.{key}.cpu_db_us"] = Metric(f"enqueue, {what}: PostgreSQL CPU per job", "µs", False)
     for p, what in (("p1", "1 worker ×16"), ("p2", "2 workers ×16")):
         m[f"processing.{p}.active"] = Metric(f"drain no-ops, {what}, first start→last finish", "jobs/s", True)
         m[f"processing.{p}.wall"] = Metric(f"drain no-ops, {what}, spawn→drained (wall)", "jobs/s", True)

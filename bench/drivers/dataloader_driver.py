@@ -5,6 +5,8 @@ driver.)"""
 
 from __future__ import annotations
 
+import asyncpg
+
 import dataloader
 from bench import driver_cli
 
@@ -16,12 +18,14 @@ class DataloaderDriver:
     def __init__(self) -> None:
         self.dsn = ""
         self.app: dataloader.App | None = None
+        self.conn: asyncpg.Connection | None = None  # the caller's own connection (enqueue-single-tx)
 
     async def open(self, dsn: str) -> None:
         self.dsn = dsn
 
     async def ready(self) -> None:
         await self._app()
+        await self._conn()
 
     async def _app(self) -> dataloader.App:
         if self.app is None:
@@ -31,6 +35,8 @@ class DataloaderDriver:
         return self.app
 
     async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
         if self.app is not None:
             await self.app.close()
 
@@ -45,6 +51,18 @@ class DataloaderDriver:
 
     async def enqueue_one(self, key: int, task: str) -> None:
         await (await self._app()).enqueue(TASKS[task], self._args(key, task), queue=QUEUE, lock_key=str(key))
+
+    async def enqueue_one_in_transaction(self, key: int, task: str) -> None:
+        """App.enqueue(conn=...) inside the caller's own transaction on the caller's connection."""
+        conn = await self._conn()
+        async with conn.transaction():
+            await (await self._app()).enqueue(TASKS[task], self._args(key, task), queue=QUEUE, lock_key=str(key),
+                                              conn=conn)
+
+    async def _conn(self) -> asyncpg.Connection:
+        if self.conn is None:
+            self.conn = await asyncpg.connect(self.dsn)
+        return self.conn
 
     async def enqueue_many(self, keys: range, task: str, serial: bool) -> None:
         await (await self._app()).enqueue_many([

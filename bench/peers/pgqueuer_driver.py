@@ -55,6 +55,12 @@ class PgQueuerDriver:
         assert self.queries is not None
         await self.queries.enqueue(task, str(key).encode() if task == "mark" else None, 0)
 
+    async def enqueue_one_in_transaction(self, key: int, task: str) -> None:
+        """Queries.enqueue inside the caller's own transaction on the same connection."""
+        assert self.queries is not None and self.conn is not None
+        async with self.conn.transaction():
+            await self.queries.enqueue(task, str(key).encode() if task == "mark" else None, 0)
+
     async def enqueue_many(self, keys: range, task: str, serial: bool) -> None:
         assert self.queries is not None
         entrypoint = SERIAL_ENTRYPOINT if serial else task

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import uuid
 from collections.abc import AsyncIterator
 
@@ -117,6 +118,64 @@ async def test_enqueue_many_inserts_in_one_statement_in_input_order(app, db):
     ids = await app.enqueue_many([{"task": "dl.noop", "args": {"i": i}, "priority": i} for i in range(5)])
     rows = {r["job_id"]: r["priority"] for r in await db.fetch("SELECT job_id, priority FROM dl_jobs")}
     assert [rows[i] for i in ids] == [0, 1, 2, 3, 4]
+
+
+def _json(value: object) -> object:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+_STORED = ("queue, task, args, idempotency_key, lock_key, partition_key, priority, available_at, max_attempts, "
+           "lease_ttl_sec, timeout_sec, producer")
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("same", [False, True], ids=["mixed", "constant"])
+async def test_enqueue_many_stores_each_items_own_columns(app, db, keyed, same):
+    """A column with one value for the whole batch is sent once (insert_jobs_rows.sql's fills); a
+    mixed column job by job. Either way each row holds what its item said, or the defaults."""
+    at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    items = []
+    for i in range(4):
+        v = 0 if same else i
+        item: dict = {"task": f"dl.t{v}", "args": {"v": v} if v else {}, "queue": f"q{v}",
+                      "partition_key": f"p{v}" if v else "", "priority": 10 + v,
+                      "max_attempts": 2 + v, "lease_ttl_sec": 30 + v}
+        if v:
+            item |= {"lock_key": f"k{v}", "available_at": at + dt.timedelta(seconds=v), "timeout_sec": v}
+        if keyed:
+            item["idempotency_key"] = f"key{i}"
+        items.append(item)
+    ids = await app.enqueue_many(items)
+    assert len(ids) == 4
+    rows = {r["job_id"]: r for r in await db.fetch(f"SELECT job_id, {_STORED} FROM dl_jobs")}
+    for job_id, item in zip(ids, items, strict=True):
+        row = rows[job_id]
+        assert (row["queue"], row["task"], _json(row["args"]), row["partition_key"], row["priority"],
+                row["max_attempts"], row["lease_ttl_sec"], row["producer"]) == (
+            item["queue"], item["task"], item["args"], item["partition_key"], item["priority"],
+            item["max_attempts"], item["lease_ttl_sec"], "python")
+        assert row["lock_key"] == item.get("lock_key", str(job_id)), "no lock_key: the job's own id"
+        assert row["idempotency_key"] == item.get("idempotency_key")
+        assert row["timeout_sec"] == item.get("timeout_sec")
+        if "available_at" in item:
+            assert row["available_at"] == item["available_at"]
+        else:
+            assert row["available_at"] <= dt.datetime.now(dt.UTC)
+    events = await db.fetch("SELECT job_id, payload FROM dl_job_events WHERE kind = 'queued'")
+    assert {e["job_id"]: _json(e["payload"]) for e in events} == {
+        job_id: {"task": item["task"]} for job_id, item in zip(ids, items, strict=True)}
+
+
+async def test_enqueue_many_skips_known_and_repeated_keys_in_input_order(app, db):
+    first = await app.enqueue_many([{"task": "dl.noop", "idempotency_key": "a"}])
+    ids = await app.enqueue_many([{"task": "dl.noop", "idempotency_key": k, "priority": p}
+                                  for p, k in enumerate(["b", "a", "c", "b", "d"])])
+    assert len(ids) == 3
+    stored = {r["job_id"]: (r["idempotency_key"], r["priority"])
+              for r in await db.fetch("SELECT job_id, idempotency_key, priority FROM dl_jobs")}
+    assert [stored[i] for i in ids] == [("b", 0), ("c", 2), ("d", 4)] and first[0] in stored
+    same = await app.enqueue_many([{"task": "dl.noop", "idempotency_key": "z"} for _ in range(3)])
+    assert len(same) == 1, "one key for the whole batch: one job"
 
 
 @pytest.mark.parametrize("outcome", ["commit", "rollback"])

@@ -138,4 +138,23 @@ def test_the_group_statement_takes_the_single_statements_parameters():
     from dataloader.storage.queries import sql
     from tests.unit.test_query_parameters import placeholders
 
-    assert placeholders(sql("insert_job_group")) == placeholders(sql("insert_job"))
+    for single, group in (("insert_job", "insert_job_group"), ("insert_job_unkeyed", "insert_job_group_unkeyed")):
+        assert placeholders(sql(group)) == placeholders(sql(single)) == placeholders(sql("insert_job")), group
+
+
+async def test_a_group_mixing_keyed_and_unkeyed_calls_keeps_each_outcome(app, db):
+    """Calls without a key run the statement without ON CONFLICT alone; in a group with a keyed
+    call the keyed form runs for all of them, and each call still gets its own outcome."""
+    known = await app.enqueue("dl.noop", {"v": 0}, queue="grouped", idempotency_key="known")
+    group = group_of(app)
+    before = group.statements
+    jobs = await asyncio.gather(*(
+        app.enqueue("dl.noop", {"v": 0} if i % 3 == 0 else {"i": i}, queue="grouped",
+                    **({"idempotency_key": "known"} if i % 3 == 0 else {}))
+        for i in range(12)))
+    assert group.statements - before == 2
+    assert all(jobs[i].id == known.id for i in range(0, 12, 3)), "a known key: the existing job"
+    fresh = [jobs[i] for i in range(12) if i % 3]
+    assert len({j.id for j in fresh}) == 8 and known.id not in {j.id for j in fresh}
+    assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 9
+    assert await db.fetchval("SELECT count(*) FROM dl_job_events WHERE kind = 'queued'") == 9

@@ -313,7 +313,8 @@ class JobManager:
         """The batch's arrays, checked job by job in input order as `to_new_job` checks one (the
         same errors, the first bad job's): `items` are JobRequests or `plain_jobs`' dicts. Every
         job gets a time-ordered id here (dataloader.model.ids); a plain item without a lock_key gets
-        that id as its lock_key, as `enqueue` does."""
+        that id as its lock_key, as `enqueue` does (its lock_key here is None: the statement writes the
+        id, insert_jobs_rows.sql)."""
         for item in items:
             if isinstance(item, JobRequest) and (item.restartable or item.then):
                 raise InvalidJobRequest("restartable jobs and chains (then=) are enqueued one at a time: "
@@ -324,7 +325,7 @@ class JobManager:
         tasks: list[str] = [""] * n
         args_col: list[str] = [""] * n
         idempotency: list[str | None] = [None] * n
-        locks: list[str] = [""] * n
+        locks: list[str | None] = [None] * n
         partitions: list[str] = [""] * n
         priorities: list[int] = [100] * n
         available: list[datetime | None] = [None] * n
@@ -349,7 +350,8 @@ class JobManager:
             args = fields.get("args") or {}
             args_col[i] = encode_args(args)
             queues[i], tasks[i] = queue, task
-            locks[i] = fields.get("lock_key") or str(ids[i])
+            # None: the job's own id, which insert_jobs_rows.sql writes (no str(uuid) per job here)
+            locks[i] = fields.get("lock_key") or None
             if (unique_for := fields.get("unique_for_sec")) is not None:
                 idempotency[i] = _unique_window_key(queue, task, fields.get("unique_key"), args, unique_for,
                                                     datetime.now(UTC))

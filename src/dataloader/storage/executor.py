@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import asyncpg
 
 from dataloader.storage import caller_connection
-from dataloader.storage.insert_group import GROUPED_QUERY, InsertGroup
+from dataloader.storage.insert_group import GROUPED_QUERIES, InsertGroup
 from dataloader.storage.queries import sql
 
 
@@ -131,7 +131,8 @@ class CallersConnection:
 class GroupCommit:
     """Single enqueues of concurrent callers in one statement and one commit (InsertGroup); every
     other statement (the read of an existing job after a known idempotency_key, say) runs on `on`,
-    the pool. Only `insert_job.sql` is grouped: its group form is insert_job_group.sql."""
+    the pool. Only `insert_job.sql` and `insert_job_unkeyed.sql` are grouped (insert_group.py
+    GROUPED_QUERIES names their group forms)."""
 
     __slots__ = ("_grouped", "group", "on")
     decoded = True
@@ -139,14 +140,15 @@ class GroupCommit:
     def __init__(self, group: InsertGroup, on: Pooled) -> None:
         self.group = group
         self.on = on
-        self._grouped = sql(GROUPED_QUERY)
+        self._grouped = {sql(name): name for name in GROUPED_QUERIES}
 
     async def fetch(self, query: str, *args: Any) -> Sequence[Any]:
         return await self.on.fetch(query, *args)
 
     async def fetchrow(self, query: str, *args: Any) -> Any | None:
-        if query is self._grouped:  # sql() caches its text: the very string, compared by identity
-            return await self.group.insert(GROUPED_QUERY, *args)
+        name = self._grouped.get(query)  # sql() caches its text: the very string comes back
+        if name is not None:
+            return await self.group.insert(name, *args)
         return await self.on.fetchrow(query, *args)
 
     async def fetchval(self, query: str, *args: Any) -> Any:

@@ -31,22 +31,26 @@ from dataloader.storage.queries import sql
 MAX_GROUP = 500
 # Like the pool's idle connections, the group's own is closed when unused for this long.
 IDLE_CLOSE_SEC = 60.0
-# The statement grouped (its callers' arguments are counted by tests/unit/test_query_parameters.py
-# at the call of `insert`); its group form is insert_job_group.sql.
-GROUPED_QUERY = "insert_job"
+# The statements grouped (their callers' arguments are counted by tests/unit/test_query_parameters.py
+# at the call of `insert`): a job with an idempotency key and one without (no ON CONFLICT). Their
+# group forms are insert_job_group.sql and insert_job_group_unkeyed.sql; a group that mixes them
+# runs the keyed form, which inserts an unkeyed row alike.
+GROUPED_QUERIES = ("insert_job", "insert_job_unkeyed")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Waiting:
+    query: str
     args: tuple[Any, ...]
     answer: asyncio.Future[Any]
 
 
 class InsertGroup:
-    """`insert("insert_job", *args)` runs `insert_job.sql` with `args` (job_id given) in a group
-    with the calls waiting at the same time; returns the inserted row, or None when the
-    idempotency_key already named a job. A group of several calls runs `insert_job_group.sql`,
-    which takes the same parameters as arrays (one element per call)."""
+    """`insert("insert_job", *args)` runs `insert_job.sql` (or `insert_job_unkeyed.sql`) with `args`
+    (job_id given) in a group with the calls waiting at the same time; returns the inserted row, or
+    None when the idempotency_key already named a job. A group of several calls runs
+    `insert_job_group.sql` (`insert_job_group_unkeyed.sql` when no call has a key), which takes the
+    same parameters as arrays (one element per call)."""
 
     def __init__(self, dsn: str, *, max_group: int = MAX_GROUP, idle_close_sec: float = IDLE_CLOSE_SEC,
                  pooled: bool = False) -> None:
@@ -68,13 +72,13 @@ class InsertGroup:
         self.statements = 0  # statements run, for tests and benchmarks
 
     async def insert(self, query: str, *args: Any) -> asyncpg.Record | None:
-        if query != GROUPED_QUERY:
-            raise ValueError(f"only {GROUPED_QUERY} is grouped, not {query}")
+        if query not in GROUPED_QUERIES:
+            raise ValueError(f"only {', '.join(GROUPED_QUERIES)} are grouped, not {query}")
         if self._closed:
             raise InsertGroupClosed("the App is closed")
         if self._busy:
             answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._waiting.append(Waiting(args, answer))
+            self._waiting.append(Waiting(query, args, answer))
             return await answer
         # Nothing in flight: this call's statement runs right here, with no task or future in
         # between (the common case of one caller). Calls arriving meanwhile form the next group.
@@ -125,15 +129,19 @@ class InsertGroup:
             conn = await self._connection()
             self.statements += 1
             if len(group) == 1:
-                rows = [await conn.fetchrow(sql(GROUPED_QUERY), *group[0].args)]
+                rows = [await conn.fetchrow(sql(group[0].query), *group[0].args)]
             else:
                 (job_ids, queues, tasks, args_json, idempotency_keys, lock_keys, partition_keys, priorities,
                  available_at, max_attempts, lease_ttl_sec, producers, request_ids, timeouts, chain_next,
                  traceparents) = (list(column) for column in zip(*(item.args for item in group), strict=True))
-                inserted = {row["job_id"]: row for row in await conn.fetch(
-                    sql("insert_job_group"), job_ids, queues, tasks, args_json, idempotency_keys, lock_keys,
-                    partition_keys, priorities, available_at, max_attempts, lease_ttl_sec, producers,
-                    request_ids, timeouts, chain_next, traceparents)}
+                columns = (job_ids, queues, tasks, args_json, idempotency_keys, lock_keys, partition_keys,
+                           priorities, available_at, max_attempts, lease_ttl_sec, producers, request_ids,
+                           timeouts, chain_next, traceparents)
+                if any(item.query == "insert_job" for item in group):  # a keyed call: the keyed form
+                    found = await conn.fetch(sql("insert_job_group"), *columns)
+                else:
+                    found = await conn.fetch(sql("insert_job_group_unkeyed"), *columns)
+                inserted = {row["job_id"]: row for row in found}
                 rows = [inserted.get(job_id) for job_id in job_ids]
         except Exception as exc:
             if len(group) > 1 and not is_connection_error(exc):
