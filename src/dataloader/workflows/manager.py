@@ -282,9 +282,9 @@ class WorkflowManager:
     async def restart_many(self, filter: Mapping[str, Any] | None = None, from_step: str | None = None, *,
                            started_by: str = "unknown", dry_run: bool = False, batch_size: int | None = None) -> Any:
         """Restart every run the filter matches from step `from_step` (None: from the start), as
-        `restart` does, as a tracked bulk operation. A run not ended (or succeeded) when its batch comes is skipped; one that
-        never recorded that step, or has a gather in the way, is failed (nothing changed), with the
-        reason in the operation's audit trail."""
+        `restart` does, as a tracked bulk operation. A run not ended (or succeeded) when its batch
+        comes is skipped; one that never recorded that step, or has a gather in the way, is failed
+        (nothing changed), with the reason in the operation's audit trail."""
         return await self._bulk("workflow_restart", filter, {"from_step": from_step}, started_by, dry_run, batch_size)
 
     async def retry_many(self, filter: Mapping[str, Any] | None = None, *, started_by: str = "unknown",
