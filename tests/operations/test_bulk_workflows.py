@@ -256,3 +256,55 @@ async def test_kill_9_of_the_node_mid_restart_another_node_finishes_and_nothing_
                                "AND job_id = ANY($1) GROUP BY job_id", runs)
     assert len(restarts) == n and {r["n"] for r in restarts} == {1}  # each run restarted exactly once
     assert await executions(bdb, runs) == {"one": {1}, "two": {2}, "three": {1}}
+
+
+async def test_http_and_the_cli_count_start_and_show_progress_as_python_does(app, bdb, dsn):
+    """POST /api/v1/workflows/bulk/{action} (not a run's /{run_id}/cancel: a dry run answers 200 with
+    the count) and `dataloader ops restart-workflows` with its progress bar, the operation worked by
+    a runner of a node in this process."""
+    import asyncio
+    import json
+
+    import httpx
+
+    from tests.support.api_apps import api_for
+    from tests.support.cli import invoke
+
+    runs = await failed_runs(app, bdb, dsn, 3, waiting=1)
+    transport = httpx.ASGITransport(app=api_for(app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://bulk") as http:
+        dry = await http.post("/api/v1/workflows/bulk/restart", json={
+            "filter": {"workflow": "t.bulkfix"}, "from_step": "two", "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        assert (dry.json()["total"], dry.json()["by_status"]) == (4, {"failed": 3, "queued": 1})
+        assert len(dry.json()["sample"]) == 4
+        wrong = await http.post("/api/v1/workflows/bulk/retry", json={"from_step": "two"})
+        assert wrong.status_code == 422 and wrong.json()["error"] == "validation_error"
+        spec = (await http.get("/openapi.json")).json()
+        assert "/api/v1/workflows/bulk/{action}" in spec["paths"]
+    assert await bdb.fetchval("SELECT count(*) FROM dl_operations") == 0
+
+    await bdb.execute("INSERT INTO wf_fixed VALUES (true)")
+    env = {"DL_DB_DSN": dsn}
+    preview = await asyncio.to_thread(invoke, ["ops", "restart-workflows", "--workflow", "t.bulkfix",
+                                               "--from-step", "two", "--dry-run"], env)
+    assert preview.exit_code == 0, preview.output
+    assert json.loads(preview.stdout)["by_status"] == {"failed": 3, "queued": 1}
+    from dataloader import metrics
+
+    def counted(result: str) -> float:
+        return metrics.OPERATION_JOBS.labels("workflow_restart", result)._value.get()
+
+    before = {r: counted(r) for r in ("changed", "skipped", "failed")}
+    async with App(workflow_settings(dsn, **FAST_RUNNER)) as node, node.running():
+        done = await asyncio.to_thread(invoke, ["ops", "restart-workflows", "--workflow", "t.bulkfix",
+                                                "--from-step", "two", "--yes", "--batch-size", "2"], env)
+        assert done.exit_code == 0, done.output
+        final = json.loads(done.stdout)
+        assert (final["kind"], final["state"], final["total"], final["done"]) == ("workflow_restart", "finished", 4, 4)
+        assert (final["changed"], final["skipped"], final["failed"]) == (3, 1, 0)
+        assert "workflow_restart" in done.stderr and "skipped=1" in done.stderr  # the progress bar's line
+        # the operations' counters, labelled by kind
+        assert {r: counted(r) - before[r] for r in before} == {"changed": 3, "skipped": 1, "failed": 0}
+        for run_id in runs:
+            assert await node.workflows.result(run_id, timeout=60) == {"one": 1, "two": 2, "three": 1}
