@@ -308,3 +308,23 @@ async def test_http_and_the_cli_count_start_and_show_progress_as_python_does(app
         assert {r: counted(r) - before[r] for r in before} == {"changed": 3, "skipped": 1, "failed": 0}
         for run_id in runs:
             assert await node.workflows.result(run_id, timeout=60) == {"one": 1, "two": 2, "three": 1}
+
+
+def _sync_bulk(dsn: str) -> tuple[object, object]:
+    from dataloader import SyncApp
+
+    with SyncApp(workflow_settings(dsn, operations_enabled=False)) as sync:
+        dry = sync.workflows.retry_many({"workflow": "t.bulkfix", "statuses": ["failed"]}, dry_run=True)
+        op = sync.workflows.cancel_many({"workflow": "t.bulkfix", "statuses": ["queued"]}, started_by="sync")
+        with pytest.raises(ValidationFailed, match="from_step"):
+            sync.workflows.restart_many({}, "")
+        return dry, op
+
+
+async def test_sync_app_counts_and_starts_a_bulk_operation(app, bdb, dsn):
+    import asyncio
+
+    await failed_runs(app, bdb, dsn, 2, waiting=1)
+    dry, op = await asyncio.to_thread(_sync_bulk, dsn)
+    assert (dry.kind, dry.total, dry.by_status) == ("workflow_retry", 2, {"failed": 2})
+    assert (op.kind, op.total, op.state, op.started_by) == ("workflow_cancel", 1, "running", "sync")
