@@ -157,8 +157,7 @@ class OperationRepository:
                     if len(skipped) < MAX_SKIPS_AUDITED:
                         skipped.append({"id": process_id, "reason": f"{type(exc).__name__}: {exc}"[:500]})
             if skipped:
-                await conn.execute(sql("operations/audit"), operation_id, "skipped",
-                                   json.dumps({"processes": skipped}, ensure_ascii=False))
+                await _audit_skipped(conn, operation_id, {"processes": skipped})
             finished = len(ids) < op["batch_size"]
             row = await _advance(conn, operation_id, examined=len(ids), changed=changed, lease_sec=lease_sec,
                                  finished=finished, cursor_process_id=ids[-1] if ids else None)
@@ -168,13 +167,17 @@ class OperationRepository:
         """Runs a workflow operation would examine, by status (its total is their sum)."""
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             await begin_count(conn, self.count_timeout_sec)
-            rows = await conn.fetch(sql("workflows/select_count"), *f.params(), snapshot)
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            rows = await conn.fetch(sql("workflows/select_count"), workflow, statuses, c_from, c_to, top_level,
+                                    snapshot)
         return {r["status"]: r["runs"] for r in rows}
 
     async def sample_runs(self, f: RunFilter, snapshot: datetime, limit: int = SAMPLE_RUNS) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
             await begin_count(conn, self.count_timeout_sec)
-            return await conn.fetch(sql("workflows/select_sample"), *f.params(), snapshot, limit)
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            return await conn.fetch(sql("workflows/select_sample"), workflow, statuses, c_from, c_to, top_level,
+                                    snapshot, limit)
 
     async def run_workflow_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
                                  apply: ApplyToRun) -> BatchResult:
@@ -191,8 +194,9 @@ class OperationRepository:
             if op is None:
                 return BatchResult(0, 0, False, None)
             f = RunFilter.model_validate(op["filter"])
-            rows = await conn.fetch(sql("workflows/select_batch"), *f.params(), op["snapshot_at"],
-                                    op["cursor_created_at"], op["cursor_job_id"], op["batch_size"])
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            rows = await conn.fetch(sql("workflows/select_batch"), workflow, statuses, c_from, c_to, top_level,
+                                    op["snapshot_at"], op["cursor_created_at"], op["cursor_job_id"], op["batch_size"])
             changed = failed = 0
             noted: list[dict[str, str]] = []
             for row in rows:
@@ -213,8 +217,7 @@ class OperationRepository:
                 if result.reason is not None and len(noted) < MAX_SKIPS_AUDITED:
                     noted.append({"run_id": str(row["run_id"]), "outcome": result.outcome, "reason": result.reason})
             if noted:
-                await conn.execute(sql("operations/audit"), operation_id, "skipped",
-                                   json.dumps({"runs": noted}, ensure_ascii=False))
+                await _audit_skipped(conn, operation_id, {"runs": noted})
             last = rows[-1] if rows else None
             finished = len(rows) < op["batch_size"]
             row = await _advance(conn, operation_id, examined=len(rows), changed=changed, failed=failed,
@@ -266,6 +269,11 @@ async def _lock_for_batch(conn: asyncpg.Connection, operation_id: uuid.UUID, own
     it is still running and ours (None: it is not)."""
     await conn.execute(sql("operations/batch_settings"))
     return await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
+
+
+async def _audit_skipped(conn: asyncpg.Connection, operation_id: uuid.UUID, payload: dict[str, Any]) -> None:
+    """audit.sql: a batch's 'skipped' row, naming what it did not change and why."""
+    await conn.execute(sql("operations/audit"), operation_id, "skipped", json.dumps(payload, ensure_ascii=False))
 
 
 class _Undo(Exception):

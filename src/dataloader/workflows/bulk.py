@@ -73,7 +73,7 @@ def bulk_run_changer(*, max_args_bytes: int, default_lease_ttl_sec: int
                 await manager.repo.lock_runs([*reversed(below), run_id])
                 await manager.cancel(run_id)
             elif kind == "workflow_restart":
-                await _ended(manager, run_id)
+                await _ended(manager, run_id, with_steps=False)
                 await manager.restart(run_id, from_step=params.get("from_step"))
             elif kind == "workflow_retry":
                 await _retry(manager, await _ended(manager, run_id))
@@ -88,12 +88,14 @@ def bulk_run_changer(*, max_args_bytes: int, default_lease_ttl_sec: int
     return change
 
 
-async def _ended(manager: Any, run_id: uuid.UUID) -> Any:
+async def _ended(manager: Any, run_id: uuid.UUID, *, with_steps: bool = True) -> Any:
     """The run, if it ended in a way a restart takes (failed, canceled, lost); JobNotRetryable
     (skipped) otherwise — before its history is looked at: a run still waiting has not recorded the
     step yet, and is not ended, which is what the operator needs to hear. restart re-checks it
     under the run's row lock."""
-    run = await manager.get(run_id)
+    run = await manager.repo.get_run(run_id, with_steps=with_steps)
+    if run is None:
+        raise WorkflowNotFound(f"no workflow run {run_id}")
     if run.status not in RESTARTABLE:
         raise JobNotRetryable(f"workflow run {run_id} is {run.status}; only a failed, canceled or lost run "
                               "can be restarted")
