@@ -327,4 +327,5 @@ async def test_sync_app_counts_and_starts_a_bulk_operation(app, bdb, dsn):
     await failed_runs(app, bdb, dsn, 2, waiting=1)
     dry, op = await asyncio.to_thread(_sync_bulk, dsn)
     assert (dry.kind, dry.total, dry.by_status) == ("workflow_retry", 2, {"failed": 2})
-    assert (op.kind, op.total, op.state, op.started_by) == ("workflow_cancel", 1, "running", "sync")
+    # 50 runs a batch unless told: each run is a savepoint, kept under PostgreSQL's 64 cached subtransactions
+    assert (op.kind, op.total, op.state, op.started_by, op.batch_size) == ("workflow_cancel", 1, "running", "sync", 50)

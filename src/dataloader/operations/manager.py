@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 
 MAX_BATCH_SIZE = 10_000
 MAX_OPERATIONS_LIMIT = 200
+# A workflow operation's batch when none is given: each run is changed in a savepoint of the batch's
+# transaction, and past 64 subtransactions that wrote, every snapshot on the server must look their
+# ids up in pg_subtrans while the batch is open; 50 keep it under.
+RUN_BATCH_SIZE = 50
 
 
 def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -128,7 +132,8 @@ class OperationManager:
             f = run_filter(filter)
         else:
             f = await self.search.checked(filter)
-        batch = batch_size or self.default_batch_size
+        batch = batch_size or (min(self.default_batch_size, RUN_BATCH_SIZE) if kind in WORKFLOW_KINDS
+                               else self.default_batch_size)
         if not 1 <= batch <= MAX_BATCH_SIZE:
             raise InvalidJobRequest(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
         if not started_by or len(started_by) > 200 or "\x00" in started_by:
