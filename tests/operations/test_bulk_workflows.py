@@ -255,6 +255,8 @@ async def test_kill_9_of_the_node_mid_restart_another_node_finishes_and_nothing_
     restarts = await bdb.fetch("SELECT job_id, count(*) AS n FROM dl_job_events WHERE kind = 'workflow_restart' "
                                "AND job_id = ANY($1) GROUP BY job_id", runs)
     assert len(restarts) == n and {r["n"] for r in restarts} == {1}  # each run restarted exactly once
+    audited = [run for e in trail if e.kind == "changed" for run in e.payload["runs"]]
+    assert sorted(audited) == sorted(str(r) for r in runs)  # each run named once, by the batch that changed it
     assert await executions(bdb, runs) == {"one": {1}, "two": {2}, "three": {1}}
 
 

@@ -157,7 +157,7 @@ class OperationRepository:
                     if len(skipped) < MAX_SKIPS_AUDITED:
                         skipped.append({"id": process_id, "reason": f"{type(exc).__name__}: {exc}"[:500]})
             if skipped:
-                await _audit_skipped(conn, operation_id, {"processes": skipped})
+                await _audit(conn, operation_id, "skipped", {"processes": skipped})
             finished = len(ids) < op["batch_size"]
             row = await _advance(conn, operation_id, examined=len(ids), changed=changed, lease_sec=lease_sec,
                                  finished=finished, cursor_process_id=ids[-1] if ids else None)
@@ -182,11 +182,12 @@ class OperationRepository:
     async def run_workflow_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
                                  apply: ApplyToRun) -> BatchResult:
         """A batch of a workflow operation, like run_process_batch: its runs after the cursor, `apply`
-        to each in its own savepoint and in the batch's transaction, so a run's change and the
-        progress that counts it commit together (a runner killed mid-batch leaves both undone, and
-        its successor does the batch again: nothing twice). A refusal (a DataloaderError) undoes
-        that run's savepoint only and is counted skipped or failed, with its reason in the audit
-        trail; any other error (a lock timeout, a lost connection) rolls the batch back whole."""
+        to each in its own savepoint and in the batch's transaction, so a run's change, the
+        progress that counts it and the audit row naming it ('changed') commit together (a runner
+        killed mid-batch leaves all undone, and its successor does the batch again: nothing twice).
+        A refusal (a DataloaderError) undoes that run's savepoint only and is counted skipped or
+        failed, with its reason in the audit trail; any other error (a lock timeout, a lost
+        connection) rolls the batch back whole."""
         from dataloader.model.workflow_selection import RunFilter
 
         async with self.pool.acquire() as conn, conn.transaction():
@@ -199,6 +200,7 @@ class OperationRepository:
                                     op["snapshot_at"], op["cursor_created_at"], op["cursor_job_id"], op["batch_size"])
             changed = failed = 0
             noted: list[dict[str, str]] = []
+            changed_runs: list[str] = []
             for row in rows:
                 try:
                     async with conn.transaction():
@@ -214,10 +216,14 @@ class OperationRepository:
                     result = RunOutcome("failed", f"{type(exc).__name__}: {exc}"[:500])
                 changed += result.outcome == "changed"
                 failed += result.outcome == "failed"
+                if result.outcome == "changed":
+                    changed_runs.append(str(row["run_id"]))
                 if result.reason is not None and len(noted) < MAX_SKIPS_AUDITED:
                     noted.append({"run_id": str(row["run_id"]), "outcome": result.outcome, "reason": result.reason})
             if noted:
-                await _audit_skipped(conn, operation_id, {"runs": noted})
+                await _audit(conn, operation_id, "skipped", {"runs": noted})
+            if changed_runs:  # who changed these runs: the run's own journal rows do not name the operation
+                await _audit(conn, operation_id, "changed", {"runs": changed_runs})
             last = rows[-1] if rows else None
             finished = len(rows) < op["batch_size"]
             row = await _advance(conn, operation_id, examined=len(rows), changed=changed, failed=failed,
@@ -271,9 +277,10 @@ async def _lock_for_batch(conn: asyncpg.Connection, operation_id: uuid.UUID, own
     return await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
 
 
-async def _audit_skipped(conn: asyncpg.Connection, operation_id: uuid.UUID, payload: dict[str, Any]) -> None:
-    """audit.sql: a batch's 'skipped' row, naming what it did not change and why."""
-    await conn.execute(sql("operations/audit"), operation_id, "skipped", json.dumps(payload, ensure_ascii=False))
+async def _audit(conn: asyncpg.Connection, operation_id: uuid.UUID, kind: str, payload: dict[str, Any]) -> None:
+    """audit.sql: a batch's 'skipped' row (what it did not change and why) or a workflow batch's
+    'changed' row (the runs it changed), in the batch's transaction."""
+    await conn.execute(sql("operations/audit"), operation_id, kind, json.dumps(payload, ensure_ascii=False))
 
 
 class _Undo(Exception):

@@ -141,7 +141,9 @@ class OperationListResponse(BaseModel):
 class OperationEventResponse(BaseModel):
     event_id: int
     ts: datetime
-    kind: str = Field(description="created, started, taken_over, paused, resumed, canceled, finished, failed")
+    kind: str = Field(description="created, started, taken_over, paused, resumed, canceled, finished, failed; "
+                                  "skipped (what a batch did not change, and why), changed (the workflow runs a "
+                                  "batch changed)")
     actor: str | None
     payload: Any
 
