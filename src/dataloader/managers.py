@@ -274,7 +274,8 @@ class Managers:
             self._workflows = WorkflowManager(
                 WorkflowRepository(self.db.pool), self.jobs, workflow_definitions,
                 max_args_bytes=self.settings.max_args_bytes, default_lease_ttl_sec=self.settings.default_lease_ttl_sec,
-                waiter=lambda: self.waiter)
+                waiter=lambda: self.waiter,
+                operations=self.own_operations)  # runs live on the default shard
         return self._workflows
 
     @property

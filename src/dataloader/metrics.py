@@ -172,7 +172,8 @@ QUEUE_TIME_EXPIRIES = Counter(
 )
 OPERATION_JOBS = Counter(
     "dl_operation_jobs_total",
-    "Jobs a bulk operation handled on this node, by kind and result (changed, skipped: no longer eligible)",
+    "Jobs (processes, workflow runs) a bulk operation handled on this node, by kind and result (changed, "
+    "skipped: no longer eligible, failed: refused for a reason of its own)",
     ["kind", "result"],
 )
 OPERATION_BATCH_SECONDS = Histogram(

@@ -145,7 +145,7 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
     if settings.operations_enabled:
         duties.append(OperationRunner(OperationRepository(pool), OperationRunnerSettings.from_settings(settings),
                                       owner=settings.node_name, default_lease_ttl_sec=settings.default_lease_ttl_sec,
-                                      notifier=notifier))
+                                      max_args_bytes=settings.max_args_bytes, notifier=notifier))
     return duties
 
 

@@ -47,6 +47,7 @@ from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
+from dataloader.model.operation import DryRun, Operation
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
@@ -284,7 +285,8 @@ class SyncApp:
 
     @property
     def workflows(self) -> SyncWorkflows:
-        """`app.workflows` of the async App, blocking: start, get, list, result, signal, cancel, restart."""
+        """`app.workflows` of the async App, blocking: start, get, list, result, signal, cancel, restart,
+        and the bulk cancel_many, restart_many, retry_many."""
         return SyncWorkflows(self)
 
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
@@ -318,6 +320,17 @@ class SyncWorkflows:
     def list(self, **filters: Any) -> WorkflowRunPage:
         """Runs newest first: `workflow`, `status`, `limit`, `cursor` as `App.workflows.list`."""
         return self._owner._call(self._owner.app.workflows.list(**filters))
+
+    def cancel_many(self, filter: Mapping[str, Any] | None = None, **options: Any) -> Operation | DryRun:
+        """`App.workflows.cancel_many`: every run the filter matches, as a tracked bulk operation."""
+        return self._owner._call(self._owner.app.workflows.cancel_many(filter, **options))
+
+    def restart_many(self, filter: Mapping[str, Any] | None = None, from_step: str | None = None,
+                     **options: Any) -> Operation | DryRun:
+        return self._owner._call(self._owner.app.workflows.restart_many(filter, from_step, **options))
+
+    def retry_many(self, filter: Mapping[str, Any] | None = None, **options: Any) -> Operation | DryRun:
+        return self._owner._call(self._owner.app.workflows.retry_many(filter, **options))
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

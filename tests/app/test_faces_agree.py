@@ -782,6 +782,29 @@ WORKFLOW_REFUSALS = [
     ("complete a token that is none", ("complete_token", ("no-such-token", {"ok": True})),
      ("POST", "/api/v1/workflows/tokens/no-such-token", {"payload": {"ok": True}}),
      ["workflows", "complete-token", "no-such-token", "--payload", '{"ok": true}'], "token_not_found"),
+    # bulk operations over runs found by search (docs/operations.md): the selection and the step
+    ("bulk cancel by an unknown status", ("cancel_many", {"filter": {"statuses": ["sleeping"]}}),
+     ("POST", "/api/v1/workflows/bulk/cancel", {"filter": {"statuses": ["sleeping"]}}),
+     ["ops", "cancel-workflows", "--status", "sleeping", "--yes"], "validation_error"),
+    ("bulk restart from a date that is none", ("restart_many", {"filter": {"created_from": "yesterday"},
+                                                                "from_step": "two"}),
+     ("POST", "/api/v1/workflows/bulk/restart", {"filter": {"created_from": "yesterday"}, "from_step": "two"}),
+     ["ops", "restart-workflows", "--created-from", "yesterday", "--from-step", "two", "--yes"], "validation_error"),
+    ("bulk retry over a backwards range", ("retry_many", {"filter": {"created_from": "2030-01-02T00:00:00Z",
+                                                                     "created_to": "2030-01-01T00:00:00Z"}}),
+     ("POST", "/api/v1/workflows/bulk/retry", {"filter": {"created_from": "2030-01-02T00:00:00Z",
+                                                          "created_to": "2030-01-01T00:00:00Z"}}),
+     ["ops", "retry-workflows", "--created-from", "2030-01-02T00:00:00Z", "--created-to", "2030-01-01T00:00:00Z",
+      "--yes"], "validation_error"),
+    ("bulk cancel of a workflow name that cannot be", ("cancel_many", {"filter": {"workflow": "a b"}}),
+     ("POST", "/api/v1/workflows/bulk/cancel", {"filter": {"workflow": "a b"}}),
+     ["ops", "cancel-workflows", "--workflow", "a b", "--yes"], "validation_error"),
+    ("bulk restart from a step that is not a name", ("restart_many", {"filter": {}, "from_step": "  "}),
+     ("POST", "/api/v1/workflows/bulk/restart", {"from_step": "  "}),
+     ["ops", "restart-workflows", "--from-step", "  ", "--yes"], "validation_error"),
+    ("bulk restart from an empty step", ("restart_many", {"filter": {}, "from_step": ""}),
+     ("POST", "/api/v1/workflows/bulk/restart", {"from_step": ""}),
+     ["ops", "restart-workflows", "--from-step", "", "--yes"], "validation_error"),
 ]
 
 
@@ -790,6 +813,7 @@ WORKFLOW_REFUSALS = [
 async def test_a_workflow_refusal_gets_the_same_code_from_every_face_and_writes_nothing(py_app, http, db, dsn, call,
                                                                                           request_, cli, code):
     method, args = call
+    operations = await db.fetchval("SELECT count(*) FROM dl_operations")
     with pytest.raises(DataloaderError) as caught:
         if isinstance(args, dict):
             await getattr(py_app.workflows, method)(**args)
@@ -800,6 +824,7 @@ async def test_a_workflow_refusal_gets_the_same_code_from_every_face_and_writes_
     assert await cli_code(dsn, cli) == code
     assert await db.fetchval("SELECT count(*) FROM dl_jobs") == 0
     assert await db.fetchval("SELECT count(*) FROM dl_workflow_signals") == 0
+    assert await db.fetchval("SELECT count(*) FROM dl_operations") == operations
 
 
 async def test_a_restart_refusal_gets_the_same_code_from_every_face_and_changes_nothing(py_app, http, db, dsn):

@@ -345,3 +345,51 @@ async def test_the_latest_migration_keeps_every_column_and_constraint_of_the_003
         assert enum == await conn.fetchval(f"SELECT enum_range(NULL::{SPEC_SCHEMA}.dl_status)::text")
     finally:
         await conn.close()
+
+
+def _move_to(conn, revision: str, down: bool) -> None:
+    from alembic import command
+
+    cfg = migrate.alembic_config()
+    cfg.attributes["connection"] = conn
+    (command.downgrade if down else command.upgrade)(cfg, revision)
+    conn.commit()
+
+
+async def test_the_workflow_operations_migration_goes_down_and_up_again(empty_db):
+    """0038 (bulk operations over workflow runs) is reversible: down to 0037 drops the `failed`
+    count and the workflow kinds (their operations with them), up again allows them, at head."""
+    from dataloader.storage.db import create_engine
+
+    await migrate.upgrade(empty_db)
+
+    async def state() -> tuple[bool, bool]:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            has_failed = await conn.fetchval("SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                                             "'dl_operations' AND column_name = 'failed'") == 1
+            try:
+                async with conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO dl_operations (operation_id, kind, filter, params, total, batch_size, started_by, "
+                        "snapshot_at) VALUES (gen_random_uuid(), 'workflow_cancel', '{}', '{}', 0, 1, 't', now())")
+                    raise RuntimeError("roll back")
+            except asyncpg.CheckViolationError:
+                allowed = False
+            except RuntimeError:
+                allowed = True
+            return has_failed, allowed
+        finally:
+            await conn.close()
+
+    assert await state() == (True, True)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_move_to, "0037_workflow_generations", True)
+            assert await state() == (False, False)
+            await conn.run_sync(_move_to, "head", False)
+    finally:
+        await engine.dispose()
+    assert await state() == (True, True)
+    assert await migrate.database_revision(empty_db) == migrate.head_revision()

@@ -73,7 +73,8 @@ def danger_actions() -> set[str]:
 def test_every_red_button_is_one_of_the_confirmed_actions():
     """A new destructive button must join the confirmed ones (and this test's list)."""
     assert danger_actions() == {"*/jobs/*/cancel", "*/jobs/*/delete", "*/bulk", "*/operations/*/cancel",
-                                "*/observers/stop", "*/workflows/*/cancel", "*/workflows/*/restart"}
+                                "*/observers/stop", "*/workflows/*/cancel", "*/workflows/*/restart",
+                                "*/workflows/bulk"}
 
 
 async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation_does_it(db, dsn):
@@ -104,6 +105,8 @@ async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation
             (f"/ui/workflows/{run}/signal", {"name": "go", "payload": '{"n": 1}'},
              f"Send signal 'go' to workflow run {run}?",
              lambda: db.fetchval("SELECT count(*) FROM dl_workflow_signals WHERE run_id = $1", run), 0, 1),
+            ("/ui/workflows/bulk", {"workflow": "t.wait", "status": "queued", "action": "cancel", "from_step": ""},
+             "Cancel 1 workflow run?", lambda: db.fetchval("SELECT count(*) FROM dl_operations"), 1, 2),
         ]
         for path, form, question, state, before, after in cases:
             asked = await client.post(path, data={"csrf": csrf, **form})
@@ -192,6 +195,9 @@ async def test_every_action_says_what_it_did(db, dsn):
             f"Workflow run {run} canceled."
         assert await act("/workflows/{run_id:uuid}/restart", f"/ui/workflows/{run}/restart", {"from_step": ""}) == \
             f"Workflow run {run} restarted from the start: it is queued."
+        bulk = await act("/workflows/bulk", "/ui/workflows/bulk", {"workflow": "t.wait", "status": "queued",
+                                                                   "action": "cancel"})
+        assert re.fullmatch(r"Operation [0-9a-f-]{36} started: workflow_cancel on 1 workflow run\.", bulk), bulk
     # repair and restart need the processor's tasks to run: their notices are checked in the browser
     # (test_processes_browser.py)
     covered = set(said) | {"/processes/{ns}/{process_id:path}/repair", "/processes/{ns}/{process_id:path}/restart"}

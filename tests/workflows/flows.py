@@ -78,6 +78,8 @@ async def child(wf: Workflow, input: dict[str, Any]) -> Any:
         raise ValueError(f"child {input['i']} refuses")
     if mode == "wait":
         return await wf.wait_for("go")
+    if mode == "hold":  # running until canceled: a step that lingers (its first execution)
+        await wf.step("hold", probe, input["dsn"], wf, f"hold-{input['i']}", 600)
     return input["i"] * 10
 
 
@@ -90,6 +92,35 @@ async def gatherer(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
     after = await wf.step("after", probe, input["dsn"], wf, "after-join")
     return {"results": [r if not isinstance(r, Exception) else f"failed: {r.status}" for r in results],
             "after": after}
+
+
+FIXED_DDL = "CREATE TABLE IF NOT EXISTS wf_fixed (fixed boolean PRIMARY KEY)"
+
+
+async def broken_until_fixed(dsn: str, wf: Workflow) -> int:
+    """Step two of t.bulkfix: fails for good until a row in wf_fixed says the code was fixed."""
+    runs = await probe(dsn, wf, "two")
+    conn = await asyncpg.connect(dsn)
+    try:
+        fixed = await conn.fetchval("SELECT count(*) FROM wf_fixed")
+    finally:
+        await conn.close()
+    if not fixed:
+        raise FatalError("a bad deploy: step two is broken")
+    return runs
+
+
+@workflow("t.bulkfix", queue=QUEUE)
+async def bulk_fixable(wf: Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Three steps, the second broken until fixed (a bulk restart from it after the fix); with
+    `wait`, the run waits for a signal "go" after step one (a run that has not ended)."""
+    dsn = input["dsn"]
+    one = await wf.step("one", probe, dsn, wf, "one")
+    if input.get("wait"):
+        await wf.wait_for("go")
+    two = await wf.step("two", broken_until_fixed, dsn, wf)
+    three = await wf.step("three", probe, dsn, wf, "three")
+    return {"one": one, "two": two, "three": three}
 
 
 @workflow("t.flaky", queue=QUEUE)

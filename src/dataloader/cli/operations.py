@@ -1,5 +1,6 @@
 """Recovery and operations (docs/operations.md): `dataloader ops` - search jobs, top errors,
-bulk requeue/cancel/delete/priority and process restarts as tracked operations with progress."""
+bulk requeue/cancel/delete/priority, process restarts and workflow cancel/restart/retry as tracked
+operations with progress."""
 
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def _progress_line(op: Any) -> str:
     "[running]" or "[paused]" is otherwise read as a style tag and prints nothing."""
     from rich.markup import escape
 
-    return escape(f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed}")
+    failed = f" failed={op.failed}" if op.failed else ""
+    return escape(f"{op.kind} {str(op.id)[:8]} [{op.state}] changed={op.changed} skipped={op.skipped}{failed}")
 
 
 async def _watch(app: App, operation_id: uuid.UUID, interval: float = 0.5) -> dict[str, Any]:
@@ -230,6 +232,48 @@ def ops_restart_processes(
     params = {"from": point["from_"]} if from_ else {"from_event": point["event_id"]}
     _bulk("process_restart", {k: v for k, v in f.items() if v is not None}, params, dry_run, yes, watch, batch_size,
           what="processes")
+
+
+WorkflowOpt = Annotated[str | None, typer.Option("--workflow", help="Only this workflow's runs")]
+RunStatusOpt = Annotated[list[str] | None, typer.Option(
+    "--status", help="queued, running, succeeded, failed, canceled or lost (the run's job's); repeatable")]
+TopLevelOpt = Annotated[bool | None, typer.Option(
+    "--top-level/--children", help="Only runs no gather started / only children (default: both)")]
+
+
+def _run_filter(workflow: str | None, status: list[str] | None, created_from: str | None, created_to: str | None,
+                top_level: bool | None) -> dict[str, Any]:
+    """The options as a workflow operation's filter; the manager validates it (one rule, every face)."""
+    values = {"workflow": workflow, "statuses": status or None, "created_from": _when("created-from", created_from),
+              "created_to": _when("created-to", created_to), "top_level": top_level}
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items() if v is not None}
+
+
+def _workflow_command(action: str, help_text: str) -> None:
+    def command(
+        workflow: WorkflowOpt = None, status: RunStatusOpt = None, created_from: TimeOpt = None,
+        created_to: TimeOpt = None, top_level: TopLevelOpt = None,
+        from_step: Annotated[str | None, typer.Option(
+            "--from-step", help="restart: the step to run again from (default: the start)")] = None,
+        dry_run: DryRunOpt = False, yes: YesOpt = False, watch: WatchOpt = True, batch_size: BatchOpt = None,
+    ) -> None:
+        if from_step is not None and action != "restart":
+            raise typer.BadParameter("--from-step: only restart-workflows takes a step (retry finds where each "
+                                     "run failed)")
+        params = {"from_step": from_step} if action == "restart" and from_step is not None else None
+        _bulk(f"workflow_{action}", _run_filter(workflow, status, created_from, created_to, top_level), params,
+              dry_run, yes, watch, batch_size, what="workflow runs")
+
+    command.__doc__ = help_text
+    ops_app.command(f"{action}-workflows")(command)
+
+
+_workflow_command("cancel", "Cancel every workflow run matching the filter, with the runs below each (a tracked "
+                            "operation with a progress bar).")
+_workflow_command("restart", "Restart every ended workflow run matching the filter from --from-step (e.g. after a "
+                             "fixed deploy); runs not ended are skipped and counted.")
+_workflow_command("retry", "Run every ended workflow run matching the filter again from where it failed (its "
+                           "first failed step).")
 
 
 def _operation_id(value: str) -> uuid.UUID:

@@ -162,6 +162,19 @@ def check_jsonpath(path: str) -> str:
     return path
 
 
+def storable_time(value: datetime | None) -> datetime | None:
+    """A filter's time bound as the database can compare it (1970 to 9999), or ValueError."""
+    if value is None:
+        return None
+    try:
+        in_range = _EARLIEST <= value.astimezone(UTC) <= _LATEST
+    except OverflowError:  # 9999-12-31T23:00:00-05:00 is past datetime.max in UTC
+        in_range = False
+    if not in_range:
+        raise ValueError("must be between 1970-01-01 and 9999-01-01")
+    return value
+
+
 class JobFilter(StrictModel):
     queues: list[str] | None = Field(default=None, max_length=100, description="Any of these queues")
     tasks: list[str] | None = Field(default=None, max_length=100, description="Any of these tasks")
@@ -238,15 +251,7 @@ class JobFilter(StrictModel):
     @field_validator("created_from", "created_to", "finished_from", "finished_to")
     @classmethod
     def _storable_time(cls, value: datetime | None) -> datetime | None:
-        if value is None:
-            return None
-        try:
-            in_range = _EARLIEST <= value.astimezone(UTC) <= _LATEST
-        except OverflowError:  # 9999-12-31T23:00:00-05:00 is past datetime.max in UTC
-            in_range = False
-        if not in_range:
-            raise ValueError("must be between 1970-01-01 and 9999-01-01")
-        return value
+        return storable_time(value)
 
     @model_validator(mode="after")
     def _ranges(self) -> JobFilter:

@@ -14,7 +14,9 @@ from dataloader.model.clock import iso
 JOB_KINDS = ("requeue", "cancel", "delete", "set_priority")
 # Over processes (filter: ProcessFilter); started by app.processes.restart_many.
 PROCESS_KINDS = ("process_restart",)
-KINDS = JOB_KINDS + PROCESS_KINDS
+# Over workflow runs (filter: RunFilter); started by app.workflows.cancel_many / restart_many / retry_many.
+WORKFLOW_KINDS = ("workflow_cancel", "workflow_restart", "workflow_retry")
+KINDS = JOB_KINDS + PROCESS_KINDS + WORKFLOW_KINDS
 STATES = ("running", "paused", "canceled", "finished", "failed")
 ENDED_STATES = frozenset({"canceled", "finished", "failed"})
 
@@ -28,7 +30,7 @@ class Operation:
     state: str
     total: int  # jobs the filter matched when it started (the dry-run count)
     done: int  # jobs examined so far
-    changed: int  # of those, jobs changed (the others were no longer eligible)
+    changed: int  # of those, jobs changed (the others were no longer eligible, or refused)
     batch_size: int
     started_by: str
     created_at: datetime
@@ -39,6 +41,7 @@ class Operation:
     lease_expires_at: datetime | None = None
     lease_epoch: int = 0
     error: str | None = None
+    failed: int = 0  # of those examined, refused for a reason of their own (a workflow run's unknown step)
 
     @property
     def ended(self) -> bool:
@@ -46,7 +49,8 @@ class Operation:
 
     @property
     def skipped(self) -> int:
-        return self.done - self.changed
+        """Examined but no longer eligible (a job that succeeded meanwhile, a run not ended)."""
+        return self.done - self.changed - self.failed
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Operation:
@@ -55,12 +59,13 @@ class Operation:
                    batch_size=row["batch_size"], started_by=row["started_by"], created_at=row["created_at"],
                    updated_at=row["updated_at"], snapshot_at=row["snapshot_at"], finished_at=row["finished_at"],
                    lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
-                   lease_epoch=row["lease_epoch"], error=row["error"])
+                   lease_epoch=row["lease_epoch"], error=row["error"], failed=row.get("failed") or 0)
 
     def to_dict(self) -> dict[str, Any]:
         data = {"operation_id": str(self.id), "kind": self.kind, "filter": self.filter, "params": self.params,
                 "state": self.state, "total": self.total, "done": self.done, "changed": self.changed,
-                "skipped": self.skipped, "batch_size": self.batch_size, "started_by": self.started_by,
+                "skipped": self.skipped, "failed": self.failed, "batch_size": self.batch_size,
+                "started_by": self.started_by,
                 "created_at": self.created_at, "updated_at": self.updated_at, "snapshot_at": self.snapshot_at,
                 "finished_at": self.finished_at, "runner": self.lease_owner,
                 "lease_expires_at": self.lease_expires_at, "error": self.error}
@@ -75,9 +80,18 @@ class DryRun:
     filter: dict[str, Any]
     params: dict[str, Any]
     total: int
+    # A workflow operation's: the matched runs by status (a restart skips those not ended, a cancel
+    # those ended) and the first few it would examine, oldest first.
+    by_status: dict[str, int] | None = None
+    sample: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dry_run": True, "kind": self.kind, "filter": self.filter, "params": self.params, "total": self.total}
+        data = {"dry_run": True, "kind": self.kind, "filter": self.filter, "params": self.params, "total": self.total}
+        if self.by_status is not None:
+            data["by_status"] = self.by_status
+        if self.sample is not None:
+            data["sample"] = self.sample
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,25 +26,39 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dataloader.exceptions import InvalidJobRequest, InvalidProcessRequest, OperationNotFound, OperationStateConflict
+from dataloader.exceptions import (
+    InvalidJobRequest,
+    InvalidProcessRequest,
+    OperationNotFound,
+    OperationStateConflict,
+    ValidationFailed,
+)
 from dataloader.jobs.manager import PG_INT_MAX, decode_cursor, encode_cursor
 from dataloader.jobs.search import JobSearch, filter_error, parse_filter
+from dataloader.model.clock import iso
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import (
     KINDS,
     PROCESS_KINDS,
     STATES,
+    WORKFLOW_KINDS,
     DryRun,
     Operation,
     OperationEvent,
 )
+from dataloader.model.workflow import MAX_STEP_NAME
 from dataloader.storage.operation_repository import OperationRepository
 
 if TYPE_CHECKING:
     from dataloader.model.process_selection import ProcessFilter
+    from dataloader.model.workflow_selection import RunFilter
 
 MAX_BATCH_SIZE = 10_000
 MAX_OPERATIONS_LIMIT = 200
+# A workflow operation's batch when none is given: each run is changed in a savepoint of the batch's
+# transaction, and past 64 subtransactions that wrote, every snapshot on the server must look their
+# ids up in pg_subtrans while the batch is open; 50 keep it under.
+RUN_BATCH_SIZE = 50
 
 
 def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -58,6 +72,11 @@ def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
             return restart_params(params).to_dict()
         except InvalidProcessRequest as exc:
             raise InvalidJobRequest(str(exc)) from None
+    if kind == "workflow_restart":
+        if set(params) - {"from_step"}:
+            raise InvalidJobRequest('workflow_restart takes params {"from_step": a step name} (none: from the start)')
+        step = params.get("from_step")
+        return {} if step is None else {"from_step": check_from_step(step)}
     if kind == "set_priority":
         priority = params.get("priority")
         if set(params) != {"priority"} or isinstance(priority, bool) or not isinstance(priority, int) \
@@ -67,6 +86,31 @@ def check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     if params:
         raise InvalidJobRequest(f"{kind} takes no params")
     return {}
+
+
+def run_filter(value: Any) -> RunFilter:
+    """A workflow operation's filter (model/workflow_selection.py), its first problem as one
+    ValidationFailed naming the field, as a job filter's is."""
+    from dataloader.model.workflow_selection import RunFilter
+
+    if isinstance(value, RunFilter):
+        return value
+    if value is not None and not isinstance(value, Mapping):
+        raise ValidationFailed("filter: must be a mapping of workflow, statuses, created_from, created_to, "
+                               "top_level", [{"loc": ["filter"], "msg": "must be a mapping", "type": "dict_type"}])
+    try:
+        return RunFilter.model_validate(dict(value or {}))
+    except ValidationError as exc:
+        raise filter_error(exc) from None
+
+
+def check_from_step(value: Any) -> str:
+    """A bulk restart's step: a step's name as a run records it (1-200 characters, not blank,
+    without NUL). Whether each run recorded it is that run's own matter (failed if not)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_STEP_NAME or "\x00" in value:
+        message = f"must be a step's name: 1-{MAX_STEP_NAME} characters, not blank, without NUL (got {value!r:.100})"
+        raise ValidationFailed(f"from_step: {message}", [{"loc": ["from_step"], "msg": message, "type": "value_error"}])
+    return value
 
 
 class OperationManager:
@@ -81,20 +125,37 @@ class OperationManager:
         """Start a bulk operation (a NOTIFY wakes the runners; one of them takes it at once), or,
         with `dry_run`, only count the jobs it would examine. The filter is the search's."""
         checked_params = check_params(kind, params)
-        f = self._process_filter(filter) if kind in PROCESS_KINDS else await self.search.checked(filter)
-        batch = batch_size or self.default_batch_size
+        f: JobFilter | ProcessFilter | RunFilter
+        if kind in PROCESS_KINDS:
+            f = self._process_filter(filter)
+        elif kind in WORKFLOW_KINDS:
+            f = run_filter(filter)
+        else:
+            f = await self.search.checked(filter)
+        batch = batch_size or (min(self.default_batch_size, RUN_BATCH_SIZE) if kind in WORKFLOW_KINDS
+                               else self.default_batch_size)
         if not 1 <= batch <= MAX_BATCH_SIZE:
             raise InvalidJobRequest(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
         if not started_by or len(started_by) > 200 or "\x00" in started_by:
             raise InvalidJobRequest("started_by must be 1-200 characters without NUL")
         snapshot = datetime.now(UTC)
+        by_status: dict[str, int] | None = None
+        sample: list[dict[str, Any]] | None = None
         async with self.search.expensive_slot():
             if isinstance(f, JobFilter):
                 total = await self.repo.count(f, snapshot)
+            elif kind in WORKFLOW_KINDS:
+                by_status = await self.repo.count_runs(f, snapshot)  # type: ignore[arg-type]
+                total = sum(by_status.values())
+                if dry_run:
+                    sample = [{"run_id": str(r["run_id"]), "workflow": r["workflow"], "status": r["status"],
+                               "created_at": iso(r["created_at"]),
+                               "parent_run_id": None if r["parent_run_id"] is None else str(r["parent_run_id"])}
+                              for r in await self.repo.sample_runs(f, snapshot)]  # type: ignore[arg-type]
             else:
-                total = await self.repo.count_processes(f, snapshot)
+                total = await self.repo.count_processes(f, snapshot)  # type: ignore[arg-type]
         if dry_run:
-            return DryRun(kind, f.describe(), checked_params, total)
+            return DryRun(kind, f.describe(), checked_params, total, by_status, sample)
         row = await self.repo.create(uuid.uuid4(), kind, f.describe(), checked_params, total, batch, started_by,
                                      snapshot)
         return Operation.from_row(row)

@@ -32,10 +32,11 @@ from dataloader.exceptions import InvalidJobRequest
 from dataloader.jobs.search import parse_filter
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
-from dataloader.model.operation import PROCESS_KINDS
+from dataloader.model.operation import PROCESS_KINDS, WORKFLOW_KINDS
 from dataloader.processes.restart import bulk_restarter
 from dataloader.storage.notifier import Notifier
 from dataloader.storage.operation_repository import OperationRepository
+from dataloader.workflows.bulk import bulk_run_changer
 
 log = logging.getLogger("dataloader.operations.runner")
 
@@ -70,14 +71,15 @@ class OperationRunner(PeriodicService):
     settings: OperationRunnerSettings
 
     def __init__(self, repo: OperationRepository, settings: OperationRunnerSettings, *, owner: str,
-                 default_lease_ttl_sec: int = 60, dsn: str | None = None, notifier: Notifier | None = None,
-                 **kwargs: object) -> None:
+                 default_lease_ttl_sec: int = 60, max_args_bytes: int = 256 * 1024, dsn: str | None = None,
+                 notifier: Notifier | None = None, **kwargs: object) -> None:
         """`notifier` (or, run alone, `dsn`): where started and resumed operations are heard
         (neither: wake on time only)."""
         super().__init__(settings, dsn=dsn, notifier=notifier, **kwargs)  # type: ignore[arg-type]
         self.repo = repo
         self.owner = owner
         self.restart_process = bulk_restarter(default_lease_ttl_sec)
+        self.change_run = bulk_run_changer(max_args_bytes=max_args_bytes, default_lease_ttl_sec=default_lease_ttl_sec)
         self._lease_ends_in: float | None = None  # of another runner's operation, at the last look
 
     def next_delay(self) -> float:
@@ -118,6 +120,9 @@ class OperationRunner(PeriodicService):
                     if kind in PROCESS_KINDS:
                         result = await self.repo.run_process_batch(operation_id, self.owner, epoch,
                                                                    self.settings.lease_sec, self.restart_process)
+                    elif kind in WORKFLOW_KINDS:
+                        result = await self.repo.run_workflow_batch(operation_id, self.owner, epoch,
+                                                                    self.settings.lease_sec, self.change_run)
                     else:
                         result = await self.repo.run_batch(operation_id, self.owner, epoch, self.settings.lease_sec,
                                                            parse_filter)
@@ -139,7 +144,9 @@ class OperationRunner(PeriodicService):
                     return batches
                 batches += 1
                 metrics.OPERATION_JOBS.labels(kind, "changed").inc(result.changed)
-                metrics.OPERATION_JOBS.labels(kind, "skipped").inc(result.examined - result.changed)
+                metrics.OPERATION_JOBS.labels(kind, "skipped").inc(result.examined - result.changed - result.failed)
+                if result.failed:
+                    metrics.OPERATION_JOBS.labels(kind, "failed").inc(result.failed)
                 if result.finished:
                     log.info("bulk operation finished", extra={
                         "operation_id": str(operation_id), "kind": kind, "done": result.row["done"],

@@ -19,11 +19,31 @@ from dataloader.storage.search_repository import begin_count, count_matches, fil
 
 if TYPE_CHECKING:
     from dataloader.model.process_selection import ProcessFilter
+    from dataloader.model.workflow_selection import RunFilter
 
 # Changes one process of a process operation in the batch's transaction: (conn, ns, id, params) ->
 # changed; raises a DataloaderError when the process is not eligible.
 MAX_SKIPS_AUDITED = 100  # per batch: the audit says which processes were skipped and why
 ApplyToProcess = Callable[[asyncpg.Connection, str, str, dict[str, Any]], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What a workflow operation did to one run: `changed`, `skipped` (no longer eligible: a run
+    not ended for a restart, ended for a cancel) or `failed` (refused for a reason of its own: a
+    step it never recorded, a gather in the way), with the reason of the last two."""
+
+    outcome: str
+    reason: str | None = None
+
+
+# Changes one run of a workflow operation in the batch's transaction: (conn, kind, run id, params).
+ApplyToRun = Callable[[asyncpg.Connection, str, uuid.UUID, dict[str, Any]], Awaitable[RunOutcome]]
+# Errors a workflow operation's batch is tried again for (rolled back whole), not a run's refusal.
+TRANSIENT = (asyncpg.DeadlockDetectedError, asyncpg.LockNotAvailableError, asyncpg.SerializationError,
+             asyncpg.QueryCanceledError, asyncpg.PostgresConnectionError, asyncpg.InsufficientResourcesError,
+             asyncpg.OperatorInterventionError)
+SAMPLE_RUNS = 10  # a workflow operation's dry run shows this many of the runs it would examine
 
 
 class QueueTimeRepository:
@@ -51,6 +71,7 @@ class BatchResult:
     changed: int
     finished: bool
     row: asyncpg.Record | None  # None: the runner no longer holds the operation (nothing was done)
+    failed: int = 0  # of the examined, refused for a reason of their own (a workflow operation's)
 
 
 class OperationRepository:
@@ -136,12 +157,80 @@ class OperationRepository:
                     if len(skipped) < MAX_SKIPS_AUDITED:
                         skipped.append({"id": process_id, "reason": f"{type(exc).__name__}: {exc}"[:500]})
             if skipped:
-                await conn.execute(sql("operations/audit"), operation_id, "skipped",
-                                   json.dumps({"processes": skipped}, ensure_ascii=False))
+                await _audit(conn, operation_id, "skipped", {"processes": skipped})
             finished = len(ids) < op["batch_size"]
             row = await _advance(conn, operation_id, examined=len(ids), changed=changed, lease_sec=lease_sec,
                                  finished=finished, cursor_process_id=ids[-1] if ids else None)
         return BatchResult(len(ids), changed, finished, row)
+
+    async def count_runs(self, f: RunFilter, snapshot: datetime) -> dict[str, int]:
+        """Runs a workflow operation would examine, by status (its total is their sum)."""
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+            await begin_count(conn, self.count_timeout_sec)
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            rows = await conn.fetch(sql("workflows/select_count"), workflow, statuses, c_from, c_to, top_level,
+                                    snapshot)
+        return {r["status"]: r["runs"] for r in rows}
+
+    async def sample_runs(self, f: RunFilter, snapshot: datetime, limit: int = SAMPLE_RUNS) -> list[asyncpg.Record]:
+        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+            await begin_count(conn, self.count_timeout_sec)
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            return await conn.fetch(sql("workflows/select_sample"), workflow, statuses, c_from, c_to, top_level,
+                                    snapshot, limit)
+
+    async def run_workflow_batch(self, operation_id: uuid.UUID, owner: str, epoch: int, lease_sec: float,
+                                 apply: ApplyToRun) -> BatchResult:
+        """A batch of a workflow operation, like run_process_batch: its runs after the cursor, `apply`
+        to each in its own savepoint and in the batch's transaction, so a run's change, the
+        progress that counts it and the audit row naming it ('changed') commit together (a runner
+        killed mid-batch leaves all undone, and its successor does the batch again: nothing twice).
+        A refusal (a DataloaderError) undoes that run's savepoint only and is counted skipped or
+        failed, with its reason in the audit trail; any other error (a lock timeout, a lost
+        connection) rolls the batch back whole."""
+        from dataloader.model.workflow_selection import RunFilter
+
+        async with self.pool.acquire() as conn, conn.transaction():
+            op = await _lock_for_batch(conn, operation_id, owner, epoch)
+            if op is None:
+                return BatchResult(0, 0, False, None)
+            f = RunFilter.model_validate(op["filter"])
+            workflow, statuses, c_from, c_to, top_level = f.params()
+            rows = await conn.fetch(sql("workflows/select_batch"), workflow, statuses, c_from, c_to, top_level,
+                                    op["snapshot_at"], op["cursor_created_at"], op["cursor_job_id"], op["batch_size"])
+            changed = failed = 0
+            noted: list[dict[str, str]] = []
+            changed_runs: list[str] = []
+            for row in rows:
+                try:
+                    async with conn.transaction():
+                        result = await apply(conn, op["kind"], row["run_id"], op["params"])
+                        if result.outcome != "changed":
+                            raise _Undo(result)
+                except _Undo as undo:
+                    result = undo.result
+                except asyncpg.PostgresError as exc:
+                    if isinstance(exc, TRANSIENT):
+                        raise  # the batch again, after a pause: this run may well pass then
+                    # a row this statement cannot handle: refused, as a process's is, not retried forever
+                    result = RunOutcome("failed", f"{type(exc).__name__}: {exc}"[:500])
+                changed += result.outcome == "changed"
+                failed += result.outcome == "failed"
+                if result.outcome == "changed":
+                    changed_runs.append(str(row["run_id"]))
+                if result.reason is not None and len(noted) < MAX_SKIPS_AUDITED:
+                    noted.append({"run_id": str(row["run_id"]), "outcome": result.outcome, "reason": result.reason})
+            if noted:
+                await _audit(conn, operation_id, "skipped", {"runs": noted})
+            if changed_runs:  # who changed these runs: the run's own journal rows do not name the operation
+                await _audit(conn, operation_id, "changed", {"runs": changed_runs})
+            last = rows[-1] if rows else None
+            finished = len(rows) < op["batch_size"]
+            row = await _advance(conn, operation_id, examined=len(rows), changed=changed, failed=failed,
+                                 lease_sec=lease_sec, finished=finished,
+                                 cursor_created_at=last["created_at"] if last else None,
+                                 cursor_job_id=last["run_id"] if last else None)
+        return BatchResult(len(rows), changed, finished, row, failed)
 
     @staticmethod
     async def _apply(conn: asyncpg.Connection, kind: str, job_ids: list[uuid.UUID], operation_id: uuid.UUID,
@@ -188,9 +277,24 @@ async def _lock_for_batch(conn: asyncpg.Connection, operation_id: uuid.UUID, own
     return await conn.fetchrow(sql("operations/lock_for_batch"), operation_id, owner, epoch)
 
 
+async def _audit(conn: asyncpg.Connection, operation_id: uuid.UUID, kind: str, payload: dict[str, Any]) -> None:
+    """audit.sql: a batch's 'skipped' row (what it did not change and why) or a workflow batch's
+    'changed' row (the runs it changed), in the batch's transaction."""
+    await conn.execute(sql("operations/audit"), operation_id, kind, json.dumps(payload, ensure_ascii=False))
+
+
+class _Undo(Exception):
+    """Leaves a run's savepoint undone (whatever its refusal wrote before it refused), carrying why."""
+
+    def __init__(self, result: RunOutcome) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
 async def _advance(conn: asyncpg.Connection, operation_id: uuid.UUID, *, examined: int, changed: int,
                    lease_sec: float, finished: bool, cursor_created_at: datetime | None = None,
-                   cursor_job_id: uuid.UUID | None = None, cursor_process_id: str | None = None) -> asyncpg.Record:
-    """advance.sql: the end of a batch (a job operation's cursor, or a process operation's)."""
+                   cursor_job_id: uuid.UUID | None = None, cursor_process_id: str | None = None,
+                   failed: int = 0) -> asyncpg.Record:
+    """advance.sql: the end of a batch (a job or run operation's cursor, or a process operation's)."""
     return await conn.fetchrow(sql("operations/advance"), operation_id, cursor_created_at, cursor_job_id, examined,
-                               changed, lease_sec, finished, cursor_process_id)
+                               changed, lease_sec, finished, cursor_process_id, failed)

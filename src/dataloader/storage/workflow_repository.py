@@ -256,6 +256,11 @@ class WorkflowRepository:
     async def unfinished_descendants(self, run_id: uuid.UUID) -> list[uuid.UUID]:
         return [r["run_id"] for r in await self.pool.fetch(sql("workflows/unfinished_descendants"), run_id)]
 
+    async def lock_runs(self, run_ids: list[uuid.UUID]) -> None:
+        """Lock these runs' jobs in this order, in the caller's transaction (a repository made on a
+        connection: a bulk cancel's batch)."""
+        await self.pool.fetch(sql("workflows/lock_runs"), run_ids)
+
 
 def _record_params(run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: str, state: str,
                    result_json: str | None, error: str | None, attempts: int, wake_in_sec: float | None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -80,9 +80,12 @@ class RunEndWaiter(Protocol):
 class WorkflowManager:
     def __init__(self, repo: WorkflowRepository, jobs: JobManager, registry: WorkflowRegistry, *,
                  max_args_bytes: int, default_lease_ttl_sec: int,
-                 waiter: Callable[[], RunEndWaiter] | None = None) -> None:
+                 waiter: Callable[[], RunEndWaiter] | None = None, operations: Callable[[], Any] | None = None) -> None:
         """`waiter`: the node's waiter on its one listening session, as it is now (it is rebuilt
-        when the App is opened again); None: `result` polls."""
+        when the App is opened again); None: `result` polls. `operations`: the bulk operations
+        capability, for cancel_many / restart_many / retry_many (operations/ builds on workflows/,
+        so it is handed in rather than imported)."""
+        self._operations = operations
         self.repo = repo
         self.waiter = waiter
         self.jobs = jobs
@@ -303,3 +306,36 @@ class WorkflowManager:
             await self.jobs.cancel(job_id)
         except (JobAlreadyFinished, JobNotFound):
             pass  # it ended (or was pruned) meanwhile: nothing left to cancel
+
+    # -- bulk: the runs a search finds, as a tracked operation (workflows/bulk.py, docs/operations.md) --
+
+    async def cancel_many(self, filter: Mapping[str, Any] | None = None, *, started_by: str = "unknown",
+                          dry_run: bool = False, batch_size: int | None = None) -> Any:
+        """Cancel every run the filter matches (workflow, statuses, created_from / created_to,
+        top_level; model/workflow_selection.py) as a tracked bulk operation (`app.operations` shows,
+        pauses, resumes, cancels it): each run as `cancel` does, with every run below it that has not
+        ended. A run that has ended when its batch comes is skipped. `dry_run`: only count them
+        (by status, with a sample)."""
+        return await self._bulk("workflow_cancel", filter, None, started_by, dry_run, batch_size)
+
+    async def restart_many(self, filter: Mapping[str, Any] | None = None, from_step: str | None = None, *,
+                           started_by: str = "unknown", dry_run: bool = False, batch_size: int | None = None) -> Any:
+        """Restart every run the filter matches from step `from_step` (None: from the start), as
+        `restart` does, as a tracked bulk operation. A run not ended (or succeeded) when its batch
+        comes is skipped; one that never recorded that step, or has a gather in the way, is failed
+        (nothing changed), with the reason in the operation's audit trail."""
+        return await self._bulk("workflow_restart", filter, {"from_step": from_step}, started_by, dry_run, batch_size)
+
+    async def retry_many(self, filter: Mapping[str, Any] | None = None, *, started_by: str = "unknown",
+                         dry_run: bool = False, batch_size: int | None = None) -> Any:
+        """Run every matched ended run again from where it failed (its first failed step; a run with
+        none: its job retried, replaying its history), as a tracked bulk operation; skipped and
+        failed as for restart_many."""
+        return await self._bulk("workflow_retry", filter, None, started_by, dry_run, batch_size)
+
+    async def _bulk(self, kind: str, filter: Any, params: dict[str, Any] | None, started_by: str, dry_run: bool,
+                    batch_size: int | None) -> Any:
+        if self._operations is None:
+            raise RuntimeError("this WorkflowManager was built without the operations service")
+        return await self._operations().start(kind, filter, params=params, started_by=started_by, dry_run=dry_run,
+                                              batch_size=batch_size)

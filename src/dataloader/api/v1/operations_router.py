@@ -109,6 +109,8 @@ class OperationResponse(BaseModel):
     done: int = Field(description="Jobs examined so far (progress: done / total)")
     changed: int = Field(description="Of those, jobs changed")
     skipped: int = Field(description="Of those, jobs no longer eligible when their batch ran")
+    failed: int = Field(default=0, description="Of those, refused for a reason of their own (a workflow run that "
+                                               "never recorded the step to restart from)")
     batch_size: int
     started_by: str
     created_at: datetime
@@ -126,6 +128,9 @@ class DryRunResponse(BaseModel):
     filter: dict[str, Any]
     params: dict[str, Any]
     total: int = Field(description="Jobs it would examine")
+    by_status: dict[str, int] | None = Field(default=None, description="A workflow operation's: the runs by status")
+    sample: list[dict[str, Any]] | None = Field(
+        default=None, description="A workflow operation's: the first runs it would examine, oldest first")
 
 
 class OperationListResponse(BaseModel):
@@ -136,7 +141,9 @@ class OperationListResponse(BaseModel):
 class OperationEventResponse(BaseModel):
     event_id: int
     ts: datetime
-    kind: str = Field(description="created, started, taken_over, paused, resumed, canceled, finished, failed")
+    kind: str = Field(description="created, started, taken_over, paused, resumed, canceled, finished, failed; "
+                                  "skipped (what a batch did not change, and why), changed (the workflow runs a "
+                                  "batch changed)")
     actor: str | None
     payload: Any
 

@@ -1,6 +1,6 @@
 """API v1 workflows (docs/workflows.md): `/api/v1/workflows` — start a run, list runs newest
 first, read one with its recorded history, wait for its result, signal it, cancel it (with every run below it), restart
-it from a step.
+it from a step; cancel, restart or retry every run a search finds as a tracked bulk operation (`/bulk/{action}`).
 
 Errors have the house's one shape (`{error, detail}`): an unknown workflow or run is a 404, a
 signal or cancel for a run that has ended a 409 (`workflow_finished`), a result asked of a run that
@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.operations_router import DryRunResponse, OperationResponse
 from dataloader.api.v1.utils import location
+from dataloader.exceptions import ValidationFailed
+from dataloader.model.operation import DryRun
 from dataloader.model.storable import check_storable
 from dataloader.model.workflow import NAME_PATTERN, WorkflowRun
 from dataloader.workflows.manager import (
@@ -192,6 +195,56 @@ async def list_runs(
     """Runs (children too) newest first, keyset-paged: runs started meanwhile never shift a page."""
     page = await api.list(workflow=workflow, status=status_, limit=limit, cursor=cursor or None)
     return RunListView.model_validate(page.to_dict())
+
+
+class BulkBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"filter": {"workflow": "orders.fulfil", "statuses": ["failed"], "created_from": "2030-01-01T00:00:00Z"},
+         "from_step": "charge", "dry_run": True}]})
+
+    filter: dict[str, Any] = Field(
+        default_factory=dict, description="workflow, statuses (the runs' jobs'), created_from, created_to "
+                                          "(RFC 3339 with a zone), top_level; empty: every run")
+    from_step: str | None = Field(default=None, description="restart only: the step to run again from (none: the "
+                                                            "start)")
+    # strict: 0 or "false" must not mean anything here (a 0 once started a real operation)
+    dry_run: bool = Field(default=False, strict=True, description="Only count the runs (by status, with a sample)")
+    started_by: str = Field(default="api", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    batch_size: int | None = Field(default=None, ge=1, le=10_000, description="Runs per batch (one transaction)")
+
+
+BulkAction = Annotated[Literal["cancel", "restart", "retry"], Path(
+    description="cancel (each run with the runs below it), restart (from `from_step`), retry (from where it failed)")]
+
+
+@router.post("/bulk/{action}", status_code=status.HTTP_201_CREATED, response_model=OperationResponse | DryRunResponse,
+             summary="Cancel, restart or retry every run a search finds, as a tracked bulk operation (or a dry run)",
+             responses={200: {"model": DryRunResponse, "description": "The dry run's count"},
+                        201: {"model": OperationResponse, "description": "The operation"},
+                        **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
+                                          ErrorCode.invalid_request, ErrorCode.too_many_queries,
+                                          ErrorCode.query_timeout)})
+async def bulk_runs(action: BulkAction, api: Api, response: Response,
+                    body: Annotated[BulkBody | None, Body()] = None) -> Any:
+    """Starts an operation of kind `workflow_<action>` (follow, pause, resume or cancel it under
+    /api/v1/operations/{id}); each run is changed as the single call does, when its batch reaches
+    it: a run no longer eligible then (ended, for a cancel; not ended, for a restart or retry) is
+    skipped, and one whose restart is refused (no such recorded step, a gather in the way) is
+    failed, named in the operation's audit trail. `from_step` is for restart only."""
+    body = body or BulkBody()
+    options = {"started_by": body.started_by, "dry_run": body.dry_run, "batch_size": body.batch_size}
+    if action != "restart" and body.from_step is not None:
+        raise ValidationFailed("from_step: only a restart takes a step (retry finds where each run failed)",
+                               [{"loc": ["from_step"], "msg": "only a restart takes a step", "type": "value_error"}])
+    if action == "cancel":
+        result = await api.cancel_many(body.filter, **options)
+    elif action == "restart":
+        result = await api.restart_many(body.filter, body.from_step, **options)
+    else:
+        result = await api.retry_many(body.filter, **options)
+    if isinstance(result, DryRun):
+        response.status_code = status.HTTP_200_OK
+    return result.to_dict()
 
 
 @router.get("/{run_id}", response_model=RunView, summary="A run with its recorded history",

@@ -12,7 +12,9 @@ from dataloader.ui.pages import (
     overview,
     processes,
     schedules,
+    workflow_bulk,
     workflows,
 )
 
-PAGES = (overview, jobs, errors, operations, processes, workflows, schedules, observers, bulk, login)
+# workflow_bulk before workflows: its /workflows/bulk is not a run's page
+PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, bulk, login)

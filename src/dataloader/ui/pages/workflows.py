@@ -60,7 +60,8 @@ async def listing(request: Request) -> Response:
     return render.page(request, "workflows.html", status=200 if problem is None else 422, workflow=workflow,
                        run_status=status, statuses=RUN_STATUSES, registered=app.workflows.registry.names(),
                        runs=page.runs if page else [], next_query=next_query, problem=problem,
-                       path_of=run_path)
+                       path_of=run_path, bulk_query=urlencode({k: v for k, v in (("workflow", workflow),
+                                                                              ("status", status)) if v}))
 
 
 def gather_children(step: Recorded) -> list[dict[str, Any]]:
