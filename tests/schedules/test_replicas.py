@@ -57,7 +57,9 @@ async def test_replicas_enqueue_exactly_one_job_per_tick_and_follow_run_once_aft
     # (the first run covers the ticks between the schedule's creation and the first node's start)
     assert all(r["skipped_before"] == 0 for r in before[1:])
     per_node = [fired_by(n) for n in nodes]
-    assert sum(per_node) == len(ticks), per_node  # every tick fired by exactly one node
+    # every tick fired by exactly one node (the rows above: one per tick). A node logs a tick after
+    # its commit, so a SIGKILL between the two leaves that tick unlogged: at most one per node
+    assert len(ticks) - len(nodes) <= sum(per_node) <= len(ticks), per_node
     print(f"\n{len(ticks)} ticks ({two_node_ticks} with 2 replicas), fired per node: {per_node}")
 
     # every replica down across several ticks (real time passes), then one comes back
