@@ -406,8 +406,11 @@ class ChaosRun:
     async def _restart_postgres(self, t0: float) -> None:
         started = time.time()
         how = await self.restart_fn()
-        self.restart = {"how": how, "t_sec": round(started - t0, 2),
-                        "took_sec": round(time.time() - started, 2)}
+        ended = time.time()
+        # the wall-clock window the server was down in (the workflow check does not hold a sleep's
+        # wake to its bound while nothing could run it)
+        self.restart = {"how": how, "t_sec": round(started - t0, 2), "took_sec": round(ended - started, 2),
+                        "down_from": started, "down_to": ended}
 
     async def _sigterm(self, t0: float) -> None:
         slot = await self._ready_slot()

@@ -386,6 +386,12 @@ def test_workflow_checks_fail_on_a_step_run_after_its_record_a_lost_run_a_join_t
     assert failing(steps=other_signal) == {"signals_not_taken_once"}
     late = [dict(st, wake_at=st["wake_at"] - 14 * s) if st["kind"] == "sleep" else st for st in good["steps"]]
     assert failing(steps=late) == {"sleeps_woke_late"}
+    woke_at = next(st["wake_at"] for st in late if st["kind"] == "sleep")
+    # late by 14 s, 5 of them with the database down after its wake_at: within the 13 s bound
+    assert failing(steps=late, outages=[(woke_at + s, woke_at + 6 * s)]) == set()
+    # an outage before the wake_at, or too short, excuses nothing
+    assert failing(steps=late, outages=[(woke_at - 6 * s, woke_at - s)]) == {"sleeps_woke_late"}
+    assert failing(steps=late, outages=[(woke_at + s, woke_at + 1.2 * s)]) == {"sleeps_woke_late"}
     early = [dict(st, wake_at=st["wake_at"] + s) if st["kind"] == "sleep" else st for st in good["steps"]]
     assert failing(steps=early) == {"sleeps_woke_early"}
 
