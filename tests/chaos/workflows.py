@@ -246,8 +246,8 @@ class WorkflowLoad:
         bound = wake_bound_sec(cfg.lease_ttl_sec, cfg.reaper_period_sec, cfg.poll_fallback_sec)
         started = {r.run_id: self.input_of(r) for r in self.runs if r.run_id}
         restart = getattr(self.run, "restart", None) or {}
-        outages = ([(datetime.fromtimestamp(restart["down_from"], UTC), datetime.fromtimestamp(restart["down_to"], UTC))]
-                   if "down_from" in restart else [])
+        outages = ([(datetime.fromtimestamp(restart["down_from"], UTC),
+                     datetime.fromtimestamp(restart["down_to"], UTC))] if "down_from" in restart else [])
         found = check_workflows(started, cfg.workflow_children, [dict(j) for j in jobs], [dict(s) for s in steps],
                                 [dict(p) for p in probes], [dict(e) for e in events], [dict(s) for s in signals],
                                 bound, outages)
