@@ -23,9 +23,7 @@ WITH live AS (
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)
     SELECT run.job_id, run.queue, 'workflow_' || rec.kind,
-           jsonb_strip_nulls(jsonb_build_object('seq', rec.seq, 'name', rec.name, 'state', rec.state,
-                                                'attempts', rec.attempts, 'error', rec.error,
-                                                'wake_at', rec.wake_at, 'job_id', rec.job_id))
+-- @include workflows/step_journal_payload
     FROM rec, dl_jobs run WHERE run.job_id = $3
 )
 SELECT EXISTS (SELECT 1 FROM live) AS live, (SELECT lease_left_sec FROM live) AS lease_left_sec, rec.*
