@@ -1,0 +1,301 @@
+"""The journal partitioned by time (migration 0039, retention/partitions.py) on a real PostgreSQL:
+the migration on an empty database, on one with rows and on a hand-applied 003 schema, and its
+downgrade; partitions created ahead; a drop that keeps the history of the jobs still kept (queued,
+running, finished within a longer age, held) with their own ts and event_id; an insert no range
+covers landing in the DEFAULT partition; the foreign key and its cascade; the pruner waiting for
+the drop so its cascade finds nothing. Each test that changes partitions has a database of its own."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from dataloader import Settings
+from dataloader.retention import partitions as parts
+from dataloader.retention.policy import RetentionPolicy
+from dataloader.retention.pruner import prune
+from dataloader.storage import migrate
+from tests.retention.rows import add_job, exists
+from tests.support.database import create_database, drop_database
+
+spec = importlib.import_module("dataloader.storage.migrations.versions.0001_spec_schema")
+DAY = 86400.0
+
+
+@pytest.fixture
+async def fresh(pg_server):
+    url = await create_database(pg_server)
+    yield url
+    await drop_database(pg_server, url)
+
+
+@pytest.fixture
+async def fresh_pool(fresh):
+    await migrate.upgrade(fresh)
+    pool = await asyncpg.create_pool(fresh, min_size=1, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def _to(conn, revision: str, down: bool) -> None:
+    from alembic import command
+
+    cfg = migrate.alembic_config()
+    cfg.attributes["connection"] = conn
+    (command.downgrade if down else command.upgrade)(cfg, revision)
+    conn.commit()
+
+
+async def _move(url: str, revision: str, *, down: bool) -> None:
+    from dataloader.storage.db import create_engine
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_to, revision, down)
+    finally:
+        await engine.dispose()
+
+
+async def _kinds(conn: asyncpg.Connection) -> dict[str, str]:
+    """relkind of the journal and of each of its partitions."""
+    rows = await conn.fetch("SELECT c.relname, c.relkind::text FROM pg_class c WHERE c.relname LIKE 'dl_job_events%' "
+                            "AND c.relkind IN ('r', 'p')")
+    return {r["relname"]: r["relkind"] for r in rows}
+
+
+async def test_fresh_database_has_a_partitioned_journal_with_legacy_and_default(fresh):
+    await migrate.upgrade(fresh)
+    conn = await asyncpg.connect(fresh)
+    try:
+        assert await _kinds(conn) == {"dl_job_events": "p", "dl_job_events_p_legacy": "r",
+                                      "dl_job_events_default": "r"}
+        pk = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                                 "WHERE conrelid = 'dl_job_events'::regclass AND contype = 'p'")
+        assert pk == "PRIMARY KEY (event_id, ts)"
+        fk = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                                 "WHERE conrelid = 'dl_job_events'::regclass AND contype = 'f'")
+        assert fk == "FOREIGN KEY (job_id) REFERENCES dl_jobs(job_id) ON DELETE CASCADE"
+        owner = await conn.fetchval("SELECT d.refobjid::regclass::text FROM pg_depend d "
+                                    "WHERE d.objid = 'dl_job_events_event_id_seq'::regclass AND d.deptype = 'a'")
+        assert owner == "dl_job_events"
+        # the foreign key's check holds on the partitioned table: no row of a job that does not exist
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            await conn.execute("INSERT INTO dl_job_events (job_id, queue, kind) VALUES ($1, 'q', 'queued')",
+                               uuid.uuid4())
+    finally:
+        await conn.close()
+
+
+async def test_hand_applied_ddl_with_rows_is_adopted_and_its_rows_kept_then_goes_down_and_up(fresh):
+    """A database where the 003 DDL was applied by hand, with history (one row with an 'infinity'
+    ts, as promise 9 allows): migrated to head, every row is still there, readable by job_id and in
+    event_id order, the odd one in the DEFAULT partition; down to 0038 the journal is a plain table
+    again with its 0001 primary key and every row; up again, partitioned."""
+    conn = await asyncpg.connect(fresh)
+    try:
+        for statement in spec.spec_statements():
+            await conn.execute(statement)
+        job = uuid.uuid4()
+        await conn.execute("INSERT INTO dl_jobs (job_id, queue, task, lock_key) VALUES ($1, 'q', 'dl.noop', 'k')", job)
+        for ago in (400 * DAY, 10 * DAY, 0.0):
+            await conn.execute("INSERT INTO dl_job_events (job_id, queue, kind, ts) "
+                               "VALUES ($1, 'q', 'queued', now() - make_interval(secs => $2))", job, ago)
+        await conn.execute("INSERT INTO dl_job_events (job_id, queue, kind, ts) "
+                           "VALUES ($1, 'q', 'odd', 'infinity')", job)
+        before = await conn.fetch("SELECT event_id, ts, kind FROM dl_job_events ORDER BY event_id")
+    finally:
+        await conn.close()
+    assert (await migrate.upgrade(fresh))[1] == migrate.head_revision()
+
+    async def journal() -> tuple[list[asyncpg.Record], dict[str, str], dict[str, int]]:
+        conn = await asyncpg.connect(fresh)
+        try:
+            rows = await conn.fetch("SELECT event_id, ts, kind FROM dl_job_events WHERE job_id = $1 ORDER BY event_id",
+                                    job)
+            where = {r["p"]: r["n"] for r in await conn.fetch(
+                "SELECT tableoid::regclass::text AS p, count(*) AS n FROM dl_job_events GROUP BY 1")}
+            return rows, await _kinds(conn), where
+        finally:
+            await conn.close()
+
+    rows, kinds, where = await journal()
+    assert rows == before
+    assert kinds["dl_job_events"] == "p"
+    assert where == {"dl_job_events_p_legacy": 3, "dl_job_events_default": 1}
+
+    await _move(fresh, "0038_workflow_operations", down=True)
+    rows, kinds, where = await journal()
+    assert rows == before and kinds == {"dl_job_events": "r"} and where == {"dl_job_events": 4}
+    conn = await asyncpg.connect(fresh)
+    try:
+        pk = await conn.fetchval("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                                 "WHERE conrelid = 'dl_job_events'::regclass AND contype = 'p'")
+        assert pk == "PRIMARY KEY (event_id)"
+        new_id = await conn.fetchval("INSERT INTO dl_job_events (job_id, queue, kind) VALUES ($1, 'q', 'x') "
+                                     "RETURNING event_id", job)
+        assert new_id > max(r["event_id"] for r in before)  # the sequence came back with its table
+    finally:
+        await conn.close()
+    await _move(fresh, "head", down=False)
+    rows, kinds, where = await journal()
+    assert kinds["dl_job_events"] == "p" and len(rows) == 5
+    assert await migrate.database_revision(fresh) == migrate.head_revision()
+
+
+async def test_partitions_are_created_ahead_and_an_uncovered_insert_lands_in_default(fresh_pool):
+    pool = fresh_pool
+    now = datetime.now(UTC)
+    tick = await parts.create_ahead(pool, now, parts.DAY, 3)
+    listed = await parts.list_partitions(pool)
+    ranges = [(p.range_from, p.range_to) for p in listed if not p.is_default]
+    # the legacy partition ends at the next midnight; three days follow it, contiguous
+    assert ranges[0][0] is None
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert ranges[-1][1] >= now + 3 * parts.DAY
+    assert tick.created == [p.name for p in listed if not p.is_default and p.range_from is not None]
+    assert tick.created[0] == parts.partition_name(ranges[1][0], parts.DAY)
+    # idempotent
+    assert (await parts.create_ahead(pool, now, parts.DAY, 3)).created == []
+    job = await add_job(pool, status="queued", finished_ago=None)
+    await pool.execute("INSERT INTO dl_job_events (job_id, queue, kind, ts) VALUES "
+                       "($1, 'q', 'a', now() + interval '1 day'), ($1, 'q', 'b', now() + interval '400 days')", job)
+    where = {r["kind"]: r["p"] for r in await pool.fetch(
+        "SELECT kind, tableoid::regclass::text AS p FROM dl_job_events WHERE job_id = $1", job)}
+    assert where["b"] == "dl_job_events_default"
+    assert where["a"].startswith("dl_job_events_p2")
+    assert where["queued"] == "dl_job_events_p_legacy"
+
+
+async def _age_partition(pool: asyncpg.Pool, days_old: float) -> parts.JournalPartition:
+    """A range partition that ended `days_old` days ago, placed before the legacy one: the legacy
+    partition is detached and attached again ending where this one starts (test set-up only)."""
+    end = parts.floor_boundary(datetime.now(UTC) - timedelta(days=days_old), parts.DAY)
+    start = end - parts.DAY
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("ALTER TABLE dl_job_events DETACH PARTITION dl_job_events_p_legacy")
+        await conn.execute(f"ALTER TABLE dl_job_events ATTACH PARTITION dl_job_events_p_legacy "
+                           f"FOR VALUES FROM (MINVALUE) TO ('{start.isoformat()}')")
+    name = parts.partition_name(start, parts.DAY)
+    await pool.execute("SELECT dl_journal_attach_partition($1, $2, $3)", name, start, end)
+    return next(p for p in await parts.list_partitions(pool) if p.name == name)
+
+
+async def test_a_dropped_partition_keeps_the_history_of_every_job_still_kept(fresh_pool):
+    """Jobs with rows in a partition 8 days old: a succeeded job past its 7 days loses them (and is
+    then pruned with nothing left to cascade); a queued, a running, a held and a failed one (30
+    days) keep every row, with the same event_id and ts, in the DEFAULT partition; a hook sees the
+    partition before its drop."""
+    pool = fresh_pool
+    old = await _age_partition(pool, 8)
+    assert old.range_from is not None and old.range_to is not None
+    t = (old.range_to - datetime.now(UTC)).total_seconds()  # negative: seconds from now into the partition
+    inside = -t + 3600  # an hour before the partition's end, as "seconds ago"
+    gone = await add_job(pool, status="succeeded", finished_ago=inside, picked_ago=inside + 10)
+    queued = await add_job(pool, status="queued", finished_ago=None, created_ago=inside)
+    running = await add_job(pool, status="running", finished_ago=None, picked_ago=inside)
+    failed = await add_job(pool, status="failed", finished_ago=inside, picked_ago=inside + 10)
+    held = await add_job(pool, status="failed", finished_ago=40 * DAY, picked_ago=inside + 5, created_ago=inside + 20)
+    await pool.execute("UPDATE dl_jobs SET held_at = now(), held_reason = 'test' WHERE job_id = $1", held)
+    # a long-running job: created in the old partition, finished yesterday, within its 7 days
+    long = await add_job(pool, status="succeeded", finished_ago=DAY, picked_ago=inside, created_ago=inside)
+    keep = [queued, running, failed, held, long]
+    history = {j: await pool.fetch("SELECT event_id, ts, kind, payload FROM dl_job_events WHERE job_id = $1 "
+                                   "ORDER BY event_id", j) for j in keep}
+    assert {r["p"] for r in await pool.fetch("SELECT DISTINCT tableoid::regclass::text AS p FROM dl_job_events "
+                                             "WHERE job_id = ANY($1) AND kind = 'queued'", [gone, *keep])} == {old.name}
+    seen = []
+
+    async def hook(partition: parts.JournalPartition) -> None:
+        seen.append((partition.name, partition.range_from, partition.range_to))
+
+    policy = RetentionPolicy.from_settings(Settings(db_dsn="postgresql://x/y"))
+    results = await parts.drop_due(pool, policy, datetime.now(UTC), before_drop=hook)
+    # the legacy partition, which ends where the old one starts, is past the horizon too: it goes first
+    assert [r.partition.name for r in results] == ["dl_job_events_p_legacy", old.name]
+    assert [r.error for r in results] == [None, None]
+    assert seen == [("dl_job_events_p_legacy", None, old.range_from), (old.name, old.range_from, old.range_to)]
+    assert old.name not in {p.name for p in await parts.list_partitions(pool)}
+    for job in keep:
+        after = await pool.fetch("SELECT event_id, ts, kind, payload FROM dl_job_events WHERE job_id = $1 "
+                                 "ORDER BY event_id", job)
+        assert after == history[job], job
+    assert results[1].kept == sum(1 for j in keep for r in history[j] if old.range_from <= r["ts"] < old.range_to)
+    assert await exists(pool, gone) == (True, 0)
+    # the pruner then deletes it; its cascade has nothing left to delete
+    report = await prune(pool, policy)
+    assert report.jobs[("q", "succeeded")] == 1
+    assert await exists(pool, gone) == (False, 0)
+    for job in keep:
+        assert (await exists(pool, job))[0]
+
+
+async def test_a_retry_racing_the_drop_waits_for_it(fresh_pool):
+    """An expired failed job (past a 7-day age) with rows in the dropped partition is locked by the
+    drop: a retry in another session waits until the drop commits, so the job was past its age
+    when its old rows went, in every order."""
+    pool = fresh_pool
+    old = await _age_partition(pool, 8)
+    assert old.range_to is not None
+    inside = (datetime.now(UTC) - old.range_to).total_seconds() + 3600
+    job = await add_job(pool, status="failed", finished_ago=inside, picked_ago=inside + 5)
+    policy = RetentionPolicy.uniform(7 * DAY)
+    params = parts.policy_parameters(policy, None)
+    from dataloader.storage.queries import sql
+
+    async with pool.acquire() as conn, conn.transaction():
+        locked = await conn.fetchval(sql("retention/journal_lock_expired"), old.name, old.range_from,
+                                     old.range_to, *params)
+        assert locked == 1
+        other = await pool.acquire()
+        try:
+            await other.execute("SET lock_timeout = '200ms'")
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await other.execute("SELECT 1 FROM dl_jobs WHERE job_id = $1 FOR UPDATE", job)
+        finally:
+            await other.execute("RESET lock_timeout")
+            await pool.release(other)
+
+
+def test_choose_interval_and_names():
+    assert parts.choose_interval(7 * DAY) == parts.DAY
+    assert parts.choose_interval(4 * DAY) == parts.DAY
+    assert parts.choose_interval(3 * DAY) == parts.HOUR
+    assert parts.choose_interval(None) == parts.DAY
+    assert parts.choose_interval(3 * DAY, "day") == parts.DAY
+    with pytest.raises(ValueError):
+        parts.choose_interval(DAY, "week")
+    start = datetime(2026, 12, 2, tzinfo=UTC)
+    assert parts.partition_name(start, parts.DAY) == "dl_job_events_p20261202"
+    assert parts.partition_name(start + timedelta(hours=13), parts.HOUR) == "dl_job_events_p20261202_1300"
+
+
+def test_plan_ahead_continues_the_last_range_or_skips_a_gap():
+    now = datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
+    legacy = parts.JournalPartition("dl_job_events_p_legacy", None, datetime(2026, 12, 3, tzinfo=UTC))
+    planned = parts.partitions_ahead([legacy], now, parts.DAY, 3)
+    assert [(s.day, e.day) for _, s, e in planned] == [(3, 4), (4, 5), (5, 6)]
+    # the duty was away: the last range ended in the past; the next range starts after now
+    stale = parts.JournalPartition("p", datetime(2026, 11, 20, tzinfo=UTC), datetime(2026, 11, 21, tzinfo=UTC))
+    planned = parts.partitions_ahead([stale], now, parts.DAY, 2)
+    assert [s.day for _, s, _ in planned] == [3, 4]
+    due = parts.due_partitions([legacy, stale], now, 7 * DAY)
+    assert [p.name for p in due] == ["p"]
+    assert parts.due_partitions([stale], now, None) == []
+
+
+def test_the_pruner_waits_for_the_drop_at_most_an_interval_and_an_hour():
+    now = datetime(2026, 12, 2, tzinfo=UTC)
+    floor = parts.JournalFloor(7 * DAY, now - timedelta(days=8), now, parts.DAY)
+    assert floor.age(7 * DAY) == 8 * DAY  # waits for the 8-day-old partition to go
+    assert floor.age(30 * DAY) == 30 * DAY  # older than every partition: as configured
+    assert floor.age(DAY) == DAY  # a shorter rule does not wait (its partition goes much later)
+    legacy = parts.JournalFloor(7 * DAY, None, now, parts.DAY)
+    assert legacy.age(7 * DAY) == 8 * DAY + 3600  # capped: a stalled duty never stops the pruner
