@@ -170,8 +170,9 @@ class JournalFloor:
     """What the pruner waits for: a job finished before `oldest_start` (the lower bound of the
     oldest range partition left; None: the legacy partition from MINVALUE is still there) has no
     row in a range partition any more, so deleting it cascades to nothing. A rule whose age is at
-    least the horizon waits for that, at most `interval` + FLOOR_GRACE past its age; a shorter
-    rule (its partition goes much later) does not wait, and the cascade deletes its rows."""
+    least the horizon waits for that, at most `interval` + FLOOR_GRACE past its age (a stalled
+    duty never stops the pruner); a shorter rule (its partition goes much later) does not wait,
+    and the cascade deletes its rows."""
 
     horizon: float
     oldest_start: datetime | None
@@ -179,11 +180,13 @@ class JournalFloor:
     interval: timedelta
 
     def age(self, age: float) -> float:
-        if age < self.horizon:
+        if age < self.horizon or self.oldest_start is None:
+            # a shorter rule, or the legacy partition (the rows from before 0039) still there: its
+            # drop comes at most one horizon after the migration, and until then the cascade works
+            # as it did before it
             return age
         cap = age + (self.interval + FLOOR_GRACE).total_seconds()
-        waited = math.inf if self.oldest_start is None else (self.now - self.oldest_start).total_seconds()
-        return max(age, min(waited, cap))
+        return max(age, min((self.now - self.oldest_start).total_seconds(), cap))
 
 
 # -- the database side ------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 whole partition (retention/partitions.py) instead of a DELETE per row (issue 39).
 
 What changes, and the one change to the 003 DDL's constraints: the columns, their types, defaults
-and NOT NULLs stay; the primary key becomes (event_id, ts), because PostgreSQL requires every
-unique constraint of a partitioned table to hold the partition key. event_id still comes from the
+and NOT NULLs stay; the primary key becomes (ts, event_id), because PostgreSQL requires every
+unique constraint of a partitioned table to hold the partition key. ts comes first so that the
+one index ordered by event_id is ix_dl_job_events_job (job_id, event_id): with (event_id, ts), on
+a young partition the planner walked the key backward with job_id as a mere filter for the
+"last picked row of this job" lookups (running_picked_by.sql, stats/rollup.sql; found by
+tests/storage/test_plan_stability.py), a walk as long as the partition. event_id still comes from the
 same sequence (`dl_job_events_event_id_seq`, now owned by the partitioned table), so it is still
 unique in practice and still orders a job's history; no statement of the engine relies on its
 uniqueness (no ON CONFLICT on the journal, lookups are by job_id then event_id through
@@ -18,9 +22,9 @@ refused, whatever its ts (promise 9) and whether or not the partition duty has r
 
 On a large journal this migration, under its lock on the journal (inserts wait; it runs at start
 like every migration, docs/deploy.md), reads the table twice (the stray-row move and ATTACH's bound
-check) and builds one index, the new unique (event_id, ts). It writes no row but the strays. To make
+check) and builds one index, the new unique (ts, event_id). It writes no row but the strays. To make
 it catalog-only on a big table, build that index beforehand without blocking:
-`CREATE UNIQUE INDEX CONCURRENTLY dl_job_events_p_legacy_event_ts ON dl_job_events (event_id, ts)`;
+`CREATE UNIQUE INDEX CONCURRENTLY dl_job_events_p_legacy_event_ts ON dl_job_events (ts, event_id)`;
 the migration reuses an index of that name.
 
 The two functions create and drop a partition by name (identifiers cannot be statement
@@ -92,7 +96,7 @@ def upgrade() -> None:
     op.execute(f"ALTER INDEX IF EXISTS ix_dl_job_events_job RENAME TO {LEGACY}_job")
     # the new primary key's index on the old rows (reused when built beforehand, see above)
     op.execute(f"ALTER INDEX IF EXISTS dl_job_events_p_legacy_event_ts RENAME TO {LEGACY}_event_ts")
-    op.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {LEGACY}_event_ts ON {LEGACY} (event_id, ts)")
+    op.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {LEGACY}_event_ts ON {LEGACY} (ts, event_id)")
     op.execute(f"ALTER TABLE {LEGACY} DROP CONSTRAINT dl_job_events_pkey")
     op.execute(f"ALTER TABLE {LEGACY} ADD CONSTRAINT {LEGACY}_pkey PRIMARY KEY USING INDEX {LEGACY}_event_ts")
     # an index of the engine's (0002) on a hand-applied schema that skipped it: ATTACH needs one
@@ -105,7 +109,7 @@ def upgrade() -> None:
           ts timestamptz NOT NULL DEFAULT now(),
           kind text NOT NULL,
           payload jsonb,
-          CONSTRAINT dl_job_events_pkey PRIMARY KEY (event_id, ts),
+          CONSTRAINT dl_job_events_pkey PRIMARY KEY (ts, event_id),
           CONSTRAINT dl_job_events_job_id_fkey FOREIGN KEY (job_id) REFERENCES dl_jobs(job_id) ON DELETE CASCADE
         ) PARTITION BY RANGE (ts)
     """)
