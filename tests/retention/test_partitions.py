@@ -301,3 +301,38 @@ def test_the_pruner_waits_for_the_drop_at_most_an_interval_and_an_hour():
     assert stalled.age(7 * DAY) == 8 * DAY + 3600  # capped: a stalled duty never stops the pruner
     legacy = parts.JournalFloor(7 * DAY, None, now, parts.DAY)
     assert legacy.age(7 * DAY) == 7 * DAY  # the rows from before 0039 go by cascade, as they did
+
+
+async def test_every_face_shows_the_same_partitions(fresh_pool, fresh, cli_env):
+    """Python, HTTP and CLI give the same status: the partitions created ahead by the duty's tick,
+    their ranges, the horizon and the next drop; the route is in the OpenAPI document."""
+    import asyncio
+    import json
+
+    import httpx
+
+    from dataloader import App
+    from dataloader.api import create_app
+    from tests.support.cli import run
+
+    settings = Settings(db_dsn=fresh, workers=[], stats_enabled=False)
+    async with App(settings) as app:
+        duty = parts.JournalPartitioner.from_settings(fresh_pool, settings)
+        tick = await duty.tick()
+        assert len(tick.created) >= 3 and tick.dropped == []
+        status = await app.retention_partitions()
+        assert status["partitioned"] and status["drop"] and status["interval_sec"] == DAY
+        assert status["horizon_sec"] == 7 * DAY
+        assert status["next_drop"]["partition"] == "dl_job_events_p_legacy"
+        names = [p["name"] for p in status["partitions"]]
+        assert names[0] == "dl_job_events_p_legacy" and names[-1] == "dl_job_events_default"
+        assert set(tick.created) <= set(names)
+        transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dl.test") as client:
+            body = (await client.get("/api/v1/retention/partitions")).json()
+            assert [p["name"] for p in body["partitions"]] == names
+            assert body["partitions"][0]["from"] is None and body["partitions"][1]["from"] is not None
+            assert "/api/v1/retention/partitions" in (await client.get("/openapi.json")).json()["paths"]
+    result = await asyncio.to_thread(run, ["retention", "partitions"], {**cli_env, "DL_DB_DSN": fresh})
+    assert result.returncode == 0, result.stderr
+    assert [p["name"] for p in json.loads(result.stdout)["partitions"]] == names
