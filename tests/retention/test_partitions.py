@@ -174,17 +174,24 @@ async def test_partitions_are_created_ahead_and_an_uncovered_insert_lands_in_def
     assert where["queued"] == "dl_job_events_p_legacy"
 
 
-async def _age_partition(pool: asyncpg.Pool, days_old: float) -> parts.JournalPartition:
-    """A range partition that ended `days_old` days ago, placed before the legacy one: the legacy
-    partition is detached and attached again ending where this one starts (test set-up only)."""
+def _old_range(days_old: float) -> tuple[datetime, datetime]:
     end = parts.floor_boundary(datetime.now(UTC) - timedelta(days=days_old), parts.DAY)
-    start = end - parts.DAY
+    return end - parts.DAY, end
+
+
+async def _age_partition(pool: asyncpg.Pool, days_old: float) -> parts.JournalPartition:
+    """A range partition of the day that ended `days_old` days ago, placed before the legacy one:
+    the legacy partition is detached, its rows from that day on moved out (into the new partition,
+    or the DEFAULT one), and it is attached again ending where the new one starts (set-up only)."""
+    start, end = _old_range(days_old)
+    name = parts.partition_name(start, parts.DAY)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("ALTER TABLE dl_job_events DETACH PARTITION dl_job_events_p_legacy")
+        await conn.execute("SELECT dl_journal_attach_partition($1, $2, $3)", name, start, end)
+        await conn.execute("WITH moved AS (DELETE FROM dl_job_events_p_legacy WHERE ts >= $1 RETURNING *) "
+                           "INSERT INTO dl_job_events SELECT * FROM moved", start)
         await conn.execute(f"ALTER TABLE dl_job_events ATTACH PARTITION dl_job_events_p_legacy "
                            f"FOR VALUES FROM (MINVALUE) TO ('{start.isoformat()}')")
-    name = parts.partition_name(start, parts.DAY)
-    await pool.execute("SELECT dl_journal_attach_partition($1, $2, $3)", name, start, end)
     return next(p for p in await parts.list_partitions(pool) if p.name == name)
 
 
@@ -336,3 +343,54 @@ async def test_every_face_shows_the_same_partitions(fresh_pool, fresh, cli_env):
     result = await asyncio.to_thread(run, ["retention", "partitions"], {**cli_env, "DL_DB_DSN": fresh})
     assert result.returncode == 0, result.stderr
     assert [p["name"] for p in json.loads(result.stdout)["partitions"]] == names
+
+
+async def test_deleting_a_job_cascades_to_its_rows_in_every_partition(fresh_pool):
+    pool = fresh_pool
+    await parts.create_ahead(pool, datetime.now(UTC), parts.DAY, 2)
+    job = await add_job(pool, status="succeeded", finished_ago=400 * DAY)  # legacy
+    await pool.execute("INSERT INTO dl_job_events (job_id, queue, kind, ts) VALUES ($1, 'q', 'a', now() + interval "
+                       "'1 day'), ($1, 'q', 'b', 'infinity')", job)
+    where = {r[0] for r in await pool.fetch("SELECT tableoid::regclass::text FROM dl_job_events WHERE job_id = $1",
+                                            job)}
+    assert len(where) == 3 and "dl_job_events_default" in where
+    await pool.execute("DELETE FROM dl_jobs WHERE job_id = $1", job)
+    assert await exists(pool, job) == (False, 0)
+
+
+async def test_a_workflow_resumes_after_its_old_journal_partition_was_dropped(fresh_pool, fresh):
+    """Promises 1, 4 and 13 across a drop: a run waiting for a signal has its journal in a partition
+    8 days old (its rows' ts set there); the partition is dropped; its rows are kept (its job is
+    queued), and the signal then ends the run without running its recorded step again."""
+    import tests.workflows.flows  # noqa: F401  (registers t.wait)
+    from dataloader import App
+    from tests.conftest import wait_until
+    from tests.workflows.conftest import PROBE_DDL, probe_counts, workflow_settings
+
+    pool = fresh_pool
+    await pool.execute(PROBE_DDL)
+
+    async def waiting(run_id: uuid.UUID) -> bool:
+        return bool(await pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM dl_workflow_steps s JOIN dl_jobs j ON j.job_id = s.run_id "
+            "WHERE s.run_id = $1 AND s.kind = 'wait' AND s.state = 'pending' AND j.status = 'queued')", run_id))
+
+    async with App(workflow_settings(fresh, journal_partitions_enabled=False)) as app:
+        async with app.running():
+            run_id = await app.workflows.start("t.wait", {"dsn": fresh, "timeout": 60})
+            await wait_until(lambda: waiting(run_id), timeout=15, message="the run waits")
+        start, _ = _old_range(8)
+        await pool.execute("UPDATE dl_job_events SET ts = $2 WHERE job_id = $1", run_id, start + parts.HOUR)
+        old = await _age_partition(pool, 8)
+        history = await pool.fetch("SELECT event_id, ts, kind FROM dl_job_events WHERE job_id = $1 ORDER BY event_id",
+                                   run_id)
+        assert {r[0] for r in await pool.fetch("SELECT DISTINCT tableoid::regclass::text FROM dl_job_events "
+                                               "WHERE job_id = $1", run_id)} == {old.name}
+        dropped = await parts.drop_due(pool, RetentionPolicy.uniform(7 * DAY), datetime.now(UTC))
+        assert old.name in [d.partition.name for d in dropped] and all(d.error is None for d in dropped)
+        assert await pool.fetch("SELECT event_id, ts, kind FROM dl_job_events WHERE job_id = $1 ORDER BY event_id",
+                                run_id) == history
+        async with app.running():
+            await app.signal_workflow(run_id, "go", {"paid": 1})
+            assert await app.workflows.result(run_id, timeout=20) == {"first": {"paid": 1}, "second": None}
+    assert await probe_counts(pool, run_id) == {"started": 1}
