@@ -111,9 +111,22 @@ async def test_hand_applied_ddl_with_rows_is_adopted_and_its_rows_kept_then_goes
         await conn.execute("INSERT INTO dl_job_events (job_id, queue, kind, ts) "
                            "VALUES ($1, 'q', 'odd', 'infinity')", job)
         before = await conn.fetch("SELECT event_id, ts, kind FROM dl_job_events ORDER BY event_id")
+        # the new key's index built beforehand, online, as docs/scaling.md says for a large journal
+        await conn.execute("CREATE UNIQUE INDEX CONCURRENTLY dl_job_events_p_legacy_event_ts "
+                           "ON dl_job_events (ts, event_id)")
+        prebuilt = await conn.fetchval("SELECT 'dl_job_events_p_legacy_event_ts'::regclass::oid")
     finally:
         await conn.close()
     assert (await migrate.upgrade(fresh))[1] == migrate.head_revision()
+    conn = await asyncpg.connect(fresh)
+    try:  # reused as the legacy partition's key, not built twice
+        indexes = await conn.fetch("SELECT indexrelid::regclass::text AS name, indisprimary FROM pg_index "
+                                   "WHERE indrelid = 'dl_job_events_p_legacy'::regclass ORDER BY 1")
+        assert [(r["name"], r["indisprimary"]) for r in indexes] == [
+            ("dl_job_events_p_legacy_job", False), ("dl_job_events_p_legacy_pkey", True)]
+        assert await conn.fetchval("SELECT 'dl_job_events_p_legacy_pkey'::regclass::oid") == prebuilt
+    finally:
+        await conn.close()
 
     async def journal() -> tuple[list[asyncpg.Record], dict[str, str], dict[str, int]]:
         conn = await asyncpg.connect(fresh)

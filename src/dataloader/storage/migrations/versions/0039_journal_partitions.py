@@ -95,7 +95,6 @@ def upgrade() -> None:
     op.execute(f"ALTER TABLE dl_job_events RENAME TO {LEGACY}")
     op.execute(f"ALTER INDEX IF EXISTS ix_dl_job_events_job RENAME TO {LEGACY}_job")
     # the new primary key's index on the old rows (reused when built beforehand, see above)
-    op.execute(f"ALTER INDEX IF EXISTS dl_job_events_p_legacy_event_ts RENAME TO {LEGACY}_event_ts")
     op.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {LEGACY}_event_ts ON {LEGACY} (ts, event_id)")
     op.execute(f"ALTER TABLE {LEGACY} DROP CONSTRAINT dl_job_events_pkey")
     op.execute(f"ALTER TABLE {LEGACY} ADD CONSTRAINT {LEGACY}_pkey PRIMARY KEY USING INDEX {LEGACY}_event_ts")
