@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -387,6 +387,16 @@ class Settings(BaseSettings):
     retention_process_feed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
     # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
     retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
+    # The journal's partitions (migration 0039, retention/partitions.py; leader only): created
+    # `ahead` intervals ahead (auto: a day when succeeded jobs are kept 4 days or more, else an
+    # hour) and, with `drop`, dropped whole once older than the retention of succeeded jobs, the
+    # rows of jobs still kept moved into the DEFAULT partition first.
+    journal_partitions_enabled: bool = True
+    journal_partitions_period_sec: float = Field(default=600, gt=0, le=24 * 3600)
+    journal_partitions_interval: Literal["auto", "day", "hour"] = "auto"
+    journal_partitions_ahead: int = Field(default=3, ge=1, le=100)
+    journal_partitions_drop: bool = True
+    journal_partitions_lock_timeout_sec: float = Field(default=0.5, gt=0, le=60)
     # The stats rollup (leader only): hourly buckets of the jobs finished more than `lag` ago,
     # kept `keep` (a duration, 1 day to 10 years).
     stats_enabled: bool = True

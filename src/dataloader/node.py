@@ -41,6 +41,7 @@ from dataloader.observers.node_registry import NodeHeartbeat, NodeSettings
 from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
 from dataloader.processes.registry import processors
 from dataloader.processes.step import run_step
+from dataloader.retention.partitions import JournalPartitioner
 from dataloader.retention.pruner import Pruner, PrunerSettings
 from dataloader.retention.rollup import StatsRollup, StatsSettings
 from dataloader.schedules.scheduler import Scheduler
@@ -137,6 +138,8 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
                                                          notifier=notifier)]
     if settings.retention_enabled:
         duties.append(Pruner.from_settings(pool, settings))
+    if settings.journal_partitions_enabled:
+        duties.append(JournalPartitioner.from_settings(pool, settings))
     if settings.stats_enabled:
         duties.append(StatsRollup.from_settings(pool, settings))
     queue_time = QueueTimeSettings.from_settings(settings)

@@ -20,7 +20,7 @@ from dataloader.cli.observers import nodes_command, observers_app
 from dataloader.cli.operations import ops_app
 from dataloader.cli.processes import processes_app
 from dataloader.cli.queues import queues_app
-from dataloader.cli.retention import jobs_prune, stats_command
+from dataloader.cli.retention import jobs_prune, retention_app, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
 from dataloader.cli.workflows import workflows_app
@@ -47,6 +47,7 @@ app.add_typer(ops_app, name="ops")
 app.add_typer(observers_app, name="observers")
 app.add_typer(processes_app, name="processes")
 app.add_typer(queues_app, name="queues")
+app.add_typer(retention_app, name="retention")
 app.add_typer(workflows_app, name="workflows")
 
 

@@ -1,5 +1,6 @@
-"""Retention and stats (docs/patterns.md "Retention" and "Stats"): `jobs prune` and
-`stats`, registered on the `jobs` group and the root in cli/__init__.py."""
+"""Retention and stats (docs/patterns.md "Retention" and "Stats"): `jobs prune`, `stats` and
+`retention partitions` (docs/retention.md), registered on the `jobs` group, the root and the
+`retention` group in cli/__init__.py."""
 
 from __future__ import annotations
 
@@ -62,5 +63,18 @@ def stats_command(
         if errors:
             return await app.stats_errors(queue=queue, since=since)
         return await app.stats(queue=queue, hours=hours)
+
+    _print(_with_app(run))
+
+
+retention_app = typer.Typer(no_args_is_help=True, help="The journal's partitions (docs/retention.md)")
+
+
+@retention_app.command("partitions")
+def retention_partitions() -> None:
+    """The journal's partitions: ranges, row estimates, sizes and the next drop (JSON)."""
+
+    async def run(app: App) -> dict[str, Any]:
+        return await app.retention_partitions()
 
     _print(_with_app(run))

@@ -1,5 +1,7 @@
 """The pruner: deletes finished jobs (and, by ON DELETE CASCADE, their journal rows) older than
-their retention age, in small batches, on the leader only.
+their retention age, in small batches, on the leader only. With the journal's partitions dropped
+whole (retention/partitions.py), it waits for the drop of a job's partitions first, so the
+cascade finds little or nothing.
 
 Why leader only: the delete is safe anywhere (SKIP LOCKED, re-checked under the row lock), but one
 deleter is enough, and N replicas scanning the same index range in step would only contend for
@@ -22,6 +24,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import asyncpg
 from pydantic import Field
@@ -31,6 +34,7 @@ from dataloader.config import Settings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.retention.partitions import JournalFloor, PartitionSettings, journal_floor
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.storage import retention_repository, stats_repository
 
@@ -104,10 +108,13 @@ async def stats_lag_floor(pool: asyncpg.Pool) -> float | None:
 
 async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int = 1000,
                 dry_run: bool = False, queues: Iterable[str] | None = None,
-                min_age_sec: float | None = None, stopping: asyncio.Event | None = None) -> PruneReport:
+                min_age_sec: float | None = None, stopping: asyncio.Event | None = None,
+                journal_floor: JournalFloor | None = None) -> PruneReport:
     """Delete (or count, with `dry_run`) the finished jobs `policy` says are too old, batch by
     batch, queue by queue; `queues` limits it to some queues. `min_age_sec` keeps anything younger
-    whatever the policy (the stats rollup's lag). Stops between batches when `stopping` is set."""
+    whatever the policy (the stats rollup's lag); `journal_floor` holds a job back until its
+    journal partitions are dropped (retention/partitions.py), so the cascade finds little to
+    delete. Stops between batches when `stopping` is set."""
     report = PruneReport(dry_run=dry_run)
     started = time.perf_counter()
     present = await finished_queues(pool)
@@ -116,6 +123,8 @@ async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int 
         if stopping is not None and stopping.is_set():
             break
         age = max(age, min_age_sec or 0.0)
+        if journal_floor is not None:
+            age = journal_floor.age(age)
         report.ages[(queue, status)] = age
         if dry_run:
             report.jobs[(queue, status)] = await retention_repository.count_prunable(pool, queue, status, age)
@@ -175,19 +184,27 @@ class Pruner(PeriodicService):
     settings: PrunerSettings
 
     def __init__(self, pool: asyncpg.Pool, policy: RetentionPolicy, settings: PrunerSettings | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None) -> None:
+                 partitions: PartitionSettings | None = None, clock: Clock = SYSTEM_CLOCK,
+                 rng: random.Random | None = None) -> None:
+        """`partitions`: the journal partition duty's settings when it runs (its drops are waited
+        for, `JournalFloor`); None: the pruner deletes by its ages alone, the cascade takes the journal."""
         super().__init__(settings or PrunerSettings(), clock=clock, rng=rng)
         self.pool = pool
         self.policy = policy
+        self.partitions = partitions
 
     @classmethod
     def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> Pruner:
-        return cls(pool, RetentionPolicy.from_settings(settings), PrunerSettings.from_settings(settings))
+        partitions = PartitionSettings.from_settings(settings) if settings.journal_partitions_enabled else None
+        return cls(pool, RetentionPolicy.from_settings(settings), PrunerSettings.from_settings(settings),
+                   partitions=partitions)
 
     async def tick(self) -> PruneReport:
         floor = await stats_lag_floor(self.pool) if self.settings.wait_for_stats else None
+        journal = (await journal_floor(self.pool, self.policy, self.partitions, datetime.now(UTC))
+                   if self.partitions is not None else None)
         report = await prune(self.pool, self.policy, batch_size=self.settings.batch_size,
-                             min_age_sec=floor, stopping=self.stopping)
+                             min_age_sec=floor, stopping=self.stopping, journal_floor=journal)
         if report.total:
             log.info("pruned finished jobs", extra={
                 "jobs": report.total, "batches": report.batches, "seconds": round(report.seconds, 3),

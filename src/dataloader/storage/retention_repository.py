@@ -1,8 +1,13 @@
 """Statements of the retention pruner (retention/pruner.py): which queues have finished jobs, and
-the batched deletes of old finished jobs and of the processes' event feed. Statements in
+the batched deletes of old finished jobs and of the processes' event feed, and the journal's
+partitions (their list, the one created ahead, the one dropped with its survivors kept). Statements in
 `queries/retention/`."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
 
 import asyncpg
 
@@ -32,3 +37,57 @@ async def prune_fair_tenants_batch(pool: asyncpg.Pool, idle_sec: float, batch_si
 async def prune_feed_batch(pool: asyncpg.Pool, older_than_sec: float, batch_size: int) -> int:
     """Delete one batch from the head of the processes' event feed; how many rows."""
     return await pool.fetchval(sql("retention/prune_feed_batch"), older_than_sec, batch_size)
+
+
+# -- the journal's partitions (retention/partitions.py, migration 0039) --------------------------
+
+async def journal_partitions(pool: asyncpg.Pool | asyncpg.Connection) -> list[asyncpg.Record]:
+    """The journal's partitions from the catalog: name, range_from, range_to, is_default,
+    rows_estimate, bytes; empty when the journal is not partitioned."""
+    return list(await pool.fetch(sql("retention/journal_partitions")))
+
+
+async def _locks_in_a_gap(conn: asyncpg.Connection, statements: Sequence[str], attempts: int,
+                         pause_sec: float) -> None:
+    """Take NOWAIT locks (`statements`, names of queries) in a savepoint, again after `pause_sec`
+    when one is held by someone else, at most `attempts` times; LockNotAvailableError after that.
+    The caller's transaction (what it staged before) survives a failed attempt."""
+    for attempt in range(attempts):
+        try:
+            async with conn.transaction():  # a savepoint
+                for name in statements:
+                    await conn.execute(sql(name))
+            return
+        except asyncpg.LockNotAvailableError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(pause_sec)
+
+
+async def attach_journal_partition(pool: asyncpg.Pool, name: str, start: datetime, end: datetime,
+                                   lock_timeout: str, *, attempts: int = 20, pause_sec: float = 0.05) -> bool:
+    """Create and attach the partition `name` for [start, end); False when it exists.
+    LockNotAvailableError when no gap between writers came in `attempts` tries."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(sql("retention/journal_lock_timeout"), lock_timeout)
+        await _locks_in_a_gap(conn, ["retention/journal_lock_for_attach", "retention/journal_lock_default"],
+                              attempts, pause_sec)
+        return bool(await conn.fetchval(sql("retention/journal_attach_partition"), name, start, end))
+
+
+async def drop_journal_partition(pool: asyncpg.Pool, name: str, start: datetime | None, end: datetime,
+                                 rules: Sequence[object], lock_timeout: str, *, attempts: int = 20,
+                                 pause_sec: float = 0.05) -> tuple[int, int]:
+    """Drop the partition `name` ([start, end)) in one transaction, keeping the rows of the jobs
+    the policy keeps (`rules`: the tail of journal_expired.sql, $4-$9): lock the expired jobs that
+    could come back, stage the survivors (the one read of the partition, before any table lock),
+    then take the journal's lock in a gap between writers, drop and put them back. Returns
+    (rows staged, rows kept)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(sql("retention/journal_lock_timeout"), lock_timeout)
+        await conn.fetchval(sql("retention/journal_lock_expired"), name, start, end, *rules)
+        await conn.execute(sql("retention/journal_stage_table"))
+        staged = await conn.fetchval(sql("retention/journal_stage_survivors"), name, start, end, *rules)
+        await _locks_in_a_gap(conn, ["retention/journal_lock_for_drop"], attempts, pause_sec)
+        kept = await conn.fetchval(sql("retention/journal_drop_partition"), name)
+        return int(staged), int(kept)

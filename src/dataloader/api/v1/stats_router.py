@@ -1,5 +1,6 @@
 """API v1 routes of retention and stats (docs/patterns.md "Retention" and "Stats"):
-`GET /api/v1/stats`, `GET /api/v1/stats/errors`, `GET /api/v1/retention` and
+`GET /api/v1/stats`, `GET /api/v1/stats/errors`, `GET /api/v1/retention`,
+`GET /api/v1/retention/partitions` (the journal's, retention/partitions.py) and
 `POST /api/v1/maintenance/prune` (a dry run unless asked otherwise).
 
 Reads only, except the prune: every input is checked before anything runs, so bad input is a
@@ -98,6 +99,37 @@ class RetentionResponse(BaseModel):
     batch_size: int
     default_sec: dict[str, float] = Field(description="Age in seconds after which a finished job goes, by status")
     queues_sec: dict[str, dict[str, float]] = Field(description="Per-queue ages (DL_RETENTION_QUEUES_JSON)")
+
+
+class JournalPartitionResponse(BaseModel):
+    name: str
+    from_: datetime | None = Field(alias="from", description="Lower bound (inclusive); null: from the beginning "
+                                                             "(the legacy partition) or the DEFAULT partition")
+    to: datetime | None = Field(description="Upper bound (exclusive); null: the DEFAULT partition")
+    default: bool = Field(description="The DEFAULT partition: rows no range covers, and the kept rows of dropped ones")
+    rows_estimate: int | None = Field(description="The planner's estimate; null before the first ANALYZE")
+    bytes: int | None = Field(description="Size on disk, indexes and TOAST included")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class NextDropResponse(BaseModel):
+    partition: str
+    at: datetime = Field(description="When it is past the horizon (its upper bound + horizon_sec)")
+
+
+class JournalPartitionsResponse(BaseModel):
+    partitioned: bool = Field(description="Whether dl_job_events is partitioned (migration 0039)")
+    enabled: bool = Field(description="DL_JOURNAL_PARTITIONS_ENABLED: the leader creates partitions ahead")
+    drop: bool = Field(description="Whether old partitions are dropped (DL_JOURNAL_PARTITIONS_DROP and a "
+                                   "retention for succeeded jobs)")
+    interval_sec: float = Field(description="Width of a partition (DL_JOURNAL_PARTITIONS_INTERVAL)")
+    horizon_sec: float | None = Field(description="A partition goes once its upper bound is this old "
+                                                  "(DL_RETENTION_SUCCEEDED); null: never")
+    ahead: int = Field(description="How many intervals ahead partitions exist (DL_JOURNAL_PARTITIONS_AHEAD)")
+    now: datetime
+    next_drop: NextDropResponse | None
+    partitions: list[JournalPartitionResponse]
 
 
 class QueueDepthResponse(BaseModel):
@@ -206,6 +238,13 @@ async def retention(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Any:
 
     return {"enabled": settings.retention_enabled, "period_sec": settings.retention_period_sec,
             "batch_size": settings.retention_batch_size, **RetentionPolicy.from_settings(settings).describe()}
+
+
+@router.get("/retention/partitions", response_model=JournalPartitionsResponse, response_model_by_alias=True,
+            summary="The journal's partitions: ranges, row estimates and the next drop", responses=error_responses())
+async def retention_partitions(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Any:
+    """As `app.retention_partitions()` and `dataloader retention partitions` (docs/retention.md)."""
+    return await runtime.require_app().retention_partitions()
 
 
 @router.post("/maintenance/prune", response_model=PruneResponse,
