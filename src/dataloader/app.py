@@ -38,6 +38,7 @@ from dataloader.model.ids import job_id_of, new_id
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.retention.archive import Archive, NoArchive
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport
 from dataloader.retention.shards import errors_shards, prune_shards, rollup_shards, stats_shards
@@ -253,9 +254,12 @@ class App:
                     dry_run: bool = False, batch_size: int | None = None) -> PruneReport:
         """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
         Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
-        age for `statuses` (default: every finished status). `dry_run` only counts."""
+        age for `statuses` (default: every finished status). `dry_run` only counts. With
+        DL_ARCHIVE_URL, each batch is exported before its delete (docs/retention.md "Archival")."""
+        archive = self._managers.archive
         return await prune_shards(self._managers.pools(), self.settings, older_than=older_than, statuses=statuses,
-                                  batch_size=batch_size, dry_run=dry_run, queues=queues)
+                                  batch_size=batch_size, dry_run=dry_run, queues=queues,
+                                  archive=archive if isinstance(archive, Archive) else None)
 
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
@@ -335,6 +339,13 @@ class App:
         """The database's health as it affects the queue, for /metrics (docs/observability.md): `await
         app.health.read()`. One per App: its warning about a held xmin horizon is rate-limited."""
         return self._managers.health
+
+    @property
+    def archive(self) -> Archive | NoArchive:
+        """The archive of DL_ARCHIVE_URL (docs/retention.md "Archival"): `await app.archive.history(job_id)`
+        reads a pruned job's row and journal back (JobNotFound when it is not there; ArchiveNotConfigured
+        without DL_ARCHIVE_URL); `await app.archive.entries()` lists the manifest."""
+        return self._managers.archive
 
     @property
     def console_sessions(self) -> ConsoleSessionRepository:

@@ -317,6 +317,15 @@ class Settings(BaseSettings):
             return None
         return _check_dsn_scheme(value)
 
+    @field_validator("archive_url")
+    @classmethod
+    def _check_archive_url(cls, value: str | None) -> str | None:
+        # Checked when the settings load (fsspec knows the protocol, its library is installed), so
+        # a typo is a one-line configuration error at start, not a pruner failing every minute.
+        from dataloader.model.archive_url import check_archive_url
+
+        return check_archive_url(value)
+
     @field_validator("shards_json", mode="before")
     @classmethod
     def _parse_shards(cls, value: Any, info: ValidationInfo) -> Any:
@@ -387,6 +396,10 @@ class Settings(BaseSettings):
     retention_process_feed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
     # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
     retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
+    # Archival (docs/retention.md "Archival"): with an fsspec URL (file:///dir, s3://bucket/prefix,
+    # memory://…), every batch the pruner deletes is first exported there as gzip JSON lines with a
+    # manifest entry; a failed export deletes nothing. Unset: retention deletes without a copy.
+    archive_url: str | None = None
     # The stats rollup (leader only): hourly buckets of the jobs finished more than `lag` ago,
     # kept `keep` (a duration, 1 day to 10 years).
     stats_enabled: bool = True
