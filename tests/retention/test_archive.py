@@ -6,8 +6,8 @@ next run (the read-back shows each journal row once); the manifest says what eac
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import hashlib
+import importlib.util
 import json
 import uuid
 from typing import Any
