@@ -38,7 +38,6 @@ from dataloader.model.ids import job_id_of, new_id
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
-from dataloader.retention.archive import Archive, NoArchive
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport
 from dataloader.retention.shards import errors_shards, prune_shards, rollup_shards, stats_shards
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from dataloader.observers.manager import ObserverManager
     from dataloader.operations.manager import OperationManager
     from dataloader.processes.manager import ProcessManager
+    from dataloader.retention.archive import Archive, NoArchive
     from dataloader.schedules.manager import ScheduleManager
     from dataloader.storage.database import ConsoleSessionRepository, JobRepository, Notifier
     from dataloader.workers.manager import WorkerManager
@@ -101,18 +101,16 @@ class App:
         return self._managers.shard_of(queue)
 
     async def api_app(self) -> App:
-        """An open App serving HTTP requests next to this one (`dataloader serve`): the same database,
-        settings and pipelines, but its own bounded pool and searches (managers.py `serve_beside`), so
-        no request, however slow, makes the engine's claims, heartbeats or duties wait for a
-        connection. Close it before this App."""
+        """An open App serving HTTP requests next to this one (`dataloader serve`): the same database, settings and
+        pipelines, but its own bounded pool and searches (managers.py `serve_beside`), so no request, however slow,
+        makes the engine's claims, heartbeats or duties wait for a connection. Close it before this App."""
         api = App(self.settings.model_copy(update={"db_dsn": self.dsn}), pipelines=self.registry)
         api._managers.serve_beside(self._managers)
         return await api.open()
 
     async def close(self, *, locks_held: bool = False) -> None:
-        """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some
-        connections still hold the lock_key of a sync pipeline that could not be interrupted; do
-        not wait for them."""
+        """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some connections still hold
+        the lock_key of a sync pipeline that could not be interrupted; do not wait for them."""
         await self.db.close(locks_held=await self._managers.stop(locks_held=locks_held))
 
     async def __aenter__(self) -> App:
@@ -215,9 +213,8 @@ class App:
         return await self.jobs.set_priority(job_id_of(job_id), priority)
 
     async def delete_job(self, job_id: uuid.UUID | str) -> None:
-        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
-        delete does; the log line `job deleted` is its audit record. JobNotFinished for a queued or
-        running job: cancel it first."""
+        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk delete does; the log
+        line `job deleted` is its audit record. JobNotFinished for a queued or running job: cancel it first."""
         await self.jobs.delete(job_id_of(job_id))
 
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
@@ -254,12 +251,9 @@ class App:
                     dry_run: bool = False, batch_size: int | None = None) -> PruneReport:
         """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
         Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
-        age for `statuses` (default: every finished status). `dry_run` only counts. With
-        DL_ARCHIVE_URL, each batch is exported before its delete (docs/retention.md "Archival")."""
-        archive = self._managers.archive
+        age for `statuses` (default: every finished status). `dry_run` only counts."""
         return await prune_shards(self._managers.pools(), self.settings, older_than=older_than, statuses=statuses,
-                                  batch_size=batch_size, dry_run=dry_run, queues=queues,
-                                  archive=archive if isinstance(archive, Archive) else None)
+                                  batch_size=batch_size, dry_run=dry_run, queues=queues)
 
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every
@@ -342,9 +336,7 @@ class App:
 
     @property
     def archive(self) -> Archive | NoArchive:
-        """The archive of DL_ARCHIVE_URL (docs/retention.md "Archival"): `await app.archive.history(job_id)`
-        reads a pruned job's row and journal back (JobNotFound when it is not there; ArchiveNotConfigured
-        without DL_ARCHIVE_URL); `await app.archive.entries()` lists the manifest."""
+        """DL_ARCHIVE_URL's archive (docs/retention.md "Archival"): `await app.archive.history(job_id)`."""
         return self._managers.archive
 
     @property
@@ -368,10 +360,9 @@ class App:
         return await self._managers.queue_stats()
 
     async def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
-        """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue
-        still works. When it returns, nothing of the queue starts any more: it waits for the claims
-        in flight, and every later claim sees it (docs/flow-control.md). Idempotent. With
-        `task`, only that task of the queue pauses; its other tasks run on."""
+        """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue still works. When it
+        returns, nothing of the queue starts any more: it waits for the claims in flight, and every later claim sees it
+        (docs/flow-control.md). Idempotent. With `task`, only that task of the queue pauses; its other tasks run on."""
         return await self.flow.pause(queue, task)
 
     async def resume_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
@@ -379,11 +370,10 @@ class App:
         return await self.flow.resume(queue, task)
 
     async def configure_queue(self, queue: str, **changes: Unpack[QueueSettingsChanges]) -> QueueFlow:
-        """Change `queue`'s limits across every node: `concurrency`, `partition_concurrency`,
-        `rate_limit` with `rate_period_sec`, `partition_rate_limit` with `partition_rate_period_sec`
-        (docs/flow-control.md). A partial update: a setting not named is kept, an explicit None
-        clears it. Runtime settings win over declared ones (`Queue(limits=...)`, DL_QUEUES_JSON) and
-        persist. Holds for every claim that starts after this call returns."""
+        """Change `queue`'s limits across every node: `concurrency`, `partition_concurrency`, `rate_limit` with
+        `rate_period_sec`, `partition_rate_limit` with `partition_rate_period_sec` (docs/flow-control.md). A partial
+        update: a setting not named is kept, an explicit None clears it. Runtime settings win over declared ones
+        (`Queue(limits=...)`, DL_QUEUES_JSON) and persist. Holds for every claim that starts after this call returns."""
         return await self.flow.configure(queue, changes)
 
     async def configure_task(self, queue: str, task: str, **changes: Unpack[TaskSettingsChanges]) -> QueueFlow:
@@ -400,8 +390,7 @@ class App:
         return (await self.flow.scaling(queue, target_sec))[0]
 
     async def queues(self) -> list[QueueFlow]:
-        """Every queue that is paused, has limits, or has queued or running jobs: its flow state,
-        limits and use."""
+        """Every queue that is paused, has limits, or has queued or running jobs: its flow state, limits and use."""
         return await self.flow.list()
 
     async def queue_depths(self) -> list[QueueDepth]:
