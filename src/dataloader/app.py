@@ -336,7 +336,7 @@ class App:
 
     @property
     def archive(self) -> Archive | NoArchive:
-        """DL_ARCHIVE_URL's archive (docs/retention.md "Archival"): `await app.archive.history(job_id)`."""
+        """DL_ARCHIVE_URL's archive (docs/patterns.md "Archival"): `await app.archive.history(job_id)`."""
         return self._managers.archive
 
     @property

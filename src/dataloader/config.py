@@ -396,7 +396,7 @@ class Settings(BaseSettings):
     retention_process_feed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
     # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
     retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
-    # Archival (docs/retention.md "Archival"): with an fsspec URL (file:///dir, s3://bucket/prefix,
+    # Archival (docs/patterns.md "Archival"): with an fsspec URL (file:///dir, s3://bucket/prefix,
     # memory://…), every batch the pruner deletes is first exported there as gzip JSON lines with a
     # manifest entry; a failed export deletes nothing. Unset: retention deletes without a copy.
     archive_url: str | None = None

@@ -333,7 +333,7 @@ class RestartNotPossible(DataloaderError):
 
 
 class ArchiveNotConfigured(DataloaderError):
-    """A read of the archive (docs/retention.md "Archival") where no DL_ARCHIVE_URL is set."""
+    """A read of the archive (docs/patterns.md "Archival") where no DL_ARCHIVE_URL is set."""
 
     code = "archive_not_configured"
 

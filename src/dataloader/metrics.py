@@ -127,7 +127,7 @@ PRUNE_BATCH_SECONDS = Histogram(
     "dl_prune_batch_duration_seconds", "One prune batch statement (at most DL_RETENTION_BATCH_SIZE jobs)",
     buckets=(*_FAST, 5.0, 10.0),
 )
-# Archival (retention/archive.py, docs/retention.md "Archival"): what the pruner exported before
+# Archival (retention/archive.py, docs/patterns.md "Archival"): what the pruner exported before
 # deleting. A failed export deletes nothing and counts here; the pruner tries again next period.
 ARCHIVE_FILES = Counter(
     "dl_archive_files_total", "Archive files written before a delete (one per batch or partition), by outcome "

@@ -293,7 +293,7 @@ class SyncApp:
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
         self._call(self.app.signal_workflow(run_id, name, payload))
 
-    # -- the archive (docs/retention.md "Archival") -------------------------------------------------
+    # -- the archive (docs/patterns.md "Archival") -------------------------------------------------
 
     @property
     def archive(self) -> SyncArchive:

@@ -1,5 +1,5 @@
 """The archive: finished jobs and their journal, exported before retention deletes them, and read
-back by job id (docs/retention.md "Archival").
+back by job id (docs/patterns.md "Archival").
 
 Where: any fsspec URL (DL_ARCHIVE_URL): `file:///var/lib/dl-archive`, `s3://bucket/dl` (with
 s3fs installed), `memory://` in tests. fsspec is the kept library that gives one API over a
@@ -358,7 +358,7 @@ class NoArchive:
     url = None
 
     async def history(self, job_id: uuid.UUID | str) -> ArchivedJob:
-        raise ArchiveNotConfigured("no archive: set DL_ARCHIVE_URL (docs/retention.md \"Archival\")")
+        raise ArchiveNotConfigured("no archive: set DL_ARCHIVE_URL (docs/patterns.md \"Archival\")")
 
     async def entries(self) -> list[ManifestEntry]:
-        raise ArchiveNotConfigured("no archive: set DL_ARCHIVE_URL (docs/retention.md \"Archival\")")
+        raise ArchiveNotConfigured("no archive: set DL_ARCHIVE_URL (docs/patterns.md \"Archival\")")

@@ -1,4 +1,4 @@
-"""API v1 route of the archive (docs/retention.md "Archival"): `GET /api/v1/archive/jobs/{job_id}`,
+"""API v1 route of the archive (docs/patterns.md "Archival"): `GET /api/v1/archive/jobs/{job_id}`,
 a pruned job's row and journal read back from DL_ARCHIVE_URL through its manifest. A read only."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and a job's page (args with secrets masked, progress, result, error and tracebac
 timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
 failed, canceled or lost job), set priority (a queued job) and delete (a finished one), each the
 `App` call every face makes. The job's state and its journal are live (topics `job:<id>` and
-`journal:<id>`). A job that retention removed but the archive holds (docs/retention.md "Archival")
+`journal:<id>`). A job that retention removed but the archive holds (docs/patterns.md "Archival")
 shows as archived: its row and journal from the archive, read only."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ async def show(request: Request) -> Response:
 
 
 async def archived_job(app: App, job_id: uuid.UUID) -> ArchivedJob | None:
-    """The job from the archive (docs/retention.md "Archival") when retention removed it; None when
+    """The job from the archive (docs/patterns.md "Archival") when retention removed it; None when
     no archive is configured or it is not there either (the page is then the usual not-found)."""
     try:
         return await app.archive.history(job_id)
