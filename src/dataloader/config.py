@@ -407,6 +407,12 @@ class Settings(BaseSettings):
     stats_lag_sec: float = Field(default=60, ge=0, le=1800)
     stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
 
+    # The storage sampler (leader only, docs/observability.md "Storage"): sizes, dead tuples and the
+    # last autovacuum of every table we own, sampled this often and kept this long (a duration).
+    storage_sample_enabled: bool = True
+    storage_sample_sec: float = Field(default=300, ge=10, le=86400)
+    storage_sample_keep: float = Field(default=7 * 86400, ge=3600, le=365 * 86400)
+
     # --- Recovery and operations (docs/operations.md) ---------------------------------
     # Queue time: a job waiting (runnable, unclaimed) longer than its queue's limit is flagged
     # (queue_overdue_at, journal, dl_queue_time_expiries_total) or, where the queue says so, failed.
@@ -501,7 +507,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
-                     "retention_process_feed", "stats_keep", "ui_session_ttl", mode="before")
+                     "retention_process_feed", "stats_keep", "ui_session_ttl", "storage_sample_keep", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value
