@@ -66,7 +66,8 @@ async def test_the_sampler_keeps_only_its_window_and_metrics_show_the_newest(app
     sampler = StorageSampler(HealthRepository(app.pool), StorageSettings(keep_sec=7 * 86400))
     assert sampler.scope.value == "leader"
     assert await sampler.tick() >= 2
-    assert await db.fetchval("SELECT count(*) FROM dl_storage_samples WHERE sampled_at < now() - interval '7 days'") == 0
+    old = await db.fetchval("SELECT count(*) FROM dl_storage_samples WHERE sampled_at < now() - interval '7 days'")
+    assert old == 0
     report = await app.health.storage()
     transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
     async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
