@@ -95,3 +95,26 @@ def test_changes_are_the_newest_total_minus_an_old_enough_sample():
     young = storage_report(latest, trend[-1:], None)
     assert young.tables[0].changes == {"1h": None, "6h": None, "24h": None} and young.oldest_xmin is None
     assert storage_report([], [], None).sampled_at is None
+
+
+async def test_the_console_storage_page(app, db):
+    transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        empty = await client.get("/ui/storage")
+        assert empty.status_code == 200 and "No storage sample yet" in empty.text
+        await app.health.sample_storage()
+        page = await client.get("/ui/storage")
+    assert page.status_code == 200
+    assert 'data-table="dl_jobs"' in page.text and 'data-table="dl_job_events"' in page.text
+    assert 'id="storage-xmin"' in page.text and 'href="/ui/storage"' in page.text  # in the navigation
+
+
+def test_sizes_and_sparklines_read_as_an_operator_reads_them():
+    from dataloader.ui.pages.storage import SPARK_HEIGHT, size, spark
+
+    assert [size(n) for n in (0, 512, 8192, -3 * 1024**3, 5 * 1024**5, None)] == [
+        "0 B", "512 B", "8.0 KiB", "-3.0 GiB", "5120.0 TiB", "—"]
+    assert size(8192, change=True) == "+8.0 KiB" and size(0, change=True) == "0 B"
+    assert spark([5]) == "" and spark([1, 1]).count(",") == 2
+    points = [tuple(map(float, p.split(","))) for p in spark([0, 10, 5]).split()]
+    assert points[0][0] == 0 and points[1][1] == 1.0 and points[0][1] == SPARK_HEIGHT - 1
