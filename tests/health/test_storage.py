@@ -118,3 +118,25 @@ def test_sizes_and_sparklines_read_as_an_operator_reads_them():
     assert spark([5]) == "" and spark([1, 1]).count(",") == 2
     points = [tuple(map(float, p.split(","))) for p in spark([0, 10, 5]).split()]
     assert points[0][0] == 0 and points[1][1] == 1.0 and points[0][1] == SPARK_HEIGHT - 1
+
+
+async def test_http_and_cli_read_the_same_report(app, db, cli_env):
+    import asyncio
+    import json
+
+    from tests.support.cli import invoke
+
+    result = await asyncio.to_thread(invoke, ["db", "storage", "--sample"], cli_env)
+    assert result.exit_code == 0, result.output
+    by_cli = json.loads(result.stdout)
+    transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+        answer = await client.get("/api/v1/storage")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["sampled_at"] is not None and body["tables"]
+    python = (await app.health.storage()).to_dict()
+    assert {t["table"] for t in body["tables"]} == {t["table"] for t in python["tables"]} \
+        == {t["table"] for t in by_cli["tables"]}
+    jobs = next(t for t in body["tables"] if t["table"] == "dl_jobs")
+    assert jobs["total_bytes"] == jobs["heap_bytes"] + jobs["index_bytes"] + jobs["toast_bytes"]

@@ -86,8 +86,8 @@ class TableStorage:
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "heap_bytes": self.heap_bytes, "index_bytes": self.index_bytes,
                 "toast_bytes": self.toast_bytes, "total_bytes": self.total_bytes, "live_tuples": self.live_tuples,
-                "dead_tuples": self.dead_tuples, "last_autovacuum": iso(self.last_autovacuum),
-                "last_autoanalyze": iso(self.last_autoanalyze), "changes": self.changes, "trend": self.trend}
+                "dead_tuples": self.dead_tuples, "last_autovacuum": _iso(self.last_autovacuum),
+                "last_autoanalyze": _iso(self.last_autoanalyze), "changes": self.changes, "trend": self.trend}
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,12 @@ class StorageReport:
         return sum(t.total_bytes for t in self.tables)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sampled_at": iso(self.sampled_at), "total_bytes": self.total_bytes,
+        return {"sampled_at": _iso(self.sampled_at), "total_bytes": self.total_bytes,
                 "tables": [t.to_dict() for t in self.tables], "oldest_xmin": self.oldest_xmin}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return iso(value) if value is not None else None
 
 
 def _epoch(value: datetime | float) -> float:
