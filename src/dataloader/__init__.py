@@ -6,6 +6,8 @@ Everything a user needs is importable from here; anything else may change betwee
 from dataloader.app import App
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
+    ArchiveNotConfigured,
+    ArchiveUnavailable,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
@@ -94,6 +96,8 @@ from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitT
 
 __all__ = [
     "App",
+    "ArchiveNotConfigured",
+    "ArchiveUnavailable",
     "ArgsTooLarge",
     "AttemptFenced",
     "Cancel",

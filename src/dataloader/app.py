@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from dataloader.observers.manager import ObserverManager
     from dataloader.operations.manager import OperationManager
     from dataloader.processes.manager import ProcessManager
+    from dataloader.retention.archive import Archive, NoArchive
     from dataloader.schedules.manager import ScheduleManager
     from dataloader.storage.database import ConsoleSessionRepository, JobRepository, Notifier
     from dataloader.workers.manager import WorkerManager
@@ -101,18 +102,16 @@ class App:
         return self._managers.shard_of(queue)
 
     async def api_app(self) -> App:
-        """An open App serving HTTP requests next to this one (`dataloader serve`): the same database,
-        settings and pipelines, but its own bounded pool and searches (managers.py `serve_beside`), so
-        no request, however slow, makes the engine's claims, heartbeats or duties wait for a
-        connection. Close it before this App."""
+        """An open App serving HTTP requests next to this one (`dataloader serve`): the same database, settings and
+        pipelines, but its own bounded pool and searches (managers.py `serve_beside`), so no request, however slow,
+        makes the engine's claims, heartbeats or duties wait for a connection. Close it before this App."""
         api = App(self.settings.model_copy(update={"db_dsn": self.dsn}), pipelines=self.registry)
         api._managers.serve_beside(self._managers)
         return await api.open()
 
     async def close(self, *, locks_held: bool = False) -> None:
-        """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some
-        connections still hold the lock_key of a sync pipeline that could not be interrupted; do
-        not wait for them."""
+        """Stop in-process workers, close the pool, stop the embedded server. `locks_held`: some connections still hold
+        the lock_key of a sync pipeline that could not be interrupted; do not wait for them."""
         await self.db.close(locks_held=await self._managers.stop(locks_held=locks_held))
 
     async def __aenter__(self) -> App:
@@ -215,9 +214,8 @@ class App:
         return await self.jobs.set_priority(job_id_of(job_id), priority)
 
     async def delete_job(self, job_id: uuid.UUID | str) -> None:
-        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
-        delete does; the log line `job deleted` is its audit record. JobNotFinished for a queued or
-        running job: cancel it first."""
+        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk delete does; the log
+        line `job deleted` is its audit record. JobNotFinished for a queued or running job: cancel it first."""
         await self.jobs.delete(job_id_of(job_id))
 
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
@@ -345,6 +343,11 @@ class App:
         return self._managers.health
 
     @property
+    def archive(self) -> Archive | NoArchive:
+        """DL_ARCHIVE_URL's archive (docs/patterns.md "Archival"): `await app.archive.history(job_id)`."""
+        return self._managers.archive
+
+    @property
     def console_sessions(self) -> ConsoleSessionRepository:
         """The console's sign-in sessions (ui/auth.py, migration 0028), held by the database so a
         sign-out holds on every node and through restarts."""
@@ -365,10 +368,9 @@ class App:
         return await self._managers.queue_stats()
 
     async def pause_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
-        """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue
-        still works. When it returns, nothing of the queue starts any more: it waits for the claims
-        in flight, and every later claim sees it (docs/flow-control.md). Idempotent. With
-        `task`, only that task of the queue pauses; its other tasks run on."""
+        """Pause `queue` on every node, durably: running jobs finish, nothing new starts, enqueue still works. When it
+        returns, nothing of the queue starts any more: it waits for the claims in flight, and every later claim sees it
+        (docs/flow-control.md). Idempotent. With `task`, only that task of the queue pauses; its other tasks run on."""
         return await self.flow.pause(queue, task)
 
     async def resume_queue(self, queue: str, *, task: str | None = None) -> QueueFlow:
@@ -376,11 +378,10 @@ class App:
         return await self.flow.resume(queue, task)
 
     async def configure_queue(self, queue: str, **changes: Unpack[QueueSettingsChanges]) -> QueueFlow:
-        """Change `queue`'s limits across every node: `concurrency`, `partition_concurrency`,
-        `rate_limit` with `rate_period_sec`, `partition_rate_limit` with `partition_rate_period_sec`
-        (docs/flow-control.md). A partial update: a setting not named is kept, an explicit None
-        clears it. Runtime settings win over declared ones (`Queue(limits=...)`, DL_QUEUES_JSON) and
-        persist. Holds for every claim that starts after this call returns."""
+        """Change `queue`'s limits across every node: `concurrency`, `partition_concurrency`, `rate_limit` with
+        `rate_period_sec`, `partition_rate_limit` with `partition_rate_period_sec` (docs/flow-control.md). A partial
+        update: a setting not named is kept, an explicit None clears it. Runtime settings win over declared ones
+        (`Queue(limits=...)`, DL_QUEUES_JSON) and persist. Holds for every claim that starts after this call returns."""
         return await self.flow.configure(queue, changes)
 
     async def configure_task(self, queue: str, task: str, **changes: Unpack[TaskSettingsChanges]) -> QueueFlow:
@@ -397,8 +398,7 @@ class App:
         return (await self.flow.scaling(queue, target_sec))[0]
 
     async def queues(self) -> list[QueueFlow]:
-        """Every queue that is paused, has limits, or has queued or running jobs: its flow state,
-        limits and use."""
+        """Every queue that is paused, has limits, or has queued or running jobs: its flow state, limits and use."""
         return await self.flow.list()
 
     async def queue_depths(self) -> list[QueueDepth]:

@@ -317,6 +317,15 @@ class Settings(BaseSettings):
             return None
         return _check_dsn_scheme(value)
 
+    @field_validator("archive_url")
+    @classmethod
+    def _check_archive_url(cls, value: str | None) -> str | None:
+        # Checked when the settings load (fsspec knows the protocol, its library is installed), so
+        # a typo is a one-line configuration error at start, not a pruner failing every minute.
+        from dataloader.model.archive_url import check_archive_url
+
+        return check_archive_url(value)
+
     @field_validator("shards_json", mode="before")
     @classmethod
     def _parse_shards(cls, value: Any, info: ValidationInfo) -> Any:
@@ -397,12 +406,22 @@ class Settings(BaseSettings):
     journal_partitions_ahead: int = Field(default=3, ge=1, le=100)
     journal_partitions_drop: bool = True
     journal_partitions_lock_timeout_sec: float = Field(default=0.5, gt=0, le=60)
+    # Archival (docs/patterns.md "Archival"): with an fsspec URL (file:///dir, s3://bucket/prefix,
+    # memory://…), every batch the pruner deletes is first exported there as gzip JSON lines with a
+    # manifest entry; a failed export deletes nothing. Unset: retention deletes without a copy.
+    archive_url: str | None = None
     # The stats rollup (leader only): hourly buckets of the jobs finished more than `lag` ago,
     # kept `keep` (a duration, 1 day to 10 years).
     stats_enabled: bool = True
     stats_period_sec: float = Field(default=60, gt=0, le=3600)
     stats_lag_sec: float = Field(default=60, ge=0, le=1800)
     stats_keep: float = Field(default=90 * 86400, ge=86400, le=3650 * 86400)
+
+    # The storage sampler (leader only, docs/observability.md "Storage"): sizes, dead tuples and the
+    # last autovacuum of every table we own, sampled this often and kept this long (a duration).
+    storage_sample_enabled: bool = True
+    storage_sample_sec: float = Field(default=300, ge=10, le=86400)
+    storage_sample_keep: float = Field(default=7 * 86400, ge=3600, le=365 * 86400)
 
     # --- Recovery and operations (docs/operations.md) ---------------------------------
     # Queue time: a job waiting (runnable, unclaimed) longer than its queue's limit is flagged
@@ -498,7 +517,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
-                     "retention_process_feed", "stats_keep", "ui_session_ttl", mode="before")
+                     "retention_process_feed", "stats_keep", "ui_session_ttl", "storage_sample_keep", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value

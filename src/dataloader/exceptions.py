@@ -332,6 +332,18 @@ class RestartNotPossible(DataloaderError):
     code = "restart_not_possible"
 
 
+class ArchiveNotConfigured(DataloaderError):
+    """A read of the archive (docs/patterns.md "Archival") where no DL_ARCHIVE_URL is set."""
+
+    code = "archive_not_configured"
+
+
+class ArchiveUnavailable(DataloaderError):
+    """The archive's storage did not answer (a listing or a file read failed): try again."""
+
+    code = "archive_unavailable"
+
+
 # -- what each code means for the CLI's exit code (docs/errors.md) --------------------------------
 
 # The request or the configuration is wrong: the CLI exits 2 (as click does for a bad option), HTTP

@@ -38,6 +38,7 @@ from dataloader.operations.shards import ShardedOperationManager
 from dataloader.processes.manager import ProcessManager
 from dataloader.processes.registry import processors
 from dataloader.processes.waiter import TaskWaiter
+from dataloader.retention.archive import Archive, NoArchive, archive_of
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage.database import Database
 from dataloader.storage.flow_repository import FlowRepository
@@ -75,6 +76,7 @@ class Managers:
         self._workflows: WorkflowManager | None = None
         self._waiter: TaskWaiter | None = None
         self._health: HealthReader | None = None
+        self._archive: Archive | NoArchive | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -284,6 +286,13 @@ class Managers:
             self._health = HealthReader(HealthRepository(self.db.pool), connections_budget=self.connections_budget,
                                         xmin_warn_sec=self.settings.db_xmin_warn_sec)
         return self._health
+
+    @property
+    def archive(self) -> Archive | NoArchive:
+        """DL_ARCHIVE_URL's archive (its manifest read once and kept), or the one that says it is unset."""
+        if self._archive is None:
+            self._archive = archive_of(self.settings) or NoArchive()
+        return self._archive
 
     def flow(self) -> FlowManager:
         if not self.shards:

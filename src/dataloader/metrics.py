@@ -127,6 +127,17 @@ PRUNE_BATCH_SECONDS = Histogram(
     "dl_prune_batch_duration_seconds", "One prune batch statement (at most DL_RETENTION_BATCH_SIZE jobs)",
     buckets=(*_FAST, 5.0, 10.0),
 )
+# Archival (retention/archive.py, docs/patterns.md "Archival"): what the pruner exported before
+# deleting. A failed export deletes nothing and counts here; the pruner tries again next period.
+ARCHIVE_FILES = Counter(
+    "dl_archive_files_total", "Archive files written before a delete (one per batch or partition), by outcome "
+    "(ok, failed: nothing was deleted)", ["outcome"]
+)
+ARCHIVE_JOBS = Counter("dl_archive_jobs_total", "Jobs exported to the archive before their delete")
+ARCHIVE_BYTES = Counter("dl_archive_bytes_total", "Compressed bytes written to the archive")
+ARCHIVE_LAST_SUCCESS = Gauge(
+    "dl_archive_last_success_timestamp_seconds", "When this process last wrote an archive file (Unix time)"
+)
 STATS_ROLLUP_SECONDS = Histogram(
     "dl_stats_rollup_duration_seconds", "One stats rollup window (finished jobs into hourly buckets)",
     buckets=(*_FAST, 5.0, 10.0, 30.0),

@@ -12,7 +12,8 @@ order (the supervisor stops them in reverse) and on which switch, is decided her
     duties given by the caller (`services=`)
     with `capabilities=True` (what `App.running()` asks for):
         scheduler (every node), node heartbeat (every node), pruner (leader, DL_RETENTION_ENABLED),
-        stats rollup (leader, DL_STATS_ENABLED), queue-time checker (every node, when a limit is set),
+        stats rollup (leader, DL_STATS_ENABLED), storage sampler (leader, DL_STORAGE_SAMPLE_ENABLED),
+        queue-time checker (every node, when a limit is set),
         operation runner (every node, DL_OPERATIONS_ENABLED)
     and the leader elector, started first, when any of them is leader-only.
 
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from dataloader.config import DEFAULT_SHARD, Queue, Settings
 from dataloader.exceptions import ConfigError
 from dataloader.flow.manager import FlowManager
+from dataloader.health.storage import StorageSampler, StorageSettings
 from dataloader.jobs.queue_time import QueueTimeChecker, QueueTimeSettings
 from dataloader.jobs.reaper import Reaper, ReaperSettings
 from dataloader.maintenance import LeaderSettings, Service, ServiceDeps, registered_services
@@ -46,6 +48,7 @@ from dataloader.retention.pruner import Pruner, PrunerSettings
 from dataloader.retention.rollup import StatsRollup, StatsSettings
 from dataloader.schedules.scheduler import Scheduler
 from dataloader.storage.database import Database
+from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.notifier import Notifier
 from dataloader.storage.observer_repository import NodeRepository
 from dataloader.storage.operation_repository import OperationRepository, QueueTimeRepository
@@ -75,6 +78,8 @@ def check_duty_settings(settings: Settings) -> None:
         duties.append(StatsSettings)
     if settings.operations_enabled:
         duties.append(OperationRunnerSettings)
+    if settings.storage_sample_enabled:
+        duties.append(StorageSettings)
     for duty in duties:
         try:
             duty.from_settings(settings)  # type: ignore[attr-defined]
@@ -142,6 +147,8 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
         duties.append(JournalPartitioner.from_settings(pool, settings))
     if settings.stats_enabled:
         duties.append(StatsRollup.from_settings(pool, settings))
+    if settings.storage_sample_enabled:
+        duties.append(StorageSampler(HealthRepository(pool), StorageSettings.from_settings(settings)))
     queue_time = QueueTimeSettings.from_settings(settings)
     if queue_time.enabled:
         duties.append(QueueTimeChecker(QueueTimeRepository(pool), queue_time))

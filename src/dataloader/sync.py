@@ -50,6 +50,7 @@ from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage
+from dataloader.retention.archive import ArchivedJob, ManifestEntry
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
@@ -292,6 +293,13 @@ class SyncApp:
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
         self._call(self.app.signal_workflow(run_id, name, payload))
 
+    # -- the archive (docs/patterns.md "Archival") -------------------------------------------------
+
+    @property
+    def archive(self) -> SyncArchive:
+        """`app.archive` of the async App, blocking: `history(job_id)`, `entries()`."""
+        return SyncArchive(self)
+
 
 class SyncWorkflows:
     """The blocking twin of `App.workflows` (each call runs the async one on the SyncApp's loop)."""
@@ -331,6 +339,21 @@ class SyncWorkflows:
 
     def retry_many(self, filter: Mapping[str, Any] | None = None, **options: Any) -> Operation | DryRun:
         return self._owner._call(self._owner.app.workflows.retry_many(filter, **options))
+
+
+class SyncArchive:
+    """The blocking twin of `App.archive`."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def history(self, job_id: uuid.UUID | str) -> ArchivedJob:
+        """A pruned job's row and journal from the archive (JobNotFound when it is not there)."""
+        return self._owner._call(self._owner.app.archive.history(job_id))
+
+    def entries(self) -> list[ManifestEntry]:
+        """Every manifest entry, oldest written first."""
+        return self._owner._call(self._owner.app.archive.entries())
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

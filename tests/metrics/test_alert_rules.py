@@ -12,12 +12,14 @@ import uuid
 import asyncpg
 import httpx
 import pytest
+import yaml
 
 from dataloader.api import create_app
 from dataloader.app import App
 from tests.conftest import wait_until
 from tests.metrics.conftest import QUEUE, Samples, obs_settings, parse, value
-from tests.metrics.promtool import RULES, alert_names, expect, run_promtool
+from tests.metrics.promtool import RULES, _series_name, alert_names, expect, rules, run_promtool
+from tests.support.engine import enqueue
 
 # promtool runs as a process of its own
 pytestmark = pytest.mark.process
@@ -266,3 +268,70 @@ def test_every_runbook_anchor_exists_and_every_alert_is_documented():
         anchor = rule["annotations"]["runbook"].split("#", 1)[1]
         assert anchor in anchors, f"{rule['alert']}: docs/operations.md has no section #{anchor}"
         assert f"| {rule['alert']} |" in observability, f"{rule['alert']} is not in docs/observability.md"
+
+
+# -- DataloaderTablesGrowWithoutBacklog: a growth over 6 hours needs series of its own ---------------
+# The scenarios above feed an hour in which a state persists. Here: every `dl_storage_table_bytes`
+# and queued-count series a real node reports after a storage sample, then 8 hours in which one
+# table grows by 20 MiB every 5 minutes (1.4 GiB in 6 h), in promtool's expanding notation (a+bxN).
+# It fires when the backlog stays flat, not when the backlog grows with the table, nor in a steady
+# state.
+
+# 8 hours in 5-minute steps: enough for a 6-hour offset and the rule's 30 minutes, at a fifth of
+# the evaluations of 1-minute steps (promtool evaluates every rule of the file at each step).
+GROWTH_STEP = "5m"
+GROWTH_STEPS = 96
+GROWS = "DataloaderTablesGrowWithoutBacklog"
+GROWTH_BYTES_PER_STEP = 20 * 1024 * 1024
+# The tables whose real sizes are fed (all of them would only make promtool slower, not the test surer).
+GROWTH_TABLES = ("dl_jobs", "dl_job_events", "dl_storage_samples")
+
+
+async def _sampled_page(obs_app, db) -> Samples:
+    await db.execute("TRUNCATE dl_storage_samples")
+    await enqueue(db, "dl.noop", queue="storage-alert-q")
+    await obs_app.health.sample_storage()
+    transport = httpx.ASGITransport(app=create_app(obs_app.settings, context=obs_app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+        return parse((await client.get("/metrics")).text)
+
+
+def _growth_series(page: Samples, *, table_grows: bool, backlog_grows: bool) -> list[dict[str, str]]:
+    out = []
+    for (name, labels), now in sorted(page.items()):
+        if name == "dl_storage_table_bytes" and dict(labels)["table"] in GROWTH_TABLES:
+            grows = table_grows and dict(labels) == {"table": "dl_job_events", "part": "heap"}
+            step = GROWTH_BYTES_PER_STEP if grows else 0
+        elif name == "dl_queue_jobs" and dict(labels).get("status") == "queued":
+            step = 250 if backlog_grows else 0
+        else:
+            continue
+        out.append({"series": _series_name(name, labels), "values": f"{now:g}+{step}x{GROWTH_STEPS - 1}"})
+    assert any(s["series"].startswith("dl_storage_table_bytes") for s in out)
+    assert any(s["series"].startswith("dl_queue_jobs") for s in out)
+    return out
+
+
+def _growth_test(series: list[dict[str, str]], fires: bool) -> dict:
+    fired = {"DataloaderTablesGrowWithoutBacklog": [{}]} if fires else {}
+    rule = next(r for r in rules() if r["alert"] == GROWS)
+    expected = [{"exp_labels": {**labels, **rule["labels"]}, "exp_annotations": rule["annotations"]}
+                for labels in fired.get(GROWS, [])]
+    return {"interval": GROWTH_STEP, "input_series": series,
+            "alert_rule_test": [{"eval_time": "7h50m", "alertname": GROWS, "exp_alerts": expected},
+                                # before 6 h of history there is nothing to compare with
+                                {"eval_time": "5h", "alertname": GROWS, "exp_alerts": []}]}
+
+
+async def test_tables_grow_without_backlog(obs_app, db, tmp_path):
+    page = await _sampled_page(obs_app, db)
+    scenarios = [
+        _growth_test(_growth_series(page, table_grows=True, backlog_grows=False), fires=True),  # bloat
+        _growth_test(_growth_series(page, table_grows=True, backlog_grows=True), fires=False),  # load: work waiting
+        _growth_test(_growth_series(page, table_grows=False, backlog_grows=False), fires=False),  # a steady state
+    ]
+    test_file = tmp_path / "storage_alert_test.yml"
+    test_file.write_text(yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": GROWTH_STEP,
+                                         "tests": scenarios}, sort_keys=False))
+    result = run_promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, f"promtool test rules failed:\n{result.stdout}\n{result.stderr}"

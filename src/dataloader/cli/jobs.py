@@ -189,3 +189,32 @@ def jobs_events(job_id: str) -> None:
         return [event.to_dict() for event in await app.events(jid)]
 
     _print(_with_app(run))
+
+
+@jobs_app.command("history")
+def jobs_history(
+    job_id: str,
+    archive: Annotated[str | None, typer.Option(
+        help="The archive's URL (file:///dir, s3://bucket/prefix); default DL_ARCHIVE_URL")] = None,
+) -> None:
+    """Print the journal of a job that retention pruned, read back from the archive (as `jobs events`
+    prints a live job's). Reads the archive only: no database is needed."""
+    from dataloader.cli.common import _run, _settings
+    from dataloader.model.archive_url import check_archive_url
+    from dataloader.retention.archive import Archive, NoArchive
+
+    jid = _job_id(job_id)
+    settings = _settings()
+    if archive is not None:
+        try:
+            check_archive_url(archive)
+        except ValueError as exc:
+            raise ValidationFailed(f"--archive: {exc}", [{"loc": ["archive"], "msg": str(exc),
+                                                          "type": "value_error"}]) from None
+    url = archive or settings.archive_url
+    reader = Archive(url) if url else NoArchive()
+
+    async def run() -> list[dict[str, Any]]:
+        return [event.to_dict() for event in (await reader.history(jid)).events]
+
+    _print(_run(run()))

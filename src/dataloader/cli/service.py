@@ -9,20 +9,23 @@ import errno
 import logging
 import signal
 import socket
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dataloader import tracing
-from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _settings, new_event_loop
+from dataloader.cli.common import _cli_app, _exit, _fail, _print, _run, _settings, _with_app, new_event_loop
 from dataloader.config import Settings
 from dataloader.exceptions import ConfigError, DataloaderError, exit_code
 from dataloader.heap import freeze_startup_objects
 from dataloader.logger import writes_json
 
+if TYPE_CHECKING:
+    from dataloader.app import App
+
 log = logging.getLogger("dataloader")
 
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema and storage.", no_args_is_help=True)
 
 
 def _signal_future() -> asyncio.Future[str]:
@@ -148,3 +151,18 @@ def db_upgrade() -> None:
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     _print({"from_revision": before, "to_revision": after})
+
+
+@db_app.command("storage")
+def db_storage(
+    sample: Annotated[bool, typer.Option("--sample", help="Take a storage sample now first (the leader "
+                                         "takes one every DL_STORAGE_SAMPLE_SEC)")] = False,
+) -> None:
+    """The queue's tables in the newest storage sample: sizes, 1h/6h/24h change, dead tuples, last
+    autovacuum and autoanalyze, and what holds the xmin horizon (docs/observability.md "Storage")."""
+
+    async def run(app: App) -> dict[str, Any]:
+        report = await (app.health.sample_storage() if sample else app.health.storage())
+        return report.to_dict()
+
+    _print(_with_app(run))

@@ -46,6 +46,19 @@ def _families() -> dict[str, GaugeMetricFamily]:
           "(absent: never since the statistics were reset)", labels=["table"]),
         g("dl_table_last_vacuum_timestamp_seconds", "When a manual VACUUM last finished on the table",
           labels=["table"]),
+        # The leader's newest storage sample (health/storage.py), every table we own:
+        g("dl_storage_table_bytes", "Size of a table we own by part (heap, indexes, toast; partitions summed), "
+          "from the newest storage sample", labels=["table", "part"]),
+        g("dl_storage_dead_tuples", "Dead tuples of a table we own (partitions summed), newest storage sample",
+          labels=["table"]),
+        g("dl_storage_live_tuples", "Live tuples of a table we own (partitions summed), newest storage sample",
+          labels=["table"]),
+        g("dl_storage_last_autovacuum_timestamp_seconds", "When autovacuum last finished on the table (or on "
+          "any of its partitions), newest storage sample", labels=["table"]),
+        g("dl_storage_last_autoanalyze_timestamp_seconds", "When autoanalyze last finished on the table (or on "
+          "any of its partitions), newest storage sample", labels=["table"]),
+        g("dl_storage_sample_timestamp_seconds", "When the newest storage sample was taken (absent: never; "
+          "the leader samples every DL_STORAGE_SAMPLE_SEC)"),
     )}
 
 
@@ -94,6 +107,18 @@ class HealthCollector(Collector):
                 f["dl_table_last_autovacuum_timestamp_seconds"].add_metric([table], row["last_autovacuum"])
             if row["last_vacuum"] is not None:
                 f["dl_table_last_vacuum_timestamp_seconds"].add_metric([table], row["last_vacuum"])
+        for row in rows.get("storage", []):
+            table = row["table"]
+            for part, column in (("heap", "heap_bytes"), ("indexes", "index_bytes"), ("toast", "toast_bytes")):
+                f["dl_storage_table_bytes"].add_metric([table, part], row[column])
+            f["dl_storage_dead_tuples"].add_metric([table], row["dead_tuples"])
+            f["dl_storage_live_tuples"].add_metric([table], row["live_tuples"])
+            if row["last_autovacuum"] is not None:
+                f["dl_storage_last_autovacuum_timestamp_seconds"].add_metric([table], row["last_autovacuum"])
+            if row["last_autoanalyze"] is not None:
+                f["dl_storage_last_autoanalyze_timestamp_seconds"].add_metric([table], row["last_autoanalyze"])
+        if rows.get("storage"):
+            f["dl_storage_sample_timestamp_seconds"].add_metric([], rows["storage"][0]["sampled_at"])
         yield from f.values()
 
 

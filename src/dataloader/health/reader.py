@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dataloader.health.storage import TREND_WINDOW_SEC, StorageReport, storage_report
 from dataloader.storage.health_repository import PARTS, HealthRepository, HealthRows
 
 log = logging.getLogger("dataloader.health")
@@ -51,6 +52,18 @@ class HealthReader:
             log.warning("metrics: database health unavailable", extra={"error": repr(exc)})
         self._warn_on_xmin(rows)
         return HealthSnapshot(rows=rows, connections_budget=self.connections_budget())
+
+    async def storage(self, *, window_sec: float = TREND_WINDOW_SEC) -> StorageReport:
+        """The queue's tables in the leader's newest storage sample (sizes, dead tuples, last
+        autovacuum and autoanalyze), how each grew over 1 h, 6 h and 24 h, its hourly trend over
+        `window_sec`, and what holds the xmin horizon now (docs/observability.md "Storage")."""
+        return storage_report(await self.repo.latest_storage(), await self.repo.storage_trend(window_sec),
+                              await self.repo.oldest_xmin())
+
+    async def sample_storage(self) -> StorageReport:
+        """Take a storage sample now (what the leader's storage_sampler does every period), then the report."""
+        await self.repo.sample_storage()
+        return await self.storage()
 
     def _warn_on_xmin(self, rows: HealthRows) -> None:
         holders = rows.rows.get("oldest_xmin") or []

@@ -14,6 +14,12 @@ of ix_dl_jobs_finished, at most `batch_size` rows (default 1000), committed on i
 are held for one batch only (milliseconds), and only on finished rows, which the claim (queued
 rows), heartbeats and finishes (running rows) never touch: a prune can never make a claim wait.
 The rules (ages per status and queue) are a `RetentionPolicy` (retention/policy.py).
+
+With an archive (DL_ARCHIVE_URL, retention/archive.py) each batch is read, locked, exported and
+only then deleted, in one transaction (`retention_repository.prune_batch_archived`): a failed export
+rolls back and deletes nothing, is logged and counted (dl_archive_files_total{outcome="failed"})
+and ends this prune (the report's `archive_error`); the next period tries again. A batch's file is
+named after its job ids, so an export whose delete never committed is written again, not doubled.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 from pydantic import Field
@@ -34,6 +41,7 @@ from dataloader.config import Settings
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
+from dataloader.retention.archive import Archive, ArchiveBatch, archive_of
 from dataloader.retention.partitions import JournalFloor, PartitionSettings, journal_floor
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.storage import retention_repository, stats_repository
@@ -70,6 +78,9 @@ class PruneReport:
     ages: dict[tuple[str, str], float] = field(default_factory=dict)
     batches: int = 0
     seconds: float = 0.0
+    # With an archive: the files written, and the error of the export that stopped the prune.
+    archived_files: int = 0
+    archive_error: str | None = None
 
     @property
     def total(self) -> int:
@@ -85,13 +96,19 @@ class PruneReport:
             total.ages.update(report.ages)
             total.batches += report.batches
             total.seconds += report.seconds
+            total.archived_files += report.archived_files
+            total.archive_error = total.archive_error or report.archive_error
         return total
 
     def to_dict(self) -> dict[str, object]:
-        return {"dry_run": self.dry_run, "total": self.total, "batches": self.batches,
-                "seconds": round(self.seconds, 3),
-                "pruned": [{"queue": q, "status": s, "jobs": n, "older_than_sec": self.ages[(q, s)]}
-                           for (q, s), n in sorted(self.jobs.items()) if n]}
+        data: dict[str, object] = {
+            "dry_run": self.dry_run, "total": self.total, "batches": self.batches, "seconds": round(self.seconds, 3),
+            "pruned": [{"queue": q, "status": s, "jobs": n, "older_than_sec": self.ages[(q, s)]}
+                       for (q, s), n in sorted(self.jobs.items()) if n]}
+        if self.archived_files or self.archive_error:
+            data["archived_files"] = self.archived_files
+            data["archive_error"] = self.archive_error
+        return data
 
 
 async def finished_queues(pool: asyncpg.Pool) -> list[str]:
@@ -109,12 +126,14 @@ async def stats_lag_floor(pool: asyncpg.Pool) -> float | None:
 async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int = 1000,
                 dry_run: bool = False, queues: Iterable[str] | None = None,
                 min_age_sec: float | None = None, stopping: asyncio.Event | None = None,
-                journal_floor: JournalFloor | None = None) -> PruneReport:
+                journal_floor: JournalFloor | None = None, archive: Archive | None = None) -> PruneReport:
     """Delete (or count, with `dry_run`) the finished jobs `policy` says are too old, batch by
     batch, queue by queue; `queues` limits it to some queues. `min_age_sec` keeps anything younger
     whatever the policy (the stats rollup's lag); `journal_floor` holds a job back until its
     journal partitions are dropped (retention/partitions.py), so the cascade finds little to
-    delete. Stops between batches when `stopping` is set."""
+    delete. Stops between batches when `stopping` is set. With `archive`, each batch is exported
+    there before its delete; a failed export deletes nothing and ends the prune
+    (`report.archive_error`)."""
     report = PruneReport(dry_run=dry_run)
     started = time.perf_counter()
     present = await finished_queues(pool)
@@ -132,7 +151,21 @@ async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int 
         deleted_here = 0
         while True:
             batch_started = time.perf_counter()
-            deleted = await retention_repository.prune_batch(pool, queue, status, age, batch_size)
+            if archive is None:
+                deleted = await retention_repository.prune_batch(pool, queue, status, age, batch_size)
+            else:
+                try:
+                    deleted = await _archived_batch(pool, archive, queue, status, age, batch_size)
+                except Exception as exc:  # the storage refused: nothing was deleted, say so and stop
+                    metrics.ARCHIVE_FILES.labels("failed").inc()
+                    report.archive_error = f"{type(exc).__name__}: {exc}"
+                    log.error("archive export failed: nothing deleted, the next prune tries again",
+                              extra={"queue": queue, "status": status, "archive": archive.url,
+                                     "error": report.archive_error})
+                    report.jobs[(queue, status)] = deleted_here
+                    break
+                if deleted:
+                    report.archived_files += 1
             metrics.PRUNE_BATCH_SECONDS.observe(time.perf_counter() - batch_started)
             report.batches += 1
             if deleted:
@@ -140,9 +173,26 @@ async def prune(pool: asyncpg.Pool, policy: RetentionPolicy, *, batch_size: int 
                 deleted_here += deleted
             if deleted < batch_size or (stopping is not None and stopping.is_set()):
                 break
+        if report.archive_error is not None:
+            break
         report.jobs[(queue, status)] = deleted_here
     report.seconds = time.perf_counter() - started
     return report
+
+
+async def _archived_batch(pool: asyncpg.Pool, archive: Archive, queue: str, status: str, age: float,
+                          batch_size: int) -> int:
+    """One batch: locked and read, exported (file, then manifest entry), then deleted, in one
+    transaction; raises (deleting nothing) when the export does."""
+
+    async def export(jobs: Any, events: Any) -> None:
+        entry = await archive.archive_batch(ArchiveBatch.of(queue, status, jobs, events))
+        metrics.ARCHIVE_FILES.labels("ok").inc()
+        metrics.ARCHIVE_JOBS.inc(entry.jobs)
+        metrics.ARCHIVE_BYTES.inc(entry.bytes)
+        metrics.ARCHIVE_LAST_SUCCESS.set(time.time())
+
+    return await retention_repository.prune_batch_archived(pool, queue, status, age, batch_size, export)
 
 
 async def prune_process_feed(pool: asyncpg.Pool, older_than_sec: float, *, batch_size: int = 1000,
@@ -185,26 +235,28 @@ class Pruner(PeriodicService):
 
     def __init__(self, pool: asyncpg.Pool, policy: RetentionPolicy, settings: PrunerSettings | None = None, *,
                  partitions: PartitionSettings | None = None, clock: Clock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, archive: Archive | None = None) -> None:
         """`partitions`: the journal partition duty's settings when it runs (its drops are waited
         for, `JournalFloor`); None: the pruner deletes by its ages alone, the cascade takes the journal."""
         super().__init__(settings or PrunerSettings(), clock=clock, rng=rng)
         self.pool = pool
         self.policy = policy
         self.partitions = partitions
+        self.archive = archive
 
     @classmethod
     def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> Pruner:
         partitions = PartitionSettings.from_settings(settings) if settings.journal_partitions_enabled else None
         return cls(pool, RetentionPolicy.from_settings(settings), PrunerSettings.from_settings(settings),
-                   partitions=partitions)
+                   partitions=partitions, archive=archive_of(settings))
 
     async def tick(self) -> PruneReport:
         floor = await stats_lag_floor(self.pool) if self.settings.wait_for_stats else None
         journal = (await journal_floor(self.pool, self.policy, self.partitions, datetime.now(UTC))
                    if self.partitions is not None else None)
         report = await prune(self.pool, self.policy, batch_size=self.settings.batch_size,
-                             min_age_sec=floor, stopping=self.stopping, journal_floor=journal)
+                             min_age_sec=floor, stopping=self.stopping, journal_floor=journal,
+                             archive=self.archive)
         if report.total:
             log.info("pruned finished jobs", extra={
                 "jobs": report.total, "batches": report.batches, "seconds": round(report.seconds, 3),

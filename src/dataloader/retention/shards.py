@@ -13,6 +13,7 @@ import asyncpg
 
 from dataloader.config import Settings
 from dataloader.model.job import FINISHED_STATUS_NAMES, JobStatus
+from dataloader.retention.archive import Archive, archive_of
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
@@ -43,12 +44,15 @@ def chosen_policy(settings: Settings, older_than: float | timedelta | str | None
 
 async def prune_shards(pools: Sequence[asyncpg.Pool], settings: Settings, *, older_than: float | timedelta | str | None,
                        statuses: Sequence[JobStatus | str] | None, batch_size: int | None, dry_run: bool,
-                       queues: Sequence[str] | None) -> PruneReport:
+                       queues: Sequence[str] | None, archive: Archive | None = None) -> PruneReport:
     """The policy of a prune asked for now (`chosen_policy`) applied on every shard in turn, in
-    batches of `batch_size` (default DL_RETENTION_BATCH_SIZE); one report (the shards' summed)."""
+    batches of `batch_size` (default DL_RETENTION_BATCH_SIZE), each exported first to `archive`
+    (default: DL_ARCHIVE_URL's, when set); one report (the shards' summed)."""
     policy = chosen_policy(settings, older_than, statuses)
     batch_size = batch_size or settings.retention_batch_size
-    reports = [await prune(pool, policy, batch_size=batch_size, dry_run=dry_run, queues=queues) for pool in pools]
+    archive = archive if archive is not None or dry_run else archive_of(settings)
+    reports = [await prune(pool, policy, batch_size=batch_size, dry_run=dry_run, queues=queues, archive=archive)
+               for pool in pools]
     return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
 
 

@@ -13,7 +13,7 @@ from dataloader.storage.queries import sql
 
 # The parts of one reading. Each is read on its own: one that fails (a missing privilege, a view a
 # server version lacks) leaves only its part out.
-PARTS = ("job_alerts", "observers_waiting", "live_nodes", "connections", "oldest_xmin", "table_vacuum")
+PARTS = ("job_alerts", "observers_waiting", "live_nodes", "connections", "oldest_xmin", "table_vacuum", "storage")
 
 
 @dataclass
@@ -38,6 +38,8 @@ class HealthRepository:
                 "connections": lambda: conn.fetch(sql("health/connections")),
                 "oldest_xmin": lambda: conn.fetch(sql("health/oldest_xmin")),
                 "table_vacuum": lambda: conn.fetch(sql("health/table_vacuum")),
+                # the leader's newest storage sample (health/storage.py): one index probe
+                "storage": lambda: conn.fetch(sql("health/latest_storage")),
             }
             for part in PARTS:
                 try:
@@ -45,3 +47,25 @@ class HealthRepository:
                 except asyncpg.PostgresError as exc:  # a server-side refusal: the other parts still read
                     result.errors[part] = f"{type(exc).__name__}: {exc}"
         return result
+
+    # -- the storage sampler (health/storage.py) and its readers ----------------------------------
+
+    async def sample_storage(self) -> list[asyncpg.Record]:
+        """Take and store one sample of every table we own; its rows."""
+        return await self.pool.fetch(sql("health/sample_storage"))
+
+    async def prune_storage_samples(self, keep_sec: float) -> int:
+        """Drop samples older than `keep_sec`; how many rows."""
+        return await self.pool.fetchval(sql("health/prune_storage_samples"), keep_sec)
+
+    async def oldest_xmin(self) -> asyncpg.Record | None:
+        """What holds the xmin horizon back longest (None: nothing)."""
+        return await self.pool.fetchrow(sql("health/oldest_xmin"))
+
+    async def latest_storage(self) -> list[asyncpg.Record]:
+        """The newest sample, one row per table (none before the first sample)."""
+        return await self.pool.fetch(sql("health/latest_storage"))
+
+    async def storage_trend(self, window_sec: float) -> list[asyncpg.Record]:
+        """Per table, the last sample of each hour of the last `window_sec`, oldest first."""
+        return await self.pool.fetch(sql("health/storage_trend"), window_sec)

@@ -6,7 +6,8 @@ partitions (their list, the one created ahead, the one dropped with its survivor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 import asyncpg
@@ -27,6 +28,24 @@ async def count_prunable(pool: asyncpg.Pool, queue: str, status: str, older_than
 async def prune_batch(pool: asyncpg.Pool, queue: str, status: str, older_than_sec: float, batch_size: int) -> int:
     """Delete at most `batch_size` such jobs (their journal with them); how many were deleted."""
     return await pool.fetchval(sql("retention/prune_batch"), queue, status, older_than_sec, batch_size)
+
+
+async def prune_batch_archived(pool: asyncpg.Pool, queue: str, status: str, older_than_sec: float, batch_size: int,
+                               export: Callable[[Sequence[asyncpg.Record], Sequence[asyncpg.Record]], Awaitable[None]]
+                               ) -> int:
+    """prune_batch with an export before the delete, in one transaction: lock and read at most
+    `batch_size` such jobs and their journal, await `export(jobs, events)`, then delete exactly those
+    jobs and commit. If `export` raises, the transaction rolls back and nothing is deleted (the
+    error propagates). The row locks are held while `export` runs: only finished rows, which no
+    claim, heartbeat or finish touches."""
+    async with pool.acquire() as conn, conn.transaction():
+        jobs = await conn.fetch(sql("retention/archive_batch_jobs"), queue, status, older_than_sec, batch_size)
+        if not jobs:
+            return 0
+        ids: list[uuid.UUID] = [row["job_id"] for row in jobs]
+        events = await conn.fetch(sql("retention/archive_batch_events"), ids)
+        await export(jobs, events)
+        return await conn.fetchval(sql("retention/delete_archived_jobs"), ids)
 
 
 async def prune_fair_tenants_batch(pool: asyncpg.Pool, idle_sec: float, batch_size: int) -> int:

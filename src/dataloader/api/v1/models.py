@@ -60,6 +60,8 @@ class ErrorCode(StrEnum):
     request_timeout = "request_timeout"
     database_unavailable = "database_unavailable"
     embedded_server_failed = "embedded_server_failed"
+    archive_not_configured = "archive_not_configured"
+    archive_unavailable = "archive_unavailable"
     internal_error = "internal_error"
 
 
@@ -112,6 +114,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.request_timeout: 408,
     ErrorCode.database_unavailable: 503,
     ErrorCode.embedded_server_failed: 503,
+    ErrorCode.archive_not_configured: 404,
+    ErrorCode.archive_unavailable: 503,
     ErrorCode.internal_error: 500,
 }
 

@@ -173,6 +173,11 @@ class PruneResponse(BaseModel):
     batches: int
     seconds: float
     pruned: list[PrunedGroup]
+    archived_files: int | None = Field(default=None,
+                                       description="With DL_ARCHIVE_URL: files exported before the deletes")
+    archive_error: str | None = Field(
+        default=None, description="With DL_ARCHIVE_URL: the export that failed and stopped the prune (nothing of "
+                                  "that batch was deleted)")
 
 
 def _check_time(name: str, value: datetime) -> datetime:

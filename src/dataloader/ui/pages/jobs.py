@@ -3,7 +3,8 @@ and a job's page (args with secrets masked, progress, result, error and tracebac
 timeline, attempts, lock_key and who holds it, its chain), with cancel, retry (the requeue of a
 failed, canceled or lost job), set priority (a queued job) and delete (a finished one), each the
 `App` call every face makes. The job's state and its journal are live (topics `job:<id>` and
-`journal:<id>`)."""
+`journal:<id>`). A job that retention removed but the archive holds (docs/patterns.md "Archival")
+shows as archived: its row and journal from the archive, read only."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from dataloader.exceptions import DataloaderError
+from dataloader.exceptions import ArchiveNotConfigured, DataloaderError, JobNotFound
 from dataloader.jobs.manager import check_priority
 from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
 from dataloader.ui import filters, render
@@ -25,6 +26,7 @@ from dataloader.ui.topic import Topic
 if TYPE_CHECKING:
     from dataloader.app import App
     from dataloader.model.job import Job
+    from dataloader.retention.archive import ArchivedJob
 
 NAV = ("Jobs", "/jobs")
 PAGE_SIZE = 50
@@ -101,11 +103,26 @@ def is_uuid(arg: str) -> bool:
 async def show(request: Request) -> Response:
     app = request.app.state.console.app()
     job_id = request.path_params["job_id"]
-    state = await job_state(app, job_id)
+    try:
+        state = await job_state(app, job_id)
+    except JobNotFound:
+        archived = await archived_job(app, job_id)
+        if archived is None:
+            raise
+        return render.page(request, "job_archived.html", archived=archived, events=archived.events)
     job = state["job"]
     events = await app.events(job_id, limit=JOURNAL_LIMIT)
     chain = await app.chain(job_id) if job.chain_id is not None else None
     return render.page(request, "job.html", **state, events=events, chain=chain)
+
+
+async def archived_job(app: App, job_id: uuid.UUID) -> ArchivedJob | None:
+    """The job from the archive (docs/patterns.md "Archival") when retention removed it; None when
+    no archive is configured or it is not there either (the page is then the usual not-found)."""
+    try:
+        return await app.archive.history(job_id)
+    except (JobNotFound, ArchiveNotConfigured):
+        return None
 
 
 async def cancel(request: Request) -> Response:
