@@ -6,6 +6,7 @@ Everything a user needs is importable from here; anything else may change betwee
 from dataloader.app import App
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
+    AccessDenied,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
@@ -32,6 +33,7 @@ from dataloader.exceptions import (
     JobNotRetryable,
     JobOutcome,
     JobStopped,
+    LastAdmin,
     ObserverExists,
     ObserverFenced,
     ObserverNotFound,
@@ -58,6 +60,8 @@ from dataloader.exceptions import (
     UnknownNamespace,
     UnknownTask,
     UnknownWorkflow,
+    UserExists,
+    UserNotFound,
     ValidationFailed,
     WorkflowFailed,
     WorkflowFinished,
@@ -93,6 +97,7 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitToken, Workflow, WorkflowRun, workflow
 
 __all__ = [
+    "AccessDenied",
     "App",
     "ArgsTooLarge",
     "AttemptFenced",
@@ -132,6 +137,7 @@ __all__ = [
     "JobRequest",
     "JobStatus",
     "JobStopped",
+    "LastAdmin",
     "MissedPolicy",
     "NewEvent",
     "Node",
@@ -187,6 +193,8 @@ __all__ = [
     "UnknownTask",
     "UnknownWorkflow",
     "UnsetTimer",
+    "UserExists",
+    "UserNotFound",
     "ValidationFailed",
     "WaitToken",
     "Workflow",

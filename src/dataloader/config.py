@@ -302,6 +302,11 @@ class Settings(BaseSettings):
     # window (auth_throttle.py; per node). 0: no throttle.
     auth_max_failures: int = Field(default=10, ge=0, le=100_000)
     auth_failure_window_sec: float = Field(default=60, gt=0, le=86400)
+    # The cost of a console user's password hash (argon2id, docs/security.md): argon2-cffi's
+    # defaults (RFC 9106's second recommendation). Lower them only where sign-in speed beats
+    # resistance to guessing (tests); a stored hash is re-made at its next sign-in when it is weaker.
+    password_hash_time_cost: int = Field(default=3, ge=1, le=20)
+    password_hash_memory_kib: int = Field(default=64 * 1024, ge=64, le=4 * 1024 * 1024)
     log_level: str = "INFO"
     log_format: str = "auto"
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
