@@ -32,6 +32,7 @@ from dataloader.api.v1.queues_router import router as queues_router
 from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
+from dataloader.api.v1.users_router import router as users_router
 from dataloader.api.v1.workflows_router import router as workflows_router
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
@@ -51,7 +52,8 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
-           operations_router, observers_router, nodes_router, queues_router, os_router.router, metric_router.router)
+           operations_router, observers_router, nodes_router, queues_router, users_router, os_router.router,
+           metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:
