@@ -68,6 +68,7 @@ async def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(env, db, args
 
 async def test_failed_operations_exit_1_with_their_code(env):
     ok(["users", "add", "root", "--role", "admin", "--password-stdin"], env, input="long enough pass\n")
+    ok(["users", "add", "ops", "--role", "operator", "--password-stdin"], env, input="long enough pass\n")
     for args, code in ((["users", "add", "root", "--password-stdin"], "user_exists"),
                        (["users", "delete", "root"], "last_admin"), (["users", "disable", "nobody"], "user_not_found")):
         result = run(args, env, input="long enough pass\n")

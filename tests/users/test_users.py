@@ -68,7 +68,10 @@ async def test_the_last_enabled_admin_is_kept(app):
     await app.users.set_role("ops", "admin")
     await app.users.disable("root")  # another admin is left
     with pytest.raises(LastAdmin):
-        await app.users.delete("ops")
+        await app.users.delete("ops")  # root remains, disabled: nobody could manage users any more
+    await app.users.delete("root")
+    await app.users.delete("ops")  # the only user: back to the set-up without users
+    assert await app.users.list() == []
 
 
 async def test_two_admins_demoting_each_other_at_once_leave_one(app):

@@ -3,9 +3,10 @@ sign-in — the rules behind `app.users`, the HTTP API (`/api/v1/users`), the CL
 users`) and the console's /ui/users page. Input goes through model/user.py's functions first, so
 every face refuses the same input with the same words, before anything is written.
 
-The last enabled admin cannot be demoted, disabled or deleted (`LastAdmin`): with users present
-the console asks everybody to sign in, and without an admin nobody could manage them there any
-more (the CLI, which holds the database's credentials, still could)."""
+The last enabled admin cannot be demoted, disabled or deleted while other users remain
+(`LastAdmin`): with users present the console asks everybody to sign in, and without an admin
+nobody could manage them there any more (the CLI, which holds the database's credentials, still
+could). The only user may be deleted: the console is then as it was before any user existed."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class UserManager:
         return _changed(name, await self.repo.set_disabled(rules.user_name(name), False), "")
 
     async def delete(self, name: str) -> None:
-        """The user and every session of theirs."""
+        """The user and every session of theirs (the last enabled admin only when nobody else is left)."""
         _changed(name, await self.repo.delete(rules.user_name(name)), "delete")
 
     async def authenticate(self, name: str, password: str) -> User | None:

@@ -75,6 +75,7 @@ async def test_bad_input_is_422_in_the_one_shape_and_writes_nothing(client, db, 
 
 async def test_conflicts_and_unknown_names(client, db):
     await client.post(USERS, json={"name": "root", "password": "long enough pass", "role": "admin"})
+    await client.post(USERS, json={"name": "ops", "password": "long enough pass", "role": "operator"})
     taken = await client.post(USERS, json={"name": "root", "password": "long enough pass"})
     assert (taken.status_code, taken.json()["error"]) == (409, "user_exists")
     for answer in (await client.put(f"{USERS}/root/role", json={"role": "viewer"}),
@@ -83,7 +84,7 @@ async def test_conflicts_and_unknown_names(client, db):
     missing = await client.get(f"{USERS}/nobody")
     assert (missing.status_code, missing.json()["error"]) == (404, "user_not_found")
     assert (await client.get(f"{USERS}/Not%20A%20Name")).status_code == 422
-    assert await users_now(db) == ["root:admin:False"]
+    assert await users_now(db) == ["ops:operator:False", "root:admin:False"]
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.OPERATOR])
