@@ -135,3 +135,28 @@ async def test_the_api_token_still_signs_in_as_an_admin_beside_users(users_db, d
         assert page.status_code == 200 and "DL_API_TOKEN (admin)" in page.text and 'data-user="alice"' in page.text
         await sign_in(client, "alice")  # a user beside the token; the token session was rotated out
         assert "alice (viewer)" in (await client.get("/ui/")).text
+
+
+async def test_an_action_runs_acting_as_the_signed_in_user(users_db, dsn, monkeypatch):
+    """The guard puts the session's principal in force (`acting_as`): the App call an action makes
+    (and the audit trail's write inside it) sees who acts, with the user's role and address."""
+    from dataloader.model.principal import PrincipalKind, current_principal, role_actions
+
+    queue = f"who-{uuid.uuid4().hex[:6]}"
+    seen = []
+    async with users_console(dsn) as client:
+        app = app_of(client)
+        await add_user(client, "alice", Role.OPERATOR)
+        csrf = await sign_in(client, "alice")
+        pause = app.pause_queue
+
+        async def recording(name: str, **options):
+            seen.append(current_principal())
+            return await pause(name, **options)
+
+        monkeypatch.setattr(app, "pause_queue", recording)
+        assert (await client.post("/ui/queues/pause", data={"queue": queue, "csrf": csrf})).status_code == 303
+    [principal] = seen
+    assert (principal.kind, principal.label, principal.actions) == (PrincipalKind.USER, "user:alice",
+                                                                    role_actions(Role.OPERATOR))
+    assert principal.address == "127.0.0.1"

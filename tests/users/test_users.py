@@ -96,3 +96,17 @@ async def test_a_weaker_hash_is_remade_at_the_next_sign_in(app, db):
     remade = await db.fetchval("SELECT password_hash FROM dl_users WHERE name = 'alice'")
     assert remade != weak and "m=128,t=2" in remade
     assert await app.users.authenticate("alice", "wrong password!!") is None
+
+
+def test_sync_app_users_is_the_blocking_twin(dsn, db):
+    from dataloader import SyncApp
+
+    with SyncApp(Settings(db_dsn=dsn, workers=[], **CHEAP_HASH)) as app:  # type: ignore[arg-type]
+        assert app.users.create("carol", "long enough pass", "operator").role is Role.OPERATOR
+        assert [u.name for u in app.users.list()] == ["carol"]
+        assert app.users.set_role("carol", "viewer").role is Role.VIEWER
+        assert app.users.set_password("carol", "another long pass").name == "carol"
+        assert app.users.disable("carol").disabled and not app.users.enable("carol").disabled
+        assert app.users.get("carol").name == "carol"
+        app.users.delete("carol")
+        assert app.users.list() == []
