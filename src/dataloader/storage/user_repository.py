@@ -61,6 +61,11 @@ class UserRepository:
         value = await self.pool.fetchval(sql("users/signed_in"), name, rehashed)
         return Role(value) if value is not None else None
 
+    async def sso_signed_in(self, name: str, role: Role) -> User | None:
+        """The user a single sign-on signs in (made or given the role), or None when disabled."""
+        row = await self.pool.fetchrow(sql("users/sso_signed_in"), name, role.value)
+        return _user(row) if row is not None else None
+
     async def set_role(self, name: str, role: Role) -> Change:
         return _change(await self.pool.fetchrow(sql("users/set_role"), name, role.value))
 

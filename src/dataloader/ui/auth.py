@@ -1,9 +1,10 @@
 """Who may use the console, who a request acts as, and that an action was sent by the console's own page.
 
-Who must sign in (docs/security.md "Sign-in"): nobody while DL_API_TOKEN is unset and no user
-exists (the console is open, as the API is, and acts as an admin, `anonymous`); everybody once
-either exists. A user signs in with name and password (users/manager.py checks it), the single-user
-set-up with DL_API_TOKEN (an admin, kind `admin_token`). Each request then acts as the session's
+Who must sign in (docs/security.md "Sign-in"): nobody while DL_API_TOKEN is unset, no user exists
+and no single sign-on is set up (the console is open, as the API is, and acts as an admin,
+`anonymous`); everybody once any of them is. A user signs in with name and password
+(users/manager.py checks it) or through the provider (ui/sso.py), the single-user set-up with
+DL_API_TOKEN (an admin, kind `admin_token`). Each request then acts as the session's
 `Principal` (kind `user` with the user's role read from dl_users on this very request, so a
 demotion or a disable holds from the next request; or the token's admin); DL_UI_READ_ONLY caps
 whoever it is at a viewer's actions.
@@ -104,7 +105,7 @@ async def authenticate(request: Request, settings: Settings, sessions: ConsoleSe
             principal = Principal.with_role(PrincipalKind.USER, check.user, check.role, address)
         else:
             principal = Principal.with_role(PrincipalKind.ADMIN_TOKEN, "DL_API_TOKEN", Role.ADMIN, address)
-    elif token or check.users_exist:
+    elif token or check.users_exist or settings.oidc_issuer:
         return None
     else:  # nothing to sign in with: open, as the API is without a token
         principal = Principal.with_role(PrincipalKind.ANONYMOUS, "anonymous", Role.ADMIN, address)

@@ -34,6 +34,7 @@ from dataloader.storage.db import is_connection_error
 from dataloader.ui import auth, render
 from dataloader.ui.live import LiveHub, sse_event
 from dataloader.ui.pages import PAGES
+from dataloader.ui.sso import Oidc
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class Console:
     root: str = MOUNT
     # Wrong tokens at the login page, per client address (shared with the API's bearer check).
     throttle: AuthThrottle | None = None
+    # Single sign-on's provider (DL_OIDC_ISSUER), checked when the console is built.
+    oidc: Oidc | None = None
 
     def app(self) -> App:
         app = self.get_app()
@@ -273,7 +276,7 @@ def console_app(settings: Settings, get_app: Callable[[], App | None],
     """The console for the HTTP app to mount at /ui; `get_app` gives the App requests use (None
     while the service starts or stops); `throttle` counts wrong tokens (the API's, to share it)."""
     console = Console(settings=settings, get_app=get_app, throttle=throttle or AuthThrottle(
-        settings.auth_max_failures, settings.auth_failure_window_sec))
+        settings.auth_max_failures, settings.auth_failure_window_sec), oidc=Oidc.of(settings))
     routes: list[Any] = [Route("/live", live, methods=["GET"]),
                          Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     for module in PAGES:

@@ -81,6 +81,12 @@ class UserManager:
         return await self.repo.get(name)
 
 
+    async def sso_sign_in(self, name: str, role: Role | str) -> User | None:
+        """A person the single sign-on provider vouched for: the user (made on a first sign-in, given
+        `role` every time), or None when an admin disabled them."""
+        return await self.repo.sso_signed_in(rules.user_name(name), rules.role(role))
+
+
 def _changed(name: str, change: Change, verb: str) -> Any:
     if not change.found:
         raise UserNotFound(f"no user {name!r}")

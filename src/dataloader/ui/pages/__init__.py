@@ -12,6 +12,7 @@ from dataloader.ui.pages import (
     overview,
     processes,
     schedules,
+    sso,
     users,
     workflow_bulk,
     workflows,
@@ -19,4 +20,4 @@ from dataloader.ui.pages import (
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
 PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, users, bulk,
-         login)
+         login, sso)

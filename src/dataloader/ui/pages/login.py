@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from dataloader.model.user import User
 from dataloader.ui import auth, notice, render
 from dataloader.ui.actions import safe_local
 
@@ -33,7 +34,7 @@ async def _page(request: Request, *, status: int = 200, next: str, problem: str 
     sessions = console.app().users.sessions
     users_exist = (await sessions.check(None, None)).users_exist
     return render.page(request, "login.html", status=status, next=next, problem=problem, users_exist=users_exist,
-                       token_set=bool(console.settings.api_token))
+                       token_set=bool(console.settings.api_token), sso=console.oidc is not None)
 
 
 async def show(request: Request) -> Response:
@@ -73,11 +74,21 @@ async def sign_in(request: Request) -> Response:
             log.warning("console sign-in refused: wrong name or password, or a disabled user",
                         extra={"client": address, "user": name[:64]})
             return await _page(request, status=401, next=target, problem="Wrong user name or password.")
-    throttle.succeeded(address)
+    return await signed_in_response(request, user, target, token=token if by_token else None,
+                                    how="password" if user else "token")
+
+
+async def signed_in_response(request: Request, user: User | None, target: str, *, token: str | None = None,
+                             how: str) -> Response:
+    """A new session of `user` (or of the token) for this browser, and the redirect to `target`
+    that sets its cookie and says so (a password, a token and a single sign-on end alike)."""
+    console = request.app.state.console
+    address = auth.client_address(request)
+    console.throttle.succeeded(address)
     ttl = console.settings.ui_session_ttl
-    secret = await auth.open_session(request, app.users.sessions, ttl, token=token if by_token else None,
+    secret = await auth.open_session(request, console.app().users.sessions, ttl, token=token,
                                      user=user.name if user else None)
-    log.info("console signed in", extra={"client": address, "session_ttl_sec": ttl,
+    log.info("console signed in", extra={"client": address, "session_ttl_sec": ttl, "by": how,
                                          "user": user.name if user else "DL_API_TOKEN"})
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(auth.SESSION_COOKIE, secret, **auth.cookie_options(request, max_age=ttl))  # type: ignore[arg-type]
