@@ -8,6 +8,7 @@ from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
     ArchiveNotConfigured,
     ArchiveUnavailable,
+    AccessDenied,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
@@ -34,6 +35,7 @@ from dataloader.exceptions import (
     JobNotRetryable,
     JobOutcome,
     JobStopped,
+    LastAdmin,
     ObserverExists,
     ObserverFenced,
     ObserverNotFound,
@@ -60,6 +62,8 @@ from dataloader.exceptions import (
     UnknownNamespace,
     UnknownTask,
     UnknownWorkflow,
+    UserExists,
+    UserNotFound,
     ValidationFailed,
     WorkflowFailed,
     WorkflowFinished,
@@ -95,6 +99,7 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitToken, Workflow, WorkflowRun, workflow
 
 __all__ = [
+    "AccessDenied",
     "App",
     "ArchiveNotConfigured",
     "ArchiveUnavailable",
@@ -136,6 +141,7 @@ __all__ = [
     "JobRequest",
     "JobStatus",
     "JobStopped",
+    "LastAdmin",
     "MissedPolicy",
     "NewEvent",
     "Node",
@@ -191,6 +197,8 @@ __all__ = [
     "UnknownTask",
     "UnknownWorkflow",
     "UnsetTimer",
+    "UserExists",
+    "UserNotFound",
     "ValidationFailed",
     "WaitToken",
     "Workflow",

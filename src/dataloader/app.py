@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from dataloader.processes.manager import ProcessManager
     from dataloader.retention.archive import Archive, NoArchive
     from dataloader.schedules.manager import ScheduleManager
-    from dataloader.storage.database import ConsoleSessionRepository, JobRepository, Notifier
+    from dataloader.storage.database import JobRepository, Notifier
+    from dataloader.users.manager import UserManager
     from dataloader.workers.manager import WorkerManager
     from dataloader.workflows.manager import WorkflowManager
 
@@ -348,10 +349,9 @@ class App:
         return self._managers.archive
 
     @property
-    def console_sessions(self) -> ConsoleSessionRepository:
-        """The console's sign-in sessions (ui/auth.py, migration 0028), held by the database so a
-        sign-out holds on every node and through restarts."""
-        return self.db.console_sessions()
+    def users(self) -> UserManager:
+        """Console users and their sign-in `.sessions` (docs/security.md): create, list, set_role, delete…"""
+        return self._managers.users
 
     def connections_budget(self) -> int:
         """Connections this node may open: its pools' maximum sizes (the engine's, and the API's beside)."""

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from dataloader.exceptions import ConfigError
 from dataloader.model.flow import QueueSettings, TaskSettings, settings_from_declaration, task_settings_from_declaration
 from dataloader.model.job import FINISHED_STATUS_NAMES
+from dataloader.model.principal import Role
 
 DEFAULT_WORKERS_JSON = '[{"queue":"default","concurrency":4}]'
 
@@ -302,6 +303,24 @@ class Settings(BaseSettings):
     # window (auth_throttle.py; per node). 0: no throttle.
     auth_max_failures: int = Field(default=10, ge=0, le=100_000)
     auth_failure_window_sec: float = Field(default=60, gt=0, le=86400)
+    # The cost of a console user's password hash (argon2id, docs/security.md): argon2-cffi's
+    # defaults (RFC 9106's second recommendation). Lower them only where sign-in speed beats
+    # resistance to guessing (tests); a stored hash is re-made at its next sign-in when it is weaker.
+    password_hash_time_cost: int = Field(default=3, ge=1, le=20)
+    password_hash_memory_kib: int = Field(default=64 * 1024, ge=64, le=4 * 1024 * 1024)
+    # Single sign-on to the console with OpenID Connect (docs/security.md "Single sign-on"): the
+    # provider's issuer URL (its /.well-known/openid-configuration), this client's id and secret.
+    # A claim names the user (lower-cased: a user name), another gives roles through
+    # DL_OIDC_ROLES_JSON ({"claim value": "viewer|operator|admin"}, the highest one matched wins);
+    # DL_OIDC_DEFAULT_ROLE for a person none matches (unset: refused).
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_scopes: str = "openid email profile"
+    oidc_name_claim: str = "email"
+    oidc_role_claim: str = "groups"
+    oidc_roles_json: Annotated[dict[str, Role], NoDecode] = Field(default_factory=dict)
+    oidc_default_role: Role | None = None
     log_level: str = "INFO"
     log_format: str = "auto"
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
@@ -325,6 +344,13 @@ class Settings(BaseSettings):
         from dataloader.model.archive_url import check_archive_url
 
         return check_archive_url(value)
+    @field_validator("oidc_roles_json", mode="before")
+    @classmethod
+    def _parse_oidc_roles(cls, value: Any) -> Any:
+        parsed = _json_text(value, "{}")
+        if not isinstance(parsed, dict):
+            raise ValueError('must be a JSON object: {"claim value": "viewer|operator|admin"}')
+        return parsed
 
     @field_validator("shards_json", mode="before")
     @classmethod

@@ -194,6 +194,29 @@ class ObserverExists(DataloaderError):
     code = "observer_exists"
 
 
+# -- people and access (docs/security.md) -------------------------------------------------------
+
+class UserNotFound(DataloaderError):
+    code = "user_not_found"
+
+
+class UserExists(DataloaderError):
+    code = "user_exists"
+
+
+class LastAdmin(DataloaderError):
+    """The change would leave no enabled admin among the users (nobody could manage them from the
+    console or the API any more): promote or enable another admin first."""
+
+    code = "last_admin"
+
+
+class AccessDenied(DataloaderError):
+    """The principal in force may not do this (its role or scope lacks the action)."""
+
+    code = "forbidden"
+
+
 class ObserverFenced(Exception):
     """Raised inside an observer whose run no longer holds it (moved to another node, or stopped):
     it must end without writing more."""

@@ -51,6 +51,8 @@ from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.storage.search_repository import SearchRepository
 from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.users.manager import UserManager
+from dataloader.users.passwords import Passwords
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules
 from dataloader.workflows.manager import WorkflowManager
@@ -77,6 +79,7 @@ class Managers:
         self._waiter: TaskWaiter | None = None
         self._health: HealthReader | None = None
         self._archive: Archive | NoArchive | None = None
+        self._passwords: Passwords | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -293,6 +296,13 @@ class Managers:
         if self._archive is None:
             self._archive = archive_of(self.settings) or NoArchive()
         return self._archive
+    def users(self) -> UserManager:
+        """Console users live on the default shard (as the sessions do). The hasher is kept: its
+        dummy hash (an unknown name's sign-in) is made once."""
+        if self._passwords is None:
+            self._passwords = Passwords(time_cost=self.settings.password_hash_time_cost,
+                                        memory_kib=self.settings.password_hash_memory_kib)
+        return UserManager(self.db.users(), self._passwords, self.db.console_sessions())
 
     def flow(self) -> FlowManager:
         if not self.shards:

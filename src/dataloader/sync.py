@@ -48,7 +48,9 @@ from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
+from dataloader.model.principal import Role
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.model.user import User
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage
 from dataloader.retention.archive import ArchivedJob, ManifestEntry
 from dataloader.storage.caller_connection import SyncConnection, run_at_once
@@ -299,6 +301,44 @@ class SyncApp:
     def archive(self) -> SyncArchive:
         """`app.archive` of the async App, blocking: `history(job_id)`, `entries()`."""
         return SyncArchive(self)
+    # -- users (docs/security.md) ------------------------------------------------------------------
+
+    @property
+    def users(self) -> SyncUsers:
+        """`app.users` of the async App, blocking: create, get, list, set_role, set_password,
+        disable, enable, delete."""
+        return SyncUsers(self)
+
+
+class SyncUsers:
+    """The blocking twin of `App.users` (each call runs the async one on the SyncApp's loop)."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def create(self, name: str, password: str, role: Role | str = Role.VIEWER) -> User:
+        return self._owner._call(self._owner.app.users.create(name, password, role))
+
+    def get(self, name: str) -> User:
+        return self._owner._call(self._owner.app.users.get(name))
+
+    def list(self) -> list[User]:
+        return self._owner._call(self._owner.app.users.list())
+
+    def set_role(self, name: str, role: Role | str) -> User:
+        return self._owner._call(self._owner.app.users.set_role(name, role))
+
+    def set_password(self, name: str, password: str) -> User:
+        return self._owner._call(self._owner.app.users.set_password(name, password))
+
+    def disable(self, name: str) -> User:
+        return self._owner._call(self._owner.app.users.disable(name))
+
+    def enable(self, name: str) -> User:
+        return self._owner._call(self._owner.app.users.enable(name))
+
+    def delete(self, name: str) -> None:
+        self._owner._call(self._owner.app.users.delete(name))
 
 
 class SyncWorkflows:

@@ -31,8 +31,8 @@ EXITING_MODULES = (service, observers, processes)
 SCRATCH_DATA_DIR = Path(tempfile.gettempdir()) / "dataloader-cli-tests" / "never-started"
 
 
-def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Any:
-    """typer.testing's Result of `dataloader <args>`."""
+def invoke(args: list[str], env: Mapping[str, str] | None = None, input: str | None = None) -> Any:
+    """typer.testing's Result of `dataloader <args>` (`input`: what its stdin holds)."""
     clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("DL_", "WORKERS_JSON"))}
     clean.update({"DL_DATA_DIR": str(SCRATCH_DATA_DIR), "DL_LOG_FORMAT": "json"})
     clean.update(env or {})
@@ -46,7 +46,7 @@ def invoke(args: list[str], env: Mapping[str, str] | None = None) -> Any:
         for module in EXITING_MODULES:
             patch.setattr(module, "_exit", no_os_exit)
         try:
-            return CliRunner().invoke(cli.app, args, env=clean)
+            return CliRunner().invoke(cli.app, args, env=clean, input=input)
         finally:
             root.handlers[:] = handlers
             root.setLevel(level)
@@ -60,7 +60,7 @@ def error_line(result: Any) -> str:
     return lines[0]
 
 
-def run(args: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], env: Mapping[str, str], input: str | None = None) -> subprocess.CompletedProcess[str]:
     """`dataloader <args>` in-process, answered as `subprocess.run` answers (returncode, stdout, stderr),
     for a test whose subprocess added nothing but an interpreter start. `env` is a subprocess's
     environment (`subprocess_env`): only its DL_* and WORKERS_JSON reach the command. The command runs
@@ -69,7 +69,7 @@ def run(args: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[
     as in a real process."""
     settings = {k: v for k, v in env.items() if k.startswith(("DL_", "WORKERS_JSON"))}
     with ThreadPoolExecutor(1) as pool:
-        result = pool.submit(invoke, args, settings).result()
+        result = pool.submit(invoke, args, settings, input).result()
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))

@@ -46,6 +46,10 @@ async def notice_after(client: httpx.AsyncClient, answer: httpx.Response) -> str
     return unescape(found.group(1))
 
 
+USERS_ACTIONS = {"/users", "/users/{name}/role", "/users/{name}/password", "/users/{name}/disable",
+                 "/users/{name}/enable", "/users/{name}/delete"}
+
+
 async def start_run(client: httpx.AsyncClient) -> uuid.UUID:
     """A workflow run (tests/workflows/flows.py's t.wait), started through the HTTP API."""
     started = await client.post("/api/v1/workflows", json={"workflow": "t.wait", "input": {}})
@@ -74,7 +78,7 @@ def test_every_red_button_is_one_of_the_confirmed_actions():
     """A new destructive button must join the confirmed ones (and this test's list)."""
     assert danger_actions() == {"*/jobs/*/cancel", "*/jobs/*/delete", "*/bulk", "*/operations/*/cancel",
                                 "*/observers/stop", "*/workflows/*/cancel", "*/workflows/*/restart",
-                                "*/workflows/bulk"}
+                                "*/workflows/bulk", "*/users/*/delete"}
 
 
 async def test_an_unconfirmed_destructive_post_does_nothing_and_the_confirmation_does_it(db, dsn):
@@ -200,7 +204,10 @@ async def test_every_action_says_what_it_did(db, dsn):
         assert re.fullmatch(r"Operation [0-9a-f-]{36} started: workflow_cancel on 1 workflow run\.", bulk), bulk
     # repair and restart need the processor's tasks to run: their notices are checked in the browser
     # (test_processes_browser.py)
-    covered = set(said) | {"/processes/{ns}/{process_id:path}/repair", "/processes/{ns}/{process_id:path}/restart"}
+    # the users page's actions need a signed-in admin (a user closes this open console): their notices
+    # are checked in test_users_page.py
+    covered = set(said) | {"/processes/{ns}/{process_id:path}/repair", "/processes/{ns}/{process_id:path}/restart"} \
+        | USERS_ACTIONS
     actions = {route.path for page in PAGES for route in page.routes
                if isinstance(route, Route) and "POST" in (route.methods or ())} - NOT_ACTIONS
     assert actions == covered, "every action says what it did (a new one joins this test)"

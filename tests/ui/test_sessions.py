@@ -79,7 +79,8 @@ async def test_signing_in_and_out_say_what_they_did(db, dsn):
     async with console_client(dsn, api_token=TOKEN) as client:
         csrf = csrf_of((await client.get("/ui/login")).text)
         answer = await client.post("/ui/login", data={"token": TOKEN, "csrf": csrf, "next": "/ui/"})
-        assert "Signed in. The session ends at sign-out or after 12 h." == await notice_after(client, answer)
+        assert await notice_after(client, answer) == ("Signed in with the API token (admin). "
+                                                      "The session ends at sign-out or after 12 h.")
         csrf = csrf_of((await client.get("/ui/")).text)
         out = await client.post("/ui/logout", data={"csrf": csrf})
         assert "Signed out: this session is ended on every node." == await notice_after(client, out)
@@ -184,13 +185,13 @@ async def test_wrong_tokens_at_the_login_page_and_the_api_are_throttled_per_addr
         assert (await client.get("/api/v1/queues", headers={"Authorization": "Bearer guess"})).status_code == 401
         slowed = await client.post("/ui/login", data={"csrf": csrf, "token": TOKEN})
         assert slowed.status_code == 429 and 0 < int(slowed.headers["retry-after"]) <= 600
-        assert "Too many wrong tokens" in slowed.text and auth.SESSION_COOKIE not in client.cookies
+        assert "Too many failed sign-ins" in slowed.text and auth.SESSION_COOKIE not in client.cookies
         api = await client.get("/api/v1/queues", headers={"Authorization": f"Bearer {TOKEN}"})
         assert api.status_code == 429 and 0 < int(api.headers["retry-after"]) <= 600
         assert api.json()["error"] == "too_many_failures"
     said = [(r.getMessage(), getattr(r, "client", None)) for r in caplog.records if r.name == "dataloader.ui.auth"]
     assert said.count(("console sign-in with a wrong token", "127.0.0.1")) == 2
-    assert ("console sign-in refused: too many wrong tokens from this address", "127.0.0.1") in said
+    assert ("console sign-in refused: too many failures from this address", "127.0.0.1") in said
     assert not any(TOKEN in r.getMessage() or TOKEN in str(r.__dict__) for r in caplog.records)
     # another address is not slowed by this one's failures
     async with console_client(dsn, api_token=TOKEN, auth_max_failures=3) as other:

@@ -25,12 +25,16 @@ import asyncpg
 import httpx
 
 from dataloader import App
+from dataloader.model.principal import Action
 from dataloader.ui.pages.workflows import PAGE_SIZE, SHOWN_CHARS
+from dataloader.ui.render import can_for
 from tests.conftest import wait_until
 from tests.ui.conftest import console_client, csrf_of
 from tests.workflows.conftest import workflow_settings
 from tests.workflows.flows import PROBE_DDL
 from tests.workflows.test_workflows import _waiting
+
+ADMIN_CAN = can_for(frozenset(Action))
 
 
 @asynccontextmanager
@@ -331,7 +335,7 @@ async def test_a_runs_page_is_live_on_the_nodes_one_poll(db, dsn):
         assert f'sse-connect="/ui/live?topic={topic}"' in page.text and f'sse-swap="{topic}"' in page.text
         assert (await client.get("/ui/live?topic=workflow:not-a-run")).status_code == 400
 
-        hub = LiveHub(lambda t: render_live(app, t.partition(":")[2], "/ui"), 0.05)
+        hub = LiveHub(lambda t: render_live(app, t.partition(":")[2], "/ui", ADMIN_CAN), 0.05)
         seen: list[str] = []
 
         async def next_fragment(queue, wanted) -> str:

@@ -34,6 +34,7 @@ from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.api.v1.storage_router import router as storage_router
+from dataloader.api.v1.users_router import router as users_router
 from dataloader.api.v1.workflows_router import router as workflows_router
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
@@ -54,7 +55,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
            operations_router, observers_router, nodes_router, queues_router, archive_router, storage_router,
-           os_router.router, metric_router.router)
+           users_router, os_router.router, metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:

@@ -4,7 +4,8 @@ service instead (see __main__.py).
 
 One module per command group: service.py (`serve`, `worker`, `db`), jobs.py, retention.py (`jobs
 prune`, `stats`), schedules.py, operations.py (`ops`), observers.py (`observers`, `nodes`) and
-processes.py, workflows.py; common.py holds what they share (the error answer, output, opening the App). Nothing
+processes.py, workflows.py, users.py; common.py holds what they share (the error answer, output,
+opening the App). Nothing
 else in the package imports the CLI but __main__ (tests/unit/test_layers.py)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataloader.cli.queues import queues_app
 from dataloader.cli.retention import jobs_prune, retention_app, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
+from dataloader.cli.users import users_app
 from dataloader.cli.workflows import workflows_app
 
 __all__ = ["app", "main"]
@@ -49,6 +51,7 @@ app.add_typer(processes_app, name="processes")
 app.add_typer(queues_app, name="queues")
 app.add_typer(retention_app, name="retention")
 app.add_typer(workflows_app, name="workflows")
+app.add_typer(users_app, name="users")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,6 +41,7 @@ from dataloader.storage.insert_group import InsertGroup
 from dataloader.storage.notifier import Notifier
 from dataloader.storage.queries import sql
 from dataloader.storage.repositories import JobRepository
+from dataloader.storage.user_repository import UserRepository
 from dataloader.storage.workflow_repository import WorkflowRepository
 
 if TYPE_CHECKING:
@@ -278,6 +279,10 @@ class Database:
     def console_sessions(self) -> ConsoleSessionRepository:
         """The console's sign-in sessions, on the pool."""
         return ConsoleSessionRepository(self.pool)
+
+    def users(self) -> UserRepository:
+        """The console's users (migration 0039), on the pool."""
+        return UserRepository(self.pool)
 
     @property
     def sessionmaker(self) -> async_sessionmaker:

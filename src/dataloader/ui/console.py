@@ -1,6 +1,6 @@
-"""The console's ASGI app, mounted by the HTTP app at /ui: the pages' routes, the sign-in guard and
-security headers, the live endpoint (server-sent events from the shared poll), the static assets,
-and the error pages.
+"""The console's ASGI app, mounted by the HTTP app at /ui: the pages' routes, the sign-in guard (which
+puts the request's `Principal` in force: `acting_as`, model/principal.py) and security headers, the
+live endpoint (server-sent events from the shared poll), the static assets, and the error pages.
 
 A page is one module in `pages/` (its routes, its navigation entry, its live topics) and one
 template in `templates/`; `pages/__init__.py` lists them. docs/console.md "Adding a page"."""
@@ -27,12 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
-from dataloader.exceptions import DatabaseUnavailable, DataloaderError
+from dataloader.exceptions import AccessDenied, DatabaseUnavailable, DataloaderError
 from dataloader.logger.context_vars import client_gone
+from dataloader.model.principal import Action, Principal, PrincipalKind, acting_as, current_principal
 from dataloader.storage.db import is_connection_error
 from dataloader.ui import auth, render
 from dataloader.ui.live import LiveHub, sse_event
 from dataloader.ui.pages import PAGES
+from dataloader.ui.sso import Oidc
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class Console:
     root: str = MOUNT
     # Wrong tokens at the login page, per client address (shared with the API's bearer check).
     throttle: AuthThrottle | None = None
+    # Single sign-on's provider (DL_OIDC_ISSUER), checked when the console is built.
+    oidc: Oidc | None = None
 
     def app(self) -> App:
         app = self.get_app()
@@ -77,12 +81,24 @@ class Console:
             raise DatabaseUnavailable("the service is starting or stopping")
         return app
 
-    async def render_topic(self, topic: str) -> str | None:
+    async def render_topic(self, keyed: str) -> str | None:
+        """A topic as `live_key` named it: rendered for the actions named in its key."""
         app = self.get_app()
         if app is None:
             return None
+        topic, _, level = keyed.rpartition(LEVEL_SEPARATOR)
         name, _, arg = topic.partition(":")
-        return await self.topics[name].render(app, arg, self.root)
+        actions = frozenset(Action(a) for a in level.split(",") if a)
+        return await self.topics[name].render(app, arg, self.root, render.can_for(actions))
+
+
+# A live fragment shows the forms of the actions its viewer may take: the shared poll renders each
+# topic once per distinct set of actions watching it (at most one per role), never per browser.
+LEVEL_SEPARATOR = "|"
+
+
+def live_key(topic: str, actions: frozenset[Action]) -> str:
+    return topic + LEVEL_SEPARATOR + ",".join(sorted(actions))
 
 
 def status_of(error: DataloaderError) -> int:
@@ -93,6 +109,8 @@ def status_of(error: DataloaderError) -> int:
         return 422
     if code == "database_unavailable":
         return 503
+    if code == "forbidden":
+        return 403
     if code == "too_many_queries":
         return 429
     return 409
@@ -124,37 +142,39 @@ async def live(request: Request) -> Response:
             return PlainTextResponse("unknown topic", status_code=400)
     hub = console.hub
     assert hub is not None
-
-    token = console.settings.api_token
+    actions = current_principal().actions
+    keyed = frozenset(live_key(topic, actions) for topic in topics)
     loop = asyncio.get_running_loop()
 
     async def stream() -> Any:
         checked_at = loop.time()
-        async with hub.subscribe(frozenset(topics)) as queue:
+        async with hub.subscribe(keyed) as queue:
             yield ": connected\n\n"
             while True:
                 try:
                     topic, html = await asyncio.wait_for(queue.get(), min(KEEP_ALIVE_SEC, SESSION_RECHECK_SEC))
                 except TimeoutError:
                     topic = html = None
-                if token and loop.time() - checked_at >= SESSION_RECHECK_SEC:
+                if loop.time() - checked_at >= SESSION_RECHECK_SEC:
                     checked_at = loop.time()
-                    if not await _session_still_alive(request, console, token):
-                        return
+                    if not await _session_still_alive(request, console, actions):
+                        return  # the browser reconnects, and gets the fragments of its role now
                 if topic is None:
                     yield ": keep-alive\n\n"
                     continue
-                yield sse_event(topic, html)
+                yield sse_event(topic.rpartition(LEVEL_SEPARATOR)[0], html)
 
     return StreamingResponse(stream(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _session_still_alive(request: Request, console: Console, token: str) -> bool:
-    """For an open live stream: is its session still alive? A database away is no sign-out: the
-    stream goes on (and asks again at the next recheck)."""
+async def _session_still_alive(request: Request, console: Console, actions: frozenset[Action]) -> bool:
+    """For an open live stream: is its session still alive, with the role it had (a demotion ends
+    the stream too)? A database away is no sign-out: the stream goes on (and asks again at the
+    next recheck)."""
     try:
-        return await auth.authenticate(request, token, console.app().console_sessions)
+        principal = await auth.authenticate(request, console.settings, console.app().users.sessions)
+        return principal is not None and principal.actions == actions
     except Exception as exc:
         if isinstance(exc, DatabaseUnavailable) or is_connection_error(exc):
             return True
@@ -176,10 +196,11 @@ class ConsoleGuard:
         root = scope.get("root_path", "")
         path = scope["path"][len(root):] if scope["path"].startswith(root) else scope["path"]
         request = Request(scope, receive)
-        token = self.console.settings.api_token
+        principal: Principal | None = None
         try:
-            allowed = not token or path.startswith(OPEN_PATHS) or await auth.authenticate(
-                request, token, self.console.app().console_sessions)
+            if not path.startswith(OPEN_PATHS):
+                principal = await auth.authenticate(request, self.console.settings, self.console.app().users.sessions)
+            allowed = principal is not None or path.startswith(OPEN_PATHS)
         except Exception as exc:  # the session's look-up: the database is away (or the App not ready)
             if not (isinstance(exc, DatabaseUnavailable) or is_connection_error(exc)):
                 raise
@@ -206,7 +227,11 @@ class ConsoleGuard:
             await self._with_headers(send)(message)
 
         try:
-            await self.app(scope, receive, tracked)
+            # Everything the request does acts for its principal (the audit trail reads it); the
+            # login page's, before anybody signed in, for nobody in particular.
+            with acting_as(principal or Principal(PrincipalKind.ANONYMOUS, "signing-in",
+                                                  address=auth.client_address(request))):
+                await self.app(scope, receive, tracked)
         except Exception as exc:
             if started or not is_connection_error(exc):
                 raise
@@ -251,7 +276,7 @@ def console_app(settings: Settings, get_app: Callable[[], App | None],
     """The console for the HTTP app to mount at /ui; `get_app` gives the App requests use (None
     while the service starts or stops); `throttle` counts wrong tokens (the API's, to share it)."""
     console = Console(settings=settings, get_app=get_app, throttle=throttle or AuthThrottle(
-        settings.auth_max_failures, settings.auth_failure_window_sec))
+        settings.auth_max_failures, settings.auth_failure_window_sec), oidc=Oidc.of(settings))
     routes: list[Any] = [Route("/live", live, methods=["GET"]),
                          Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     for module in PAGES:
@@ -260,7 +285,8 @@ def console_app(settings: Settings, get_app: Callable[[], App | None],
             console.nav.append(module.NAV)
         console.topics.update(getattr(module, "TOPICS", {}))
     console.hub = LiveHub(console.render_topic, settings.ui_live_poll_sec)
-    app = Starlette(routes=routes, exception_handlers={DataloaderError: dataloader_error, auth.Forbidden: forbidden},
+    app = Starlette(routes=routes, exception_handlers={DataloaderError: dataloader_error, auth.Forbidden: forbidden,
+                                                      AccessDenied: forbidden},
                     middleware=[Middleware(ConsoleGuard, console=console)])
     app.state.console = console
     return app

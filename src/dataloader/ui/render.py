@@ -1,7 +1,12 @@
 """Templates: one Jinja2 environment with autoescaping on for every template (job args, errors,
 process events and names are data, never markup), the filters pages share, and `page()`, which
-renders a page with what the layout needs (navigation, CSRF token, read-only flag, the notice of
-the action that led here: ui/notice.py).
+renders a page with what the layout needs (navigation, CSRF token, who acts and what they may do,
+the notice of the action that led here: ui/notice.py).
+
+`can` is what a template asks before it shows a form: `{% if can.operate %}` is
+`allows(principal, Action.OPERATE)` for the principal in force (ui/console.py's guard). The same
+question is asked again, on the server, by every action's POST (ui/actions.py), so a hidden button
+and a refused forged request are one rule.
 
 Times are rendered as `<time datetime=… title="… UTC">` in UTC; static/console.js rewrites the text
 into the browser's zone and keeps UTC on hover."""
@@ -20,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from dataloader.logger.utils import mask
+from dataloader.model.principal import Action, current_principal
 from dataloader.ui import auth, notice
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -68,11 +74,32 @@ def build_environment() -> Environment:
 ENVIRONMENT = build_environment()
 
 
+# Action value -> whether the principal may: what templates read as `can.operate`, `can.delete`.
+Can = dict[str, bool]
+
+
+def can_for(actions: frozenset[Action]) -> Can:
+    return {action.value: action in actions for action in Action}
+
+
+def can_of(request: Request) -> Can:
+    """What the principal this request acts as may do (the guard put it in force)."""
+    return can_for(current_principal().actions)
+
+
+# Pages only an admin's navigation shows (their routes refuse everybody else anyway).
+ADMIN_PAGES = {"/users": Action.MANAGE_ACCESS}
+
+
 def base_context(request: Request) -> dict[str, Any]:
     console = request.app.state.console
-    return {"request": request, "root": request.scope.get("root_path", ""), "nav": console.nav,
+    principal = current_principal()
+    nav = [(title, path) for title, path in console.nav
+           if path not in ADMIN_PAGES or ADMIN_PAGES[path] in principal.actions]
+    return {"request": request, "root": request.scope.get("root_path", ""), "nav": nav,
             "read_only": console.settings.ui_read_only, "csrf": auth.csrf_token(request),
-            "signed_in": bool(console.settings.api_token) and auth.signed_in(request, console.settings.api_token),
+            "can": can_for(principal.actions), "signed_in": auth.signed_in(request),
+            "principal_shown": auth.shown(request),
             "current": request.url.path, "notice": notice.pending(request)}
 
 

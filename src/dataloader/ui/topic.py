@@ -16,9 +16,10 @@ def no_argument(arg: str) -> bool:
 
 @dataclass(frozen=True)
 class Topic:
-    """`render(app, arg, root)` gives the fragment's HTML (shared by every browser, so it holds no
+    """`render(app, arg, root, can)` gives the fragment's HTML (shared by every browser whose
+    principal may do the same actions, `can` as templates read it: ui/render.py; so it holds no
     per-browser value: forms in it get their CSRF token from the page, static/console.js);
     `accepts(arg)` checks the part after `name:` before anybody subscribes."""
 
-    render: Callable[[App, str, str], Awaitable[str]]
+    render: Callable[[App, str, str, dict[str, bool]], Awaitable[str]]
     accepts: Callable[[str], bool] = no_argument

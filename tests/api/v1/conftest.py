@@ -32,6 +32,9 @@ def api_settings(dsn: str, **overrides: object) -> Settings:
         "pipeline_modules": "tests.support.pipelines",
         "api_token": None,
         "log_format": "json",
+        # a user's password hash at argon2's lowest cost: the users routes fuzzed cost ms, not 0.5 s each
+        "password_hash_time_cost": 1,
+        "password_hash_memory_kib": 64,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

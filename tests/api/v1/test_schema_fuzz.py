@@ -105,12 +105,14 @@ def describe(case: Any, response: httpx.Response) -> str:
 
 
 @pytest.fixture(autouse=True)
-async def leave_no_schedule_operation_or_observer(db: asyncpg.Pool) -> Any:
+async def leave_no_schedule_operation_observer_or_user(db: asyncpg.Pool) -> Any:
     """What the fuzzed requests created outlives the test in the session's database, and every later
     test's `running()` would act on it: a fuzzed schedule firing every few seconds made four tests of
     other modules count one job too many (its jobs in their queues)."""
     yield
     await db.execute("TRUNCATE dl_schedules, dl_schedule_runs, dl_operations, dl_operation_events, dl_observers")
+    # a fuzzed user would make every later console test sign in (and its sessions go with it)
+    await db.execute("TRUNCATE dl_users CASCADE")
 
 
 @pytest.fixture

@@ -35,6 +35,10 @@ class ErrorCode(StrEnum):
     schedule_exists = "schedule_exists"
     observer_not_found = "observer_not_found"
     observer_exists = "observer_exists"
+    user_not_found = "user_not_found"
+    user_exists = "user_exists"
+    last_admin = "last_admin"
+    forbidden = "forbidden"
     unknown_namespace = "unknown_namespace"
     process_not_found = "process_not_found"
     process_exists = "process_exists"
@@ -89,6 +93,10 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.schedule_exists: 409,
     ErrorCode.observer_not_found: 404,
     ErrorCode.observer_exists: 409,
+    ErrorCode.user_not_found: 404,
+    ErrorCode.user_exists: 409,
+    ErrorCode.last_admin: 409,
+    ErrorCode.forbidden: 403,
     ErrorCode.unknown_namespace: 404,
     ErrorCode.process_not_found: 404,
     ErrorCode.process_exists: 409,

@@ -13,10 +13,12 @@ from dataloader.ui.pages import (
     processes,
     schedules,
     storage,
+    sso,
+    users,
     workflow_bulk,
     workflows,
 )
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
-PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, storage, bulk,
-         login)
+PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, storage, users,
+         bulk, login, sso)

@@ -10,8 +10,9 @@ from starlette.routing import Route
 
 from dataloader.exceptions import DataloaderError, ValidationFailed
 from dataloader.model.operation import JOB_KINDS
+from dataloader.model.principal import Action
 from dataloader.ui import filters, render
-from dataloader.ui.actions import action_form, ask, confirmed, to
+from dataloader.ui.actions import action_form, ask, confirmed, require, to
 
 NAV = None
 TOPICS: dict = {}
@@ -68,6 +69,8 @@ async def start(request: Request) -> Response:
     app = request.app.state.console.app()
     values = filters.form_values(form)
     kind = form.get("kind", "")
+    if kind == "delete":  # the route needs OPERATE; deleting jobs, as one at a time, DELETE too
+        require(Action.DELETE)
     params = _params(kind, form.get("priority", ""))
     if not confirmed(form):
         dry_run = await app.operations.start(kind, filters.job_filter(values), params=params, dry_run=True)

@@ -21,6 +21,7 @@ from dataloader.jobs.manager import check_priority
 from dataloader.model.job import ACTIVE_STATUSES, FINISHED_STATUSES, RETRYABLE_STATUSES, JobStatus
 from dataloader.ui import filters, render
 from dataloader.ui.actions import action_form, ask, back, confirmed, to
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ async def count(request: Request) -> Response:
     total = await app.count_jobs(filters.job_filter(values), at_most=COUNT_CAP)
     html = render.fragment("jobs_count.html", root=request.scope.get("root_path", ""), count=total,
                            count_cap=COUNT_CAP, query=filters.query_string(values),
-                           read_only=request.app.state.console.settings.ui_read_only)
+                           can=render.can_of(request))
     return HTMLResponse(html)
 
 
@@ -79,12 +80,12 @@ async def job_state(app: App, job_id: uuid.UUID) -> dict[str, Any]:
             "can_delete": job.status in FINISHED_STATUSES}
 
 
-async def render_job_live(app: App, arg: str, root: str) -> str:
-    return render.fragment("job_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+async def render_job_live(app: App, arg: str, root: str, can: Can) -> str:
+    return render.fragment("job_live.html", root=root, csrf="", can=can,
                            **await job_state(app, uuid.UUID(arg)))
 
 
-async def render_journal_live(app: App, arg: str, root: str) -> str:
+async def render_journal_live(app: App, arg: str, root: str, can: Can) -> str:
     """The job's journal as the page shows it: a topic of its own, so a new row (a requeue, a
     priority change, a cancel request) appears without a reload, rendered once per round for every
     browser on the page, like the job's state."""

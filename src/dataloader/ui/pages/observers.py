@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, ask, back, confirmed
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -27,8 +28,8 @@ async def state(app: App) -> dict[str, Any]:
             "nodes": await app.observers.nodes(include_ended=True, limit=200)}
 
 
-async def render_live(app: App, arg: str, root: str) -> str:
-    return render.fragment("observers_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+async def render_live(app: App, arg: str, root: str, can: Can) -> str:
+    return render.fragment("observers_live.html", root=root, csrf="", can=can,
                            limit=LIMIT, **await state(app))
 
 

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, ask, back, confirmed
 from dataloader.ui.pages.jobs import is_uuid
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ async def operation_state(app: App, operation_id: uuid.UUID) -> dict[str, Any]:
     return {"op": operation, "percent": percent, "events": await app.operations.events(operation_id)}
 
 
-async def render_live(app: App, arg: str, root: str) -> str:
-    return render.fragment("operation_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+async def render_live(app: App, arg: str, root: str, can: Can) -> str:
+    return render.fragment("operation_live.html", root=root, csrf="", can=can,
                            **await operation_state(app, uuid.UUID(arg)))
 
 

@@ -26,6 +26,7 @@ from dataloader.model.flow import (
 )
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, back
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ def served_queues(nodes: list[Any]) -> set[str]:
     return {queue for node in nodes if node.state == "live" for queue in node.queues}
 
 
-async def render_live(app: App, arg: str, root: str) -> str:
-    return render.fragment("overview_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+async def render_live(app: App, arg: str, root: str, can: Can) -> str:
+    return render.fragment("overview_live.html", root=root, csrf="", can=can,
                            **await live_state(app))
 
 

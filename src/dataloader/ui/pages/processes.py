@@ -18,6 +18,7 @@ from dataloader.exceptions import DataloaderError, ValidationFailed
 from dataloader.model.process import HistoryRange, ProcessStatus
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, back
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 
 if TYPE_CHECKING:
@@ -74,9 +75,9 @@ async def process_state(app: App, ns: str, process_id: str) -> dict[str, Any]:
     return {"process": process, "can_repair": process.status == ProcessStatus.error}
 
 
-async def render_live(app: App, arg: str, root: str) -> str:
+async def render_live(app: App, arg: str, root: str, can: Can) -> str:
     ns, _, process_id = arg.partition(":")
-    return render.fragment("process_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+    return render.fragment("process_live.html", root=root, csrf="", can=can,
                            path=root + process_path(ns, process_id), **await process_state(app, ns, process_id))
 
 

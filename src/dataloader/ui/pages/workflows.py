@@ -26,6 +26,7 @@ from dataloader.model.workflow import Recorded, WorkflowRun
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, ask, back, confirmed
 from dataloader.ui.pages.jobs import is_uuid
+from dataloader.ui.render import Can
 from dataloader.ui.topic import Topic
 from dataloader.workflows.manager import DEFAULT_LIST_LIMIT, RUN_STATUSES
 
@@ -115,7 +116,7 @@ async def show(request: Request) -> Response:
     return render.page(request, "workflow.html", **run_context(run))
 
 
-async def render_live(app: App, arg: str, root: str) -> str:
+async def render_live(app: App, arg: str, root: str, can: Can) -> str:
     """The run's state, actions and timeline, as the page shows them: rendered once per round of the
     node's live poll for every browser on the page (ui/live.py), so a step recorded, a sleep, a
     wait, a child's end or the run's end appears without a reload. Forms in it get their CSRF token
@@ -127,7 +128,7 @@ async def render_live(app: App, arg: str, root: str) -> str:
     except WorkflowNotFound:
         # the topic's argument is a UUID (accepts): nothing to escape
         return f'<p class="note" id="run-gone">Workflow run {uuid.UUID(arg)} no longer exists (pruned).</p>'
-    return render.fragment("workflow_live.html", root=root, csrf="", read_only=app.settings.ui_read_only,
+    return render.fragment("workflow_live.html", root=root, csrf="", can=can,
                            **run_context(run))
 
 

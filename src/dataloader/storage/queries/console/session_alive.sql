@@ -1,7 +1,15 @@
--- Whether a console cookie signs its browser in: its session exists (not signed out), was opened
--- with the current DL_API_TOKEN and has not expired. One primary-key look-up per console request,
--- on every node alike: a sign-out on one node is seen by the next request on any other.
--- $1 session_hash, $2 token_mac
-SELECT expires_at
-FROM dl_console_sessions
-WHERE session_hash = $1 AND token_mac = $2 AND expires_at > now();
+-- Who a console cookie signs in, and whether signing in is needed at all: always one row.
+-- `expires_at` is set when the session exists (not signed out), has not expired and is either a
+-- DL_API_TOKEN session opened with the current token ($2; NULL when no token is set: no token
+-- session signs in) or a user's session; `role` then is the user's role read NOW from dl_users
+-- (NULL for a token session), and a disabled or deleted user's session reads as none. The role
+-- is joined per request, not copied at sign-in, so a demotion or a disable holds from the next
+-- request on every node. `users_exist`: once any user exists (disabled ones too), the console
+-- asks everybody to sign in. Primary-key look-ups and an EXISTS on a table of a team's people.
+-- $1 session_hash or NULL (no cookie), $2 token_mac or NULL
+SELECT CASE WHEN s.user_name IS NULL OR u.name IS NOT NULL THEN s.expires_at END AS expires_at,
+       u.name AS user_name, u.role, EXISTS (SELECT 1 FROM dl_users) AS users_exist
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN dl_console_sessions s
+    ON s.session_hash = $1 AND s.expires_at > now() AND (s.user_name IS NOT NULL OR s.token_mac = $2)
+LEFT JOIN dl_users u ON u.name = s.user_name AND NOT u.disabled;

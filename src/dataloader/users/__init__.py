@@ -1,0 +1,1 @@
+"""Console users: people with a role who sign in with their own password (docs/security.md)."""
