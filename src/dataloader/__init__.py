@@ -6,6 +6,8 @@ Everything a user needs is importable from here; anything else may change betwee
 from dataloader.app import App
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
+    ApiTokenExists,
+    ApiTokenNotFound,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
@@ -15,7 +17,9 @@ from dataloader.exceptions import (
     DataloaderError,
     EmbeddedServerFailed,
     FatalError,
+    Forbidden,
     IdempotencyConflict,
+    InvalidApiToken,
     InvalidCursor,
     InvalidJobRequest,
     InvalidJson,
@@ -93,6 +97,8 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitToken, Workflow, WorkflowRun, workflow
 
 __all__ = [
+    "ApiTokenExists",
+    "ApiTokenNotFound",
     "App",
     "ArgsTooLarge",
     "AttemptFenced",
@@ -105,10 +111,12 @@ __all__ = [
     "DataloaderError",
     "EmbeddedServerFailed",
     "FatalError",
+    "Forbidden",
     "HistoryMismatch",
     "HistoryRange",
     "IdempotencyConflict",
     "Intent",
+    "InvalidApiToken",
     "InvalidCursor",
     "InvalidJobRequest",
     "InvalidJson",

@@ -332,6 +332,30 @@ class RestartNotPossible(DataloaderError):
     code = "restart_not_possible"
 
 
+# -- access: API tokens and what a principal may do (docs/security.md) ----------------------------
+
+class Forbidden(DataloaderError):
+    """The principal (a token's scopes, a user's role) does not allow the action: HTTP 403."""
+
+    code = "forbidden"
+
+
+class InvalidApiToken(ValidationFailed):
+    """A token that does not fit its model (a bad name, no scope, an expiry out of bounds)."""
+
+
+class ApiTokenNotFound(DataloaderError):
+    """No API token with that id (or no token of that name that is not revoked)."""
+
+    code = "api_token_not_found"
+
+
+class ApiTokenExists(DataloaderError):
+    """A token that is not revoked already has the name: revoke it first, or pick another name."""
+
+    code = "api_token_exists"
+
+
 # -- what each code means for the CLI's exit code (docs/errors.md) --------------------------------
 
 # The request or the configuration is wrong: the CLI exits 2 (as click does for a bad option), HTTP

@@ -49,7 +49,9 @@ from dataloader.storage.process_repository import ProcessRepository
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.storage.search_repository import SearchRepository
+from dataloader.storage.token_repository import ApiTokenRepository
 from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.tokens.manager import TokenManager
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules
 from dataloader.workflows.manager import WorkflowManager
@@ -75,6 +77,7 @@ class Managers:
         self._workflows: WorkflowManager | None = None
         self._waiter: TaskWaiter | None = None
         self._health: HealthReader | None = None
+        self._tokens: TokenManager | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -284,6 +287,14 @@ class Managers:
             self._health = HealthReader(HealthRepository(self.db.pool), connections_budget=self.connections_budget,
                                         xmin_warn_sec=self.settings.db_xmin_warn_sec)
         return self._health
+
+    @property
+    def tokens(self) -> TokenManager:
+        """API tokens live on the default shard. Built once per App (its cache of looked-up tokens is
+        what keeps the guard off the database), on the pool of the moment."""
+        if self._tokens is None or self._tokens.repo.pool is not self.db.pool:
+            self._tokens = TokenManager(ApiTokenRepository(self.db.pool))
+        return self._tokens
 
     def flow(self) -> FlowManager:
         if not self.shards:

@@ -45,6 +45,7 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
+from dataloader.model.api_token import ApiToken, CreatedToken, TokenSpec
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
@@ -291,6 +292,30 @@ class SyncApp:
 
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
         self._call(self.app.signal_workflow(run_id, name, payload))
+
+    @property
+    def tokens(self) -> SyncTokens:
+        """`App.tokens`, blocking: `create`, `get`, `list`, `revoke`."""
+        return SyncTokens(self)
+
+
+class SyncTokens:
+    """`app.tokens` of a SyncApp: the same methods, blocking."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def create(self, spec: TokenSpec | None = None, *, created_by: str | None = None, **fields: Any) -> CreatedToken:
+        return self._owner._call(self._owner.app.tokens.create(spec, created_by=created_by, **fields))
+
+    def get(self, ref: uuid.UUID | str) -> ApiToken:
+        return self._owner._call(self._owner.app.tokens.get(ref))
+
+    def list(self, *, include_revoked: bool = True) -> list[ApiToken]:
+        return self._owner._call(self._owner.app.tokens.list(include_revoked=include_revoked))
+
+    def revoke(self, ref: uuid.UUID | str) -> ApiToken:
+        return self._owner._call(self._owner.app.tokens.revoke(ref))
 
 
 class SyncWorkflows:
