@@ -4,8 +4,8 @@ service instead (see __main__.py).
 
 One module per command group: service.py (`serve`, `worker`, `db`), jobs.py, retention.py (`jobs
 prune`, `stats`), schedules.py, operations.py (`ops`), observers.py (`observers`, `nodes`) and
-processes.py, workflows.py; common.py holds what they share (the error answer, output, opening the App). Nothing
-else in the package imports the CLI but __main__ (tests/unit/test_layers.py)."""
+processes.py, workflows.py, tokens.py; common.py holds what they share (the error answer, output,
+opening the App). Nothing else in the package imports the CLI but __main__ (tests/unit/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from dataloader.cli.queues import queues_app
 from dataloader.cli.retention import jobs_prune, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
+from dataloader.cli.tokens import tokens_app
 from dataloader.cli.workflows import workflows_app
 
 __all__ = ["app", "main"]
@@ -48,6 +49,7 @@ app.add_typer(observers_app, name="observers")
 app.add_typer(processes_app, name="processes")
 app.add_typer(queues_app, name="queues")
 app.add_typer(workflows_app, name="workflows")
+app.add_typer(tokens_app, name="tokens")
 
 
 def main(argv: list[str] | None = None) -> None:
