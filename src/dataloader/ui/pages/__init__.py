@@ -12,9 +12,11 @@ from dataloader.ui.pages import (
     overview,
     processes,
     schedules,
+    tokens,
     workflow_bulk,
     workflows,
 )
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
-PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, bulk, login)
+PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, tokens, bulk,
+         login)
