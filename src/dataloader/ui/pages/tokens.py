@@ -35,7 +35,8 @@ async def _page(request: Request, *, created: Any = None, status: int = 200) -> 
     tokens = await request.app.state.console.app().tokens.list()
     now = datetime.now(UTC)
     rows = [{"token": t, "state": t.state(now)} for t in tokens]
-    return render.page(request, "tokens.html", status=status, rows=rows, created=created, scopes=[s.value for s in Scope], default_days=DEFAULT_DAYS, max_days=MAX_DAYS)
+    return render.page(request, "tokens.html", status=status, rows=rows, created=created,
+                       scopes=[s.value for s in Scope], default_days=DEFAULT_DAYS, max_days=MAX_DAYS)
 
 
 async def listing(request: Request) -> Response:
