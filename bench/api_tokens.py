@@ -10,7 +10,8 @@ A fresh database (`teams_tokens_bench_<hex>`, dropped afterwards). Each round: e
 (the API is open), a run without a bearer; a token created, a run with it; a run with DL_API_TOKEN.
 Reported: this process's CPU per request (client and server share it, so the ratio, not the
 absolute, is the number) and requests/s, the median over the rounds, and the ratios to the open
-API. Results: bench/results/api-tokens-<UTC>.json.
+API; and the guard's decision alone (api/access.py `resolve`, warm cache) in CPU microseconds per
+request, each way. Results: bench/results/api-tokens-<UTC>.json.
 """
 
 from __future__ import annotations
@@ -54,6 +55,18 @@ async def one_run(app: object, requests: int, clients: int, headers: dict[str, s
     return {"cpu_us_per_request": cpu / requests * 1e6, "rps": requests / wall}
 
 
+async def guard_cost(runtime: object, headers: dict[str, str], calls: int) -> float:
+    """CPU microseconds of the guard's decision alone (api/access.py `resolve`) per request, warm."""
+    from dataloader.api.access import resolve
+
+    authorization = headers.get("Authorization")
+    await resolve(runtime, "POST", "/api/v1/jobs/trigger", authorization, "127.0.0.1")  # type: ignore[arg-type]
+    cpu = time.process_time()
+    for _ in range(calls):
+        await resolve(runtime, "POST", "/api/v1/jobs/trigger", authorization, "127.0.0.1")  # type: ignore[arg-type]
+    return (time.process_time() - cpu) / calls * 1e6
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
     from dataloader import App, Settings
     from dataloader.api import create_app
@@ -66,6 +79,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     await conn.close()
     dsn = with_database(admin_dsn, name)
     runs: dict[str, list[dict[str, float]]] = {"open": [], "api_token": [], "dl_api_token": []}
+    guard: dict[str, float] = {}
     try:
         await migrate.upgrade(dsn)
         app = await App(Settings(db_dsn=dsn, workers=[], log_level="WARNING")).open()
@@ -82,6 +96,12 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 runs["api_token"].append(await one_run(open_app, args.requests, args.clients, bearer, f"t{round_no}"))
                 runs["dl_api_token"].append(await one_run(admin_app, args.requests, args.clients,
                                                           {"Authorization": f"Bearer {ADMIN}"}, f"a{round_no}"))
+                if round_no == args.rounds - 1:  # the guard alone, each way, on the last round's token
+                    guard["api_token"] = await guard_cost(open_app.state.runtime, bearer, 20000)
+                    guard["dl_api_token"] = await guard_cost(admin_app.state.runtime,
+                                                             {"Authorization": f"Bearer {ADMIN}"}, 20000)
+                    await app.tokens.revoke(created.token.id)
+                    guard["open"] = await guard_cost(open_app.state.runtime, {}, 20000)
                 print(f"round {round_no + 1}: " + ", ".join(
                     f"{k} {v[-1]['cpu_us_per_request']:.0f} us CPU/req {v[-1]['rps']:.0f} req/s"
                     for k, v in runs.items()), flush=True)
@@ -97,6 +117,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {
         "requests": args.requests, "clients": args.clients, "rounds": args.rounds, "median": median,
         "cpu_ratio_to_open": {kind: round(m["cpu_us_per_request"] / base, 3) for kind, m in median.items()},
+        "guard_cpu_us_per_request": {kind: round(us, 2) for kind, us in guard.items()},
         "runs": runs,
     }
     return report
@@ -111,5 +132,6 @@ if __name__ == "__main__":
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"api-tokens-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({"median": result["median"], "cpu_ratio_to_open": result["cpu_ratio_to_open"]}, indent=2))
+    print(json.dumps({key: result[key] for key in ("median", "cpu_ratio_to_open", "guard_cpu_us_per_request")},
+                     indent=2))
     print(f"written: {out}")
