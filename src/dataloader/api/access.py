@@ -23,13 +23,13 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from dataloader.api.v1.exceptions import ApiError, error_response
+from dataloader.api.v1.exceptions import ApiError, error_response, error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import flat_routes
 from dataloader.model.api_token import looks_like_token
@@ -37,11 +37,32 @@ from dataloader.model.http_actions import HTTP_ACTIONS, scopes_granting
 from dataloader.model.principal import Action, Principal, PrincipalKind, Role, allows
 
 if TYPE_CHECKING:
-    from dataloader.api.runtime import Runtime
+    from dataloader.app import App
+    from dataloader.config import Settings
+
+
+class Runtime(Protocol):
+    """What `resolve` needs of the app's runtime (api/runtime.py `Runtime`, which imports this module)."""
+
+    settings: Settings
+
+    def require_app(self) -> App: ...
 
 # Where the middleware leaves the request's principal for the route guard (and the routes).
 PRINCIPAL_KEY = "dataloader.principal"
 GUARDED_PREFIX = "/api/v1/"
+
+# A wait token is completed by a third party who holds that token, not the API's: the token (192
+# random bits, answered once) is the credential (docs/workflows.md "Wait tokens").
+TOKEN_COMPLETION_PREFIX = "/api/v1/workflows/tokens/"
+
+
+def needs_api_token(path: str, method: str, prefix: str = "/api/") -> bool:
+    """Whether a request to `path` needs a bearer (when the API is closed): all of /api/ but a
+    wait token's completion."""
+    if not path.startswith(prefix):
+        return False
+    return not (method.upper() == "POST" and path.startswith(TOKEN_COMPLETION_PREFIX))
 
 
 def bearer_of(header_value: str | None) -> bytes | None:
@@ -66,8 +87,6 @@ def unauthorized(detail: str = "missing or wrong bearer token (Authorization: Be
 async def resolve(runtime: Runtime, method: str, path: str, authorization: str | None,
                   address: str | None) -> Principal:
     """The principal of a request to /api/, or ApiError: 401, or 503 while the App is not open."""
-    from dataloader.api.runtime import TOKEN_COMPLETION_PREFIX
-
     if method.upper() == "POST" and path.startswith(TOKEN_COMPLETION_PREFIX):
         return Principal(PrincipalKind.ANONYMOUS, "wait-token", frozenset({Action.ENQUEUE}), address)
     expected = runtime.settings.api_token
@@ -148,8 +167,6 @@ def openapi_security(schema: dict[str, Any], *, admin_token_set: bool) -> None:
     """The bearer scheme, each /api/ route's action and the scopes that grant it, and its 401 and
     403, in the schema. Without DL_API_TOKEN a route may also be called with no credential (the
     API is open until an API token exists), which `{}` among its security options says."""
-    from dataloader.api.runtime import needs_api_token
-    from dataloader.api.v1.exceptions import error_responses
 
     schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
         "type": "http", "scheme": "bearer",

@@ -47,18 +47,6 @@ async def get_job_api(runtime: Runtime = Depends(get_runtime)) -> JobResponses:
     return JobResponses(runtime.require_app().jobs, runtime.served_queues)
 
 
-# A wait token is completed by a third party who holds that token, not the API's: the token (192
-# random bits, answered once) is the credential (docs/workflows.md "Wait tokens").
-TOKEN_COMPLETION_PREFIX = "/api/v1/workflows/tokens/"
-
-
-def needs_api_token(path: str, method: str, prefix: str = "/api/") -> bool:
-    """Whether a request to `path` must carry DL_API_TOKEN (when one is set)."""
-    if not path.startswith(prefix):
-        return False
-    return not (method.upper() == "POST" and path.startswith(TOKEN_COMPLETION_PREFIX))
-
-
 async def require_token(request: Request) -> None:
     """Re-checks, on every /api/v1 route, that ApiGuardMiddleware resolved who the request is
     (api/access.py), should the middleware ever be left out: without it a request would otherwise

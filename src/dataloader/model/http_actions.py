@@ -68,7 +68,7 @@ HTTP_ACTIONS: dict[tuple[str, str], Action] = {
     ("POST", "/api/v1/workflows/bulk/{action}"): _O,
     ("GET", "/api/v1/workflows/{run_id}"): _R,
     ("GET", "/api/v1/workflows/{run_id}/result"): _R,
-    # Its credential is the wait token in its path, not a bearer (api/runtime.py needs_api_token):
+    # Its credential is the wait token in its path, not a bearer (api/access.py needs_api_token):
     # every caller holding one acts as `wait-token` with `enqueue` only.
     ("POST", "/api/v1/workflows/tokens/{token}"): _E,
     ("POST", "/api/v1/workflows/{run_id}/signals/{name}"): _E,

@@ -16,9 +16,8 @@ import asyncpg
 import pytest
 
 from dataloader.api import access, create_app
-from dataloader.api.access import route_actions
+from dataloader.api.access import TOKEN_COMPLETION_PREFIX, route_actions
 from dataloader.api.middleware import ApiGuardMiddleware
-from dataloader.api.runtime import TOKEN_COMPLETION_PREFIX
 from dataloader.api.v1.utils import flat_routes
 from dataloader.app import App
 from dataloader.model.http_actions import HTTP_ACTIONS, WAIT_TOKEN_ROUTE
