@@ -8,7 +8,8 @@ from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
     ArchiveNotConfigured,
     ArchiveUnavailable,
-    AccessDenied,
+    ApiTokenExists,
+    ApiTokenNotFound,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,
@@ -18,7 +19,9 @@ from dataloader.exceptions import (
     DataloaderError,
     EmbeddedServerFailed,
     FatalError,
+    Forbidden,
     IdempotencyConflict,
+    InvalidApiToken,
     InvalidCursor,
     InvalidJobRequest,
     InvalidJson,
@@ -99,7 +102,8 @@ from dataloader.workers.pipelines.registry import PipelineRegistry, pipeline
 from dataloader.workflows import ChildFailed, HistoryMismatch, StepFailed, WaitToken, Workflow, WorkflowRun, workflow
 
 __all__ = [
-    "AccessDenied",
+    "ApiTokenExists",
+    "ApiTokenNotFound",
     "App",
     "ArchiveNotConfigured",
     "ArchiveUnavailable",
@@ -114,10 +118,12 @@ __all__ = [
     "DataloaderError",
     "EmbeddedServerFailed",
     "FatalError",
+    "Forbidden",
     "HistoryMismatch",
     "HistoryRange",
     "IdempotencyConflict",
     "Intent",
+    "InvalidApiToken",
     "InvalidCursor",
     "InvalidJobRequest",
     "InvalidJson",

@@ -11,9 +11,8 @@ It holds no wiring of its own: the database root (storage/database.py `Database`
 connections, the capabilities' managers over it are built in managers.py and the workers and duties
 in node.py (the node root). Each method here checks a caller's input once and hands it on.
 
-A library App without a DSN is an error, never a private database: a producer whose DSN is missing
-would otherwise enqueue into a database no worker reads. `App.embedded()` (and the `serve` and
-`worker` commands) start the embedded PostgreSQL explicitly.
+A library App without a DSN is an error, never a private database (a producer would enqueue into a
+database no worker reads): `App.embedded()` (and `serve`, `worker`) start the embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -56,7 +55,8 @@ if TYPE_CHECKING:
     from dataloader.processes.manager import ProcessManager
     from dataloader.retention.archive import Archive, NoArchive
     from dataloader.schedules.manager import ScheduleManager
-    from dataloader.storage.database import JobRepository, Notifier
+    from dataloader.storage.database import ConsoleSessionRepository, JobRepository, Notifier
+    from dataloader.tokens.manager import TokenManager
     from dataloader.users.manager import UserManager
     from dataloader.workers.manager import WorkerManager
     from dataloader.workflows.manager import WorkflowManager
@@ -288,8 +288,7 @@ class App:
 
     @property
     def schedules(self) -> ScheduleManager:
-        """Create, read, list, pause, resume, delete schedules and read their history:
-        `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
+        """Schedules: `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=...))`."""
         return self._managers.schedules
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
@@ -307,30 +306,26 @@ class App:
 
     @property
     def operations(self) -> OperationManager:
-        """Tracked bulk operations: `await app.operations.start("requeue", {"statuses": ["failed"], "queues":
-        ["load"]}, started_by="alice")`, then get / list / pause / resume / cancel / events / wait. The
-        runner of every node's `running()` works them (docs/operations.md)."""
+        """Tracked bulk operations (docs/operations.md): `await app.operations.start("requeue", {"statuses":
+        ["failed"]}, started_by="alice")`, then get / list / pause / resume / cancel / events / wait."""
         return self._managers.operations()
 
     @property
     def observers(self) -> ObserverManager:
-        """Create, read, list and stop observers (never-ending work, spread over the nodes), and read
-        the node registry: `await app.observers.create(app.observers.spec(name=..., kind=..., args=...))`,
-        `await app.observers.stop(name, wait=10)`, `await app.observers.nodes()`."""
+        """Observers (never-ending work, spread over the nodes) and the node registry: `create(spec(...))`,
+        `get`, `list`, `stop(name, wait=10)`, `nodes()` (docs/observers.md)."""
         return self._managers.observers
 
     @property
     def processes(self) -> ProcessManager:
-        """Event-sourced processes: `await app.processes.init("payments", "p-1", {...})`, `call`,
-        `repair`, `simple_repair`, `get`, `list`, `remove`. Processors are registered with
-        `@processor(ns)`; `running()` serves their queues (`process:<ns>`)."""
+        """Event-sourced processes of `@processor(ns)`s: `await app.processes.init("payments", "p-1", {...})`,
+        `call`, `repair`, `simple_repair`, `get`, `list`, `remove`; `running()` serves `process:<ns>`."""
         return self._managers.processes
 
     @property
     def workflows(self) -> WorkflowManager:
-        """Durable workflows (docs/workflows.md): `await app.workflows.start("orders.fulfil", order)`,
-        `get`, `result`, `signal`, `cancel`. Workflows are registered with `@workflow(name)`; their
-        runs are jobs of the workflow's queue."""
+        """Durable workflows of `@workflow(name)`s (docs/workflows.md): `await app.workflows.start("orders.fulfil",
+        order)`, `get`, `result`, `signal`, `cancel`; their runs are jobs of the workflow's queue."""
         return self._managers.workflows
 
     async def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
@@ -352,6 +347,11 @@ class App:
     def users(self) -> UserManager:
         """Console users and their sign-in `.sessions` (docs/security.md): create, list, set_role, delete…"""
         return self._managers.users
+
+    @property
+    def tokens(self) -> TokenManager:
+        """API tokens for machines (docs/security.md): `create` (the secret shown once), `list`, `revoke`."""
+        return self._managers.tokens
 
     def connections_budget(self) -> int:
         """Connections this node may open: its pools' maximum sizes (the engine's, and the API's beside)."""

@@ -211,11 +211,6 @@ class LastAdmin(DataloaderError):
     code = "last_admin"
 
 
-class AccessDenied(DataloaderError):
-    """The principal in force may not do this (its role or scope lacks the action)."""
-
-    code = "forbidden"
-
 
 class ObserverFenced(Exception):
     """Raised inside an observer whose run no longer holds it (moved to another node, or stopped):
@@ -365,6 +360,29 @@ class ArchiveUnavailable(DataloaderError):
     """The archive's storage did not answer (a listing or a file read failed): try again."""
 
     code = "archive_unavailable"
+# -- access: API tokens and what a principal may do (docs/security.md) ----------------------------
+
+class Forbidden(DataloaderError):
+    """The principal (a token's scopes, a user's role) does not allow the action: HTTP 403."""
+
+    code = "forbidden"
+
+
+
+class InvalidApiToken(ValidationFailed):
+    """A token that does not fit its model (a bad name, no scope, an expiry out of bounds)."""
+
+
+class ApiTokenNotFound(DataloaderError):
+    """No API token with that id (or no token of that name that is not revoked)."""
+
+    code = "api_token_not_found"
+
+
+class ApiTokenExists(DataloaderError):
+    """A token that is not revoked already has the name: revoke it first, or pick another name."""
+
+    code = "api_token_exists"
 
 
 # -- what each code means for the CLI's exit code (docs/errors.md) --------------------------------

@@ -50,9 +50,11 @@ from dataloader.storage.process_repository import ProcessRepository
 from dataloader.storage.repositories import JobRepository
 from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.storage.search_repository import SearchRepository
+from dataloader.storage.token_repository import ApiTokenRepository
 from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.users.manager import UserManager
 from dataloader.users.passwords import Passwords
+from dataloader.tokens.manager import TokenManager
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules
 from dataloader.workflows.manager import WorkflowManager
@@ -80,6 +82,7 @@ class Managers:
         self._health: HealthReader | None = None
         self._archive: Archive | NoArchive | None = None
         self._passwords: Passwords | None = None
+        self._tokens: TokenManager | None = None
         self.repo: JobRepository
         self.jobs: JobManager
 
@@ -296,6 +299,8 @@ class Managers:
         if self._archive is None:
             self._archive = archive_of(self.settings) or NoArchive()
         return self._archive
+
+    @property
     def users(self) -> UserManager:
         """Console users live on the default shard (as the sessions do). The hasher is kept: its
         dummy hash (an unknown name's sign-in) is made once."""
@@ -303,6 +308,14 @@ class Managers:
             self._passwords = Passwords(time_cost=self.settings.password_hash_time_cost,
                                         memory_kib=self.settings.password_hash_memory_kib)
         return UserManager(self.db.users(), self._passwords, self.db.console_sessions())
+
+    @property
+    def tokens(self) -> TokenManager:
+        """API tokens live on the default shard. Built once per App (its cache of looked-up tokens is
+        what keeps the guard off the database), on the pool of the moment."""
+        if self._tokens is None or self._tokens.repo.pool is not self.db.pool:
+            self._tokens = TokenManager(ApiTokenRepository(self.db.pool))
+        return self._tokens
 
     def flow(self) -> FlowManager:
         if not self.shards:

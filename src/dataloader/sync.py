@@ -45,6 +45,7 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
+from dataloader.model.api_token import ApiToken, CreatedToken, TokenSpec
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
@@ -301,6 +302,7 @@ class SyncApp:
     def archive(self) -> SyncArchive:
         """`app.archive` of the async App, blocking: `history(job_id)`, `entries()`."""
         return SyncArchive(self)
+
     # -- users (docs/security.md) ------------------------------------------------------------------
 
     @property
@@ -308,6 +310,11 @@ class SyncApp:
         """`app.users` of the async App, blocking: create, get, list, set_role, set_password,
         disable, enable, delete."""
         return SyncUsers(self)
+
+    @property
+    def tokens(self) -> SyncTokens:
+        """`App.tokens`, blocking: `create`, `get`, `list`, `revoke`."""
+        return SyncTokens(self)
 
 
 class SyncUsers:
@@ -339,6 +346,25 @@ class SyncUsers:
 
     def delete(self, name: str) -> None:
         self._owner._call(self._owner.app.users.delete(name))
+
+
+class SyncTokens:
+    """`app.tokens` of a SyncApp: the same methods, blocking."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def create(self, spec: TokenSpec | None = None, *, created_by: str | None = None, **fields: Any) -> CreatedToken:
+        return self._owner._call(self._owner.app.tokens.create(spec, created_by=created_by, **fields))
+
+    def get(self, ref: uuid.UUID | str) -> ApiToken:
+        return self._owner._call(self._owner.app.tokens.get(ref))
+
+    def list(self, *, include_revoked: bool = True) -> list[ApiToken]:
+        return self._owner._call(self._owner.app.tokens.list(include_revoked=include_revoked))
+
+    def revoke(self, ref: uuid.UUID | str) -> ApiToken:
+        return self._owner._call(self._owner.app.tokens.revoke(ref))
 
 
 class SyncWorkflows:

@@ -150,7 +150,7 @@ async def test_a_connection_closed_by_the_cancel_of_a_gone_client_is_499_not_503
         except asyncio.CancelledError:
             raise raised from None
 
-    guarded = RequestContextMiddleware(ApiGuardMiddleware(app, api_token=lambda: None, max_body_bytes=1000))
+    guarded = RequestContextMiddleware(ApiGuardMiddleware(app, max_body_bytes=1000))
     before = (_counted("POST", "/api/v1/slow", 499), _counted("POST", "/api/v1/slow", 503))
     caplog.set_level(logging.INFO)
     hangup = _Hangup(b"{}")

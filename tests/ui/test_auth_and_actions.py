@@ -87,7 +87,7 @@ async def test_every_action_refuses_a_post_without_the_csrf_token(db, dsn):
     without this browser's CSRF token, before it reads or writes anything."""
     job_id = await enqueue(db, "dl.noop", queue="csrf")
     values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s",
-              "run_id": str(uuid.uuid4())}
+              "run_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
     posts = [route for page in PAGES for route in page.routes
              if isinstance(route, Route) and not isinstance(route, Mount) and "POST" in (route.methods or ())]
     assert len(posts) >= 15, [r.path for r in posts]

@@ -14,17 +14,17 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
+from dataloader.api.access import guard_routes, openapi_security, resolve
 from dataloader.api.middleware import (
     ApiGuardMiddleware,
     OneSegmentPaths,
     RequestContextMiddleware,
     flat_routes,
 )
-from dataloader.api.runtime import Runtime, needs_api_token
+from dataloader.api.runtime import Runtime
 from dataloader.api.v1.archive_router import router as archive_router
 from dataloader.api.v1.chains_router import router as chains_router
-from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
-from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.exceptions import install_exception_handlers
 from dataloader.api.v1.observers_router import nodes_router
 from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
@@ -35,10 +35,12 @@ from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.api.v1.storage_router import router as storage_router
 from dataloader.api.v1.users_router import router as users_router
+from dataloader.api.v1.tokens_router import router as tokens_router
 from dataloader.api.v1.workflows_router import router as workflows_router
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
 from dataloader.heap import freeze_startup_objects
+from dataloader.model.principal import Principal
 from dataloader.ui import console_app
 from dataloader.version import __version__
 
@@ -55,7 +57,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
            operations_router, observers_router, nodes_router, queues_router, archive_router, storage_router,
-           users_router, os_router.router, metric_router.router)
+           users_router, tokens_router, os_router.router, metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:
@@ -64,6 +66,7 @@ def register_routers(app: FastAPI) -> None:
     for the app and build every route again on the app's first request (about 0.1 s of CPU per app:
     a node's start, every app a test builds)."""
     for router in ROUTERS:
+        guard_routes(router.routes)  # each /api/v1 route refuses a principal without its action (access.py)
         app.router.routes.extend(router.routes)
 
 
@@ -126,10 +129,10 @@ def exact_integer_bounds(schema: dict[str, Any]) -> None:
 _SCHEMAS: dict[tuple[Any, bool], dict[str, Any]] = {}
 
 
-def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None:
-    """The OpenAPI schema declares bearer auth (and its 401) on /api/ routes only when DL_API_TOKEN
-    is set: without a token none is needed, and a schema that asks for one misleads clients and
-    generated SDKs."""
+def _declare_auth(app: FastAPI, settings: Settings) -> None:
+    """The OpenAPI schema with the bearer scheme, each route's action and scopes, and its 401 and
+    403 (api/access.py `openapi_security`): a bearer is required when DL_API_TOKEN is set, and
+    optional otherwise (the API is open until an API token exists)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -146,26 +149,7 @@ def _declare_auth_only_when_configured(app: FastAPI, settings: Settings) -> None
             return app.openapi_schema
         schema = build()
         exact_integer_bounds(schema)
-        if settings.api_token:
-            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
-                "type": "http", "scheme": "bearer", "description": "The value of DL_API_TOKEN"}
-            unauthorized = error_responses(ErrorCode.unauthorized)[401]
-            content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
-            body = {"description": unauthorized["description"], "content": content}
-            throttled = ErrorCode.too_many_failures.value  # wrong tokens from one address (auth_throttle.py)
-            for path, operations in schema.get("paths", {}).items():
-                if path.startswith("/api/"):
-                    for method, operation in operations.items():
-                        if not needs_api_token(path, method):
-                            continue  # its own credential (a wait token's completion)
-                        operation["security"] = [{"bearer": []}]
-                        responses = operation.setdefault("responses", {})
-                        responses["401"] = body
-                        if "429" in responses:  # too_many_queries already: one answer, both codes
-                            responses["429"] = {**responses["429"],
-                                                "description": f"{responses['429']['description']}, {throttled}"}
-                        else:
-                            responses["429"] = {"description": f"error: {throttled}", "content": content}
+        openapi_security(schema, admin_token_set=bool(settings.api_token))
         _SCHEMAS[key] = copy.deepcopy(schema)
         app.openapi_schema = schema
         return schema
@@ -224,7 +208,7 @@ def create_app(settings: Settings, *, context: App | None = None,
         lifespan=lifespan,
     )
     app.state.runtime = runtime
-    _declare_auth_only_when_configured(app, settings)
+    _declare_auth(app, settings)
     install_exception_handlers(app)
     register_routers(app)
     # Wrong tokens per client address, one count for the API's bearer and the console's login.
@@ -235,7 +219,10 @@ def create_app(settings: Settings, *, context: App | None = None,
         app.mount("/ui", console_app(settings, lambda: runtime.app, throttle), name="ui")
     app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
     # Added last = outermost: the request id must be set before anything else logs.
-    app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
+    async def who(method: str, path: str, authorization: str | None, address: str | None) -> Principal:
+        return await resolve(runtime, method, path, authorization, address)
+
+    app.add_middleware(ApiGuardMiddleware, resolve=who,
                        max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,
                        body_timeout_sec=settings.api_body_timeout_sec, throttle=throttle)
     app.add_middleware(RequestContextMiddleware)

@@ -6,8 +6,9 @@ unexpected exception into a logged 500 JSON body.
 
 `ApiGuardMiddleware` (every request: the API, the console at /ui, the probes): the raw body size
 limit, before the body is read or parsed; the body's time limit; and the cancel of a request whose
-client went away, counted as 499. The bearer token when DL_API_TOKEN is set: /api/ only (the
-console has its own sign-in).
+client went away, counted as 499. Under /api/ first who the request is (api/access.py `resolve`:
+DL_API_TOKEN, an API token, or anonymous while no auth is configured; 401 otherwise), and the rest
+of the request runs as that principal (`acting_as`); the console has its own sign-in.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl, unquote
 
 from starlette.datastructures import Headers
@@ -26,13 +27,14 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader import metrics
-from dataloader.api.runtime import needs_api_token, token_matches, unauthorized
-from dataloader.api.v1.exceptions import error_response
+from dataloader.api.access import PRINCIPAL_KEY
+from dataloader.api.v1.exceptions import ApiError, error_response
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.logger.context_vars import ClientState, client_var, request_id_var
 from dataloader.logger.utils import mask
+from dataloader.model.principal import Principal, acting_as
 from dataloader.storage.db import is_connection_error
 
 access_log = logging.getLogger("dataloader.access")
@@ -156,12 +158,15 @@ class ApiGuardMiddleware:
     body is read; the body itself, read here within `body_timeout_sec` (a body that never arrives,
     or trickles in, is a 408 instead of a connection held forever); and the request cancelled when
     its client goes away before the answer (so its query is cancelled too, instead of running on
-    for nobody). Under `prefix` (/api/) the bearer token first; the console signs in its own way."""
+    for nobody). Under `prefix` (/api/) who the request is first (`resolve`: method, path, the
+    Authorization header and the client address -> the Principal, or an ApiError); None: no check
+    (an app of a test). The console signs in its own way."""
 
-    def __init__(self, app: ASGIApp, *, api_token: Callable[[], str | None], max_body_bytes: int,
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int,
+                 resolve: Callable[[str, str, str | None, str | None], Awaitable[Principal]] | None = None,
                  body_timeout_sec: float = 30.0, prefix: str = "/api/", throttle: AuthThrottle | None = None) -> None:
         self.app = app
-        self.api_token = api_token
+        self.resolve = resolve
         self.throttle = throttle  # wrong bearer tokens per client address (auth_throttle.py)
         self.max_body_bytes = max_body_bytes
         self.body_timeout_sec = body_timeout_sec
@@ -172,10 +177,12 @@ class ApiGuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        expected = self.api_token() if needs_api_token(scope.get("path", ""), scope.get("method", ""), self.prefix) \
-            else None
-        if expected and not await self._token_checked(scope, expected, headers.get("authorization"), receive, send):
-            return
+        principal: Principal | None = None
+        if self.resolve is not None and scope.get("path", "").startswith(self.prefix):
+            principal = await self._principal(scope, headers.get("authorization"), receive, send)
+            if principal is None:
+                return
+            scope[PRINCIPAL_KEY] = principal
         length = headers.get("content-length")
         # The server enforces Content-Length, so a declared size within bounds is a real bound; a
         # chunked body is counted as it arrives.
@@ -202,13 +209,20 @@ class ApiGuardMiddleware:
                 f"the request body did not arrive within {self.body_timeout_sec:g} s (DL_API_BODY_TIMEOUT_SEC)",
                 headers={"Connection": "close"})(scope, receive, send)
             return
-        await self._serve(scope, bytes(body), receive, send)
+        if principal is None:
+            await self._serve(scope, bytes(body), receive, send)
+            return
+        # The request's task (started in _serve) copies the context: everything it does, down to the
+        # transaction that writes an audit row, acts for this principal.
+        with acting_as(principal):
+            await self._serve(scope, bytes(body), receive, send)
 
-    async def _token_checked(self, scope: Scope, expected: str, authorization: str | None, receive: Receive,
-                             send: Send) -> bool:
-        """True when the bearer token is right; otherwise the answer is sent: 401, or 429 with
-        Retry-After once this client address sent too many wrong ones (the token is not looked at
-        then)."""
+    async def _principal(self, scope: Scope, authorization: str | None, receive: Receive,
+                         send: Send) -> Principal | None:
+        """The request's principal; otherwise None and the answer is sent: 401, 503 while the App
+        is not open, or 429 with Retry-After once this client address sent too many wrong tokens
+        (the token is not looked at then)."""
+        assert self.resolve is not None
         client = scope.get("client")
         address = client[0] if client else None
         throttle = self.throttle
@@ -217,16 +231,17 @@ class ApiGuardMiddleware:
             await error_response(ErrorCode.too_many_failures,
                                  f"too many wrong tokens from this address; try again in {wait} s "
                                  "(DL_AUTH_MAX_FAILURES)", headers={"Retry-After": str(wait)})(scope, receive, send)
-            return False
-        if not token_matches(expected, authorization):
-            if throttle is not None:
+            return None
+        try:
+            principal = await self.resolve(scope.get("method", ""), scope.get("path", ""), authorization, address)
+        except ApiError as exc:
+            if throttle is not None and exc.code == ErrorCode.unauthorized:
                 throttle.failed(address)
-            exc = unauthorized()
             await error_response(exc.code, str(exc), headers=exc.headers)(scope, receive, send)
-            return False
-        if throttle is not None:
+            return None
+        if throttle is not None and authorization:
             throttle.succeeded(address)
-        return True
+        return principal
 
     async def _serve(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         """Run the app on the buffered body while watching the connection: the server's next

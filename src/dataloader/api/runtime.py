@@ -1,14 +1,14 @@
 """What the routes of one app share: settings, the App (`app`), this process's WorkerManager,
-and the dependencies that hand them to a request (plus the optional bearer-token check)."""
+and the dependencies that hand them to a request (plus the check that the guard ran: access.py)."""
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
 
+from dataloader.api.access import PRINCIPAL_KEY, unauthorized
 from dataloader.api.v1.exceptions import ApiError
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.service import JobResponses
@@ -47,45 +47,11 @@ async def get_job_api(runtime: Runtime = Depends(get_runtime)) -> JobResponses:
     return JobResponses(runtime.require_app().jobs, runtime.served_queues)
 
 
-def token_matches(expected: str, header_value: str | None) -> bool:
-    """True when `header_value` is `Bearer <expected>`; constant-time in the token."""
-    if not header_value:
-        return False
-    scheme, _, token = header_value.partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    # Starlette decodes header bytes as latin-1; encoding back gives the bytes the client sent,
-    # which for a non-ASCII token are its UTF-8. (compare_digest also refuses non-ASCII str.)
-    try:
-        sent = token.strip().encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return hmac.compare_digest(sent, expected.encode("utf-8"))
-
-
-# A wait token is completed by a third party who holds that token, not the API's: the token (192
-# random bits, answered once) is the credential (docs/workflows.md "Wait tokens").
-TOKEN_COMPLETION_PREFIX = "/api/v1/workflows/tokens/"
-
-
-def needs_api_token(path: str, method: str, prefix: str = "/api/") -> bool:
-    """Whether a request to `path` must carry DL_API_TOKEN (when one is set)."""
-    if not path.startswith(prefix):
-        return False
-    return not (method.upper() == "POST" and path.startswith(TOKEN_COMPLETION_PREFIX))
-
-
 async def require_token(request: Request) -> None:
-    """Re-checks the bearer token on every /api/v1 route, should the middleware ever be left out.
-    The middleware checks it first, before the body is read, so an unauthenticated caller learns
-    nothing from validation errors. The OpenAPI scheme is declared in create_app, and only when
-    DL_API_TOKEN is set."""
-    expected = request.app.state.runtime.settings.api_token
-    if expected and needs_api_token(request.url.path, request.method) \
-            and not token_matches(expected, request.headers.get("authorization")):
+    """Re-checks, on every /api/v1 route, that ApiGuardMiddleware resolved who the request is
+    (api/access.py), should the middleware ever be left out: without it a request would otherwise
+    run as the library's own admin. The middleware decides first, before the body is read, so an
+    unauthenticated caller learns nothing from validation errors. The OpenAPI security is declared
+    in create_app (api/access.py `openapi_security`)."""
+    if PRINCIPAL_KEY not in request.scope:
         raise unauthorized()
-
-
-def unauthorized() -> ApiError:
-    return ApiError(ErrorCode.unauthorized, "missing or wrong bearer token (Authorization: Bearer <token>)",
-                    headers={"WWW-Authenticate": "Bearer"})

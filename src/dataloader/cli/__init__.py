@@ -4,9 +4,9 @@ service instead (see __main__.py).
 
 One module per command group: service.py (`serve`, `worker`, `db`), jobs.py, retention.py (`jobs
 prune`, `stats`), schedules.py, operations.py (`ops`), observers.py (`observers`, `nodes`) and
-processes.py, workflows.py, users.py; common.py holds what they share (the error answer, output,
-opening the App). Nothing
-else in the package imports the CLI but __main__ (tests/unit/test_layers.py)."""
+processes.py, workflows.py, users.py, tokens.py; common.py holds what they share (the error
+answer, output, opening the App). Nothing else in the package imports the CLI but __main__
+(tests/unit/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from dataloader.cli.retention import jobs_prune, retention_app, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
 from dataloader.cli.users import users_app
+from dataloader.cli.tokens import tokens_app
 from dataloader.cli.workflows import workflows_app
 
 __all__ = ["app", "main"]
@@ -52,6 +53,7 @@ app.add_typer(queues_app, name="queues")
 app.add_typer(retention_app, name="retention")
 app.add_typer(workflows_app, name="workflows")
 app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
 
 
 def main(argv: list[str] | None = None) -> None:

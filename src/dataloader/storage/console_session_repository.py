@@ -1,6 +1,6 @@
 """SQL of the console's sessions (`queries/console/*.sql`, table of migration 0028): open one at
 sign-in (rotating the browser's previous one out), check one per console request, close one at
-sign-out. A session is a DL_API_TOKEN's (its `token_mac`) or a user's (migration 0039), whose role
+sign-out. A session is a DL_API_TOKEN's (its `token_mac`) or a user's (migration 0041), whose role
 is read from dl_users on every check. The console (ui/auth.py) decides what a session is; this
 only stores it."""
 

@@ -281,7 +281,7 @@ class Database:
         return ConsoleSessionRepository(self.pool)
 
     def users(self) -> UserRepository:
-        """The console's users (migration 0039), on the pool."""
+        """The console's users (migration 0041), on the pool."""
         return UserRepository(self.pool)
 
     @property

@@ -1,4 +1,4 @@
-"""SQL of the console's users (`queries/users/*.sql`, table of migration 0039). The rules (name
+"""SQL of the console's users (`queries/users/*.sql`, table of migration 0041). The rules (name
 shape, roles, the password's length and hashing, the last admin) are the users capability's
 (users/manager.py) and the statements'; this only runs them."""
 

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings
-from dataloader.exceptions import AccessDenied, DatabaseUnavailable, DataloaderError
+from dataloader.exceptions import DatabaseUnavailable, DataloaderError, Forbidden
 from dataloader.logger.context_vars import client_gone
 from dataloader.model.principal import Action, Principal, PrincipalKind, acting_as, current_principal
 from dataloader.storage.db import is_connection_error
@@ -286,7 +286,7 @@ def console_app(settings: Settings, get_app: Callable[[], App | None],
         console.topics.update(getattr(module, "TOPICS", {}))
     console.hub = LiveHub(console.render_topic, settings.ui_live_poll_sec)
     app = Starlette(routes=routes, exception_handlers={DataloaderError: dataloader_error, auth.Forbidden: forbidden,
-                                                      AccessDenied: forbidden},
+                                                      Forbidden: forbidden},
                     middleware=[Middleware(ConsoleGuard, console=console)])
     app.state.console = console
     return app

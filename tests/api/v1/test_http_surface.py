@@ -69,19 +69,27 @@ async def test_docs_pages_load_only_local_assets_and_they_answer(client, page):
     assert any(url.endswith(("swagger-ui-bundle.js", "redoc.standalone.js")) for url in parser.urls)
 
 
-async def test_openapi_declares_no_auth_without_a_token(client):
+async def test_openapi_declares_an_optional_bearer_without_a_token(client):
+    """Without DL_API_TOKEN the API is open until an API token exists (docs/security.md), so every
+    /api/ route takes a bearer or nothing (`{}`), and documents its 401, its 403 and its action."""
     schema = (await client.get("/openapi.json")).json()
-    assert "securitySchemes" not in schema.get("components", {})
+    assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            assert "security" not in operation, (method, path)
-            assert "401" not in operation["responses"], (method, path)
+            if not path.startswith("/api/"):
+                assert "security" not in operation and "401" not in operation["responses"], (method, path)
+                continue
+            assert operation["x-dataloader-action"] and operation["x-dataloader-scopes"], (method, path)
+            assert "403" in operation["responses"], (method, path)
+            if path != "/api/v1/workflows/tokens/{token}":
+                assert operation["security"] == [{"bearer": []}, {}], (method, path)
+                assert "401" in operation["responses"], (method, path)
 
 
 async def test_openapi_declares_bearer_auth_on_the_api_with_a_token(token_client, app_ctx):
     schema = (await token_client.get("/openapi.json")).json()
-    assert schema["components"]["securitySchemes"] == {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "The value of DL_API_TOKEN"}}
+    assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert "DL_API_TOKEN" in schema["components"]["securitySchemes"]["bearer"]["description"]
     api_ops = 0
     # every /api/ operation the app routes (counted from the routes, not from the schema under test)
     routes = flat_routes(create_app(app_ctx.settings, context=app_ctx).routes)
@@ -92,6 +100,7 @@ async def test_openapi_declares_bearer_auth_on_the_api_with_a_token(token_client
             if path == "/api/v1/workflows/tokens/{token}" and method == "post":
                 api_ops += 1  # a wait token's completion: the token is its credential
                 assert "security" not in operation and "401" not in operation["responses"], operation
+                assert operation["x-dataloader-action"] == "enqueue", operation
             elif path.startswith("/api/"):
                 api_ops += 1
                 assert operation["security"] == [{"bearer": []}], (method, path)

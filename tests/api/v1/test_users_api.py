@@ -1,5 +1,5 @@
 """`/api/v1/users` (issue 40): the console's users over HTTP, every route needing MANAGE_ACCESS
-(`requires`, api/access.py, read off the principal in force), every refusal in the one error
+(model/http_actions.py, checked by api/access.py against the principal in force), every refusal in the one error
 shape with nothing written, the password never echoed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from dataloader.api import create_app
-from dataloader.api.access import action_of
+from dataloader.model.http_actions import action_for
 from dataloader.model.principal import Action, Principal, PrincipalKind, Role, acting_as
 from tests.api.v1.conftest import api_settings
 from tests.ui.users_support import empty_users
@@ -32,7 +32,7 @@ def test_every_users_route_needs_manage_access_and_says_so_in_openapi():
     app = create_app(api_settings("postgresql://unused@127.0.0.1:1/unused"))
     routes = [r for r in app.routes if isinstance(r, APIRoute) and r.path.startswith(USERS)]
     assert len(routes) == 8
-    assert {action_of(r) for r in routes} == {Action.MANAGE_ACCESS}
+    assert {action_for(m, r.path) for r in routes for m in r.methods} == {Action.MANAGE_ACCESS}
     paths = app.openapi()["paths"]
     for route in routes:
         for method in route.methods:

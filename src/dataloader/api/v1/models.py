@@ -21,6 +21,9 @@ class ErrorCode(StrEnum):
     args_too_large = "args_too_large"
     request_too_large = "request_too_large"
     unauthorized = "unauthorized"
+    forbidden = "forbidden"
+    api_token_not_found = "api_token_not_found"
+    api_token_exists = "api_token_exists"
     job_not_found = "job_not_found"
     not_found = "not_found"
     method_not_allowed = "method_not_allowed"
@@ -79,6 +82,9 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.args_too_large: 413,
     ErrorCode.request_too_large: 413,
     ErrorCode.unauthorized: 401,
+    ErrorCode.forbidden: 403,
+    ErrorCode.api_token_not_found: 404,
+    ErrorCode.api_token_exists: 409,
     ErrorCode.job_not_found: 404,
     ErrorCode.not_found: 404,
     ErrorCode.method_not_allowed: 405,

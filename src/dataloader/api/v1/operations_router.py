@@ -10,9 +10,10 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from dataloader.api.access import require
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
@@ -20,6 +21,7 @@ from dataloader.api.v1.schemas import JobSummary
 from dataloader.jobs.manager import MAX_LIST_LIMIT
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import STATES, DryRun
+from dataloader.model.principal import Action
 from dataloader.operations.manager import MAX_BATCH_SIZE, MAX_OPERATIONS_LIMIT, OperationManager
 
 router = APIRouter(prefix="/api/v1", tags=["operations"], dependencies=[Depends(require_token)])
@@ -164,7 +166,10 @@ Ops = Annotated[OperationManager, Depends(get_operations)]
                         **error_responses(ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                           ErrorCode.invalid_request, ErrorCode.too_many_queries,
                                           ErrorCode.query_timeout)})
-async def start_operation(body: OperationRequest, ops: Ops, response: Response) -> Any:
+async def start_operation(body: OperationRequest, ops: Ops, response: Response, request: Request) -> Any:
+    """The route needs `operate`; a bulk delete (not a dry run) needs `delete` as well."""
+    if body.kind == "delete" and not body.dry_run:
+        require(request.scope, Action.DELETE)
     result = await ops.start(body.kind, body.filter, params=body.params, started_by=body.started_by,
                              dry_run=body.dry_run, batch_size=body.batch_size)
     if isinstance(result, DryRun):

@@ -1,6 +1,6 @@
 """API v1 users (docs/security.md): create, list, read, set the role or the password, disable,
-enable, delete the console's users. Every route needs Action.MANAGE_ACCESS (an admin; `requires`,
-api/access.py). Errors have the one shape (`{error, detail}`); bad input is a 422 that writes
+enable, delete the console's users. Every route needs Action.MANAGE_ACCESS (an admin; model/http_actions.py,
+checked by api/access.py). Errors have the one shape (`{error, detail}`); bad input is a 422 that writes
 nothing, checked by the model's rules (model/user.py) as every face checks it; a password is
 never echoed or logged. The rules are `dataloader.users.manager.UserManager`'s."""
 
@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from dataloader.api.access import extra, requires
 from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
@@ -21,8 +20,7 @@ from dataloader.model.principal import Action, Role
 from dataloader.model.user import NAME_PATTERN, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, User
 from dataloader.users.manager import UserManager
 
-NEEDS = Action.MANAGE_ACCESS
-router = APIRouter(prefix="/api/v1/users", tags=["users"], dependencies=[Depends(require_token), requires(NEEDS)])
+router = APIRouter(prefix="/api/v1/users", tags=["users"], dependencies=[Depends(require_token)])
 
 
 async def get_user_manager(runtime: Runtime = Depends(get_runtime)) -> UserManager:
@@ -80,7 +78,7 @@ def _view(user: User) -> UserResponse:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=UserResponse, summary="Create a user",
-             openapi_extra=extra(NEEDS),
+             
              responses=error_responses(*ERRORS, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                        ErrorCode.user_exists))
 async def create_user(body: UserCreateRequest, response: Response, api: Api) -> UserResponse:
@@ -90,19 +88,19 @@ async def create_user(body: UserCreateRequest, response: Response, api: Api) -> 
     return _view(user)
 
 
-@router.get("", response_model=UserListResponse, summary="List users by name", openapi_extra=extra(NEEDS),
+@router.get("", response_model=UserListResponse, summary="List users by name",
             responses=error_responses(*ERRORS))
 async def list_users(api: Api) -> UserListResponse:
     return UserListResponse(users=[_view(u) for u in await api.list()])
 
 
-@router.get("/{name}", response_model=UserResponse, summary="One user", openapi_extra=extra(NEEDS),
+@router.get("/{name}", response_model=UserResponse, summary="One user",
             responses=error_responses(*ERRORS, ErrorCode.user_not_found))
 async def get_user(name: Name, api: Api) -> UserResponse:
     return _view(await api.get(name))
 
 
-@router.put("/{name}/role", response_model=UserResponse, summary="Set a user's role", openapi_extra=extra(NEEDS),
+@router.put("/{name}/role", response_model=UserResponse, summary="Set a user's role",
             responses=error_responses(*ERRORS, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                       ErrorCode.user_not_found, ErrorCode.last_admin))
 async def set_role(name: Name, body: RoleRequest, api: Api) -> UserResponse:
@@ -111,7 +109,7 @@ async def set_role(name: Name, body: RoleRequest, api: Api) -> UserResponse:
 
 
 @router.put("/{name}/password", response_model=UserResponse, summary="Set a user's password",
-            openapi_extra=extra(NEEDS),
+            
             responses=error_responses(*ERRORS, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                       ErrorCode.user_not_found))
 async def set_password(name: Name, body: PasswordRequest, api: Api) -> UserResponse:
@@ -119,21 +117,21 @@ async def set_password(name: Name, body: PasswordRequest, api: Api) -> UserRespo
     return _view(await api.set_password(name, body.password))
 
 
-@router.post("/{name}/disable", response_model=UserResponse, summary="Disable a user", openapi_extra=extra(NEEDS),
+@router.post("/{name}/disable", response_model=UserResponse, summary="Disable a user",
              responses=error_responses(*ERRORS, ErrorCode.user_not_found, ErrorCode.last_admin))
 async def disable_user(name: Name, api: Api) -> UserResponse:
     """They may not sign in, and every session of theirs ends now; the name stays taken. Idempotent."""
     return _view(await api.disable(name))
 
 
-@router.post("/{name}/enable", response_model=UserResponse, summary="Enable a user", openapi_extra=extra(NEEDS),
+@router.post("/{name}/enable", response_model=UserResponse, summary="Enable a user",
              responses=error_responses(*ERRORS, ErrorCode.user_not_found))
 async def enable_user(name: Name, api: Api) -> UserResponse:
     return _view(await api.enable(name))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response, summary="Delete a user",
-               openapi_extra=extra(NEEDS),
+               
                responses=error_responses(*ERRORS, ErrorCode.user_not_found, ErrorCode.last_admin))
 async def delete_user(name: Name, api: Api) -> Response:
     """The user and every session of theirs. 409 `last_admin` for the last enabled admin."""

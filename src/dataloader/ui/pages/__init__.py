@@ -15,10 +15,11 @@ from dataloader.ui.pages import (
     storage,
     sso,
     users,
+    tokens,
     workflow_bulk,
     workflows,
 )
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
 PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, storage, users,
-         bulk, login, sso)
+         tokens, bulk, login, sso)

@@ -2,7 +2,7 @@
 -- same for every node). In the same statement the browser's previous session (rotation: the cookie
 -- it carried, $4, may be NULL) and every expired session are deleted, so the table holds only
 -- sessions that may still sign someone in, without a duty of its own. A user's session ($6) keeps
--- no token MAC ($2 NULL); a DL_API_TOKEN session keeps no user ($6 NULL) (migration 0039).
+-- no token MAC ($2 NULL); a DL_API_TOKEN session keeps no user ($6 NULL) (migration 0041).
 -- $1 session_hash (SHA-256 of the cookie's secret), $2 token_mac or NULL, $3 ttl seconds, $4 previous
 -- session_hash or NULL, $5 client address or NULL, $6 user name or NULL
 WITH pruned AS (

@@ -1,4 +1,4 @@
--- Delete a user; their sessions go with them (ON DELETE CASCADE, migration 0039). Refused
+-- Delete a user; their sessions go with them (ON DELETE CASCADE, migration 0041). Refused
 -- (`refused`) when they are the last enabled admin and other users remain (users/admins_left.sql);
 -- the only user may be deleted: that is the set-up without users again (docs/security.md).
 -- $1 name
