@@ -6,10 +6,10 @@ Everything a user needs is importable from here; anything else may change betwee
 from dataloader.app import App
 from dataloader.config import Queue, Settings
 from dataloader.exceptions import (
-    ArchiveNotConfigured,
-    ArchiveUnavailable,
     ApiTokenExists,
     ApiTokenNotFound,
+    ArchiveNotConfigured,
+    ArchiveUnavailable,
     ArgsTooLarge,
     AttemptFenced,
     Cancel,

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from dataloader.processes.manager import ProcessManager
     from dataloader.retention.archive import Archive, NoArchive
     from dataloader.schedules.manager import ScheduleManager
-    from dataloader.storage.database import ConsoleSessionRepository, JobRepository, Notifier
+    from dataloader.storage.database import JobRepository, Notifier
     from dataloader.tokens.manager import TokenManager
     from dataloader.users.manager import UserManager
     from dataloader.workers.manager import WorkerManager

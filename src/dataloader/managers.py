@@ -52,9 +52,9 @@ from dataloader.storage.schedule_repository import ScheduleRepository
 from dataloader.storage.search_repository import SearchRepository
 from dataloader.storage.token_repository import ApiTokenRepository
 from dataloader.storage.workflow_repository import WorkflowRepository
+from dataloader.tokens.manager import TokenManager
 from dataloader.users.manager import UserManager
 from dataloader.users.passwords import Passwords
-from dataloader.tokens.manager import TokenManager
 from dataloader.workers.manager import WorkerManager
 from dataloader.workers.pipelines.registry import PipelineRegistry, load_pipeline_modules
 from dataloader.workflows.manager import WorkflowManager

@@ -34,8 +34,8 @@ from dataloader.api.v1.router import router as v1_router
 from dataloader.api.v1.schedules_router import router as schedules_router
 from dataloader.api.v1.stats_router import router as stats_router
 from dataloader.api.v1.storage_router import router as storage_router
-from dataloader.api.v1.users_router import router as users_router
 from dataloader.api.v1.tokens_router import router as tokens_router
+from dataloader.api.v1.users_router import router as users_router
 from dataloader.api.v1.workflows_router import router as workflows_router
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.config import Settings

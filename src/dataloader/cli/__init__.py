@@ -24,8 +24,8 @@ from dataloader.cli.queues import queues_app
 from dataloader.cli.retention import jobs_prune, retention_app, stats_command
 from dataloader.cli.schedules import schedules_app
 from dataloader.cli.service import db_app, serve, worker
-from dataloader.cli.users import users_app
 from dataloader.cli.tokens import tokens_app
+from dataloader.cli.users import users_app
 from dataloader.cli.workflows import workflows_app
 
 __all__ = ["app", "main"]

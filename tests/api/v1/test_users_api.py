@@ -10,7 +10,8 @@ from fastapi.routing import APIRoute
 from dataloader.api import create_app
 from dataloader.model.http_actions import action_for
 from dataloader.model.principal import Action, Principal, PrincipalKind, Role, acting_as
-from tests.api.v1.conftest import api_settings
+from tests.api.v1.conftest import api_settings, client_for
+from tests.api.v1.test_access import acting_app
 from tests.ui.users_support import empty_users
 
 USERS = "/api/v1/users"
@@ -88,13 +89,13 @@ async def test_conflicts_and_unknown_names(client, db):
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.OPERATOR])
-async def test_a_principal_without_manage_access_gets_403_and_writes_nothing(client, db, role):
-    """The principal is whoever the authentication middleware put in force (the tokens' work);
-    here it is put in force around the request, as the middleware will."""
-    with acting_as(Principal.with_role(PrincipalKind.USER, "someone", role)):
+async def test_a_principal_without_manage_access_gets_403_and_writes_nothing(db, app_ctx, role):
+    """The principal is whoever the API's guard resolves (a console user's role here, which no
+    bearer carries: `acting_app` has the guard find it)."""
+    async with client_for(acting_app(app_ctx, Principal.with_role(PrincipalKind.USER, "someone", role))) as client:
         for answer in (await client.get(USERS),
                        await client.post(USERS, json={"name": "eve", "password": "long enough pass", "role": "admin"})):
             assert answer.status_code == 403, answer.text
             error = answer.json()
-            assert error["error"] == "forbidden" and "user:someone may not manage access" in error["detail"]
+            assert error["error"] == "forbidden" and "user:someone may not manage_access" in error["detail"]
     assert await users_now(db) == []

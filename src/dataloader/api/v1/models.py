@@ -41,7 +41,6 @@ class ErrorCode(StrEnum):
     user_not_found = "user_not_found"
     user_exists = "user_exists"
     last_admin = "last_admin"
-    forbidden = "forbidden"
     unknown_namespace = "unknown_namespace"
     process_not_found = "process_not_found"
     process_exists = "process_exists"
@@ -102,7 +101,6 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.user_not_found: 404,
     ErrorCode.user_exists: 409,
     ErrorCode.last_admin: 409,
-    ErrorCode.forbidden: 403,
     ErrorCode.unknown_namespace: 404,
     ErrorCode.process_not_found: 404,
     ErrorCode.process_exists: 409,

@@ -16,7 +16,7 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import location
-from dataloader.model.principal import Action, Role
+from dataloader.model.principal import Role
 from dataloader.model.user import NAME_PATTERN, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, User
 from dataloader.users.manager import UserManager
 
@@ -78,7 +78,7 @@ def _view(user: User) -> UserResponse:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=UserResponse, summary="Create a user",
-             
+
              responses=error_responses(*ERRORS, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                        ErrorCode.user_exists))
 async def create_user(body: UserCreateRequest, response: Response, api: Api) -> UserResponse:
@@ -109,7 +109,7 @@ async def set_role(name: Name, body: RoleRequest, api: Api) -> UserResponse:
 
 
 @router.put("/{name}/password", response_model=UserResponse, summary="Set a user's password",
-            
+
             responses=error_responses(*ERRORS, ErrorCode.invalid_json, ErrorCode.unsupported_media_type,
                                       ErrorCode.user_not_found))
 async def set_password(name: Name, body: PasswordRequest, api: Api) -> UserResponse:
@@ -131,7 +131,7 @@ async def enable_user(name: Name, api: Api) -> UserResponse:
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response, summary="Delete a user",
-               
+
                responses=error_responses(*ERRORS, ErrorCode.user_not_found, ErrorCode.last_admin))
 async def delete_user(name: Name, api: Api) -> Response:
     """The user and every session of theirs. 409 `last_admin` for the last enabled admin."""

@@ -12,10 +12,10 @@ from dataloader.ui.pages import (
     overview,
     processes,
     schedules,
-    storage,
     sso,
-    users,
+    storage,
     tokens,
+    users,
     workflow_bulk,
     workflows,
 )
