@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import asyncpg
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
+    from dataloader.audit.trail import AuditTrail
     from dataloader.flow.manager import FlowManager
     from dataloader.health.reader import HealthReader
     from dataloader.observers.manager import ObserverManager
@@ -75,6 +76,7 @@ class App:
         self.db: Database = self._managers.db
         self.repo: JobRepository
         self.jobs: JobManager
+        self.audit: AuditTrail  # on open (docs/security.md): `await app.audit.search(actor=, action=, since=)`
 
     @classmethod
     def embedded(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
@@ -92,7 +94,7 @@ class App:
         schema to head first (the service commands do); otherwise a database that was never
         migrated is a clear error that says how to migrate it."""
         await self._managers.open(migrate_schema=migrate_schema)
-        self.repo, self.jobs = self._managers.repo, self._managers.jobs
+        self.repo, self.jobs, self.audit = self._managers.repo, self._managers.jobs, self._managers.audit()
         return self
 
     def shard_of(self, queue: str) -> str:
@@ -215,8 +217,7 @@ class App:
 
     async def delete_job(self, job_id: uuid.UUID | str) -> None:
         """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
-        delete does; the log line `job deleted` is its audit record. JobNotFinished for a queued or
-        running job: cancel it first."""
+        delete does (its `job.delete` audit row stays). JobNotFinished for a queued or running job."""
         await self.jobs.delete(job_id_of(job_id))
 
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
@@ -273,23 +274,22 @@ class App:
 
     async def stats_errors(self, *, queue: str | None = None, since: datetime | None = None,
                            limit: int = 20) -> dict[str, Any]:
-        """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
-        hours from `since` (default: the last hour) on."""
+        """Failed and lost jobs grouped by their error's first line, most frequent first, since `since`
+        (default: an hour ago)."""
         return await errors_shards(self._managers.pools(queue), queue=queue, since=since, limit=limit)
 
     # -- capabilities: one manager each, over this App's database root (managers.py) -------------
 
     @property
     def schedules(self) -> ScheduleManager:
-        """Create, read, list, pause, resume, delete schedules and read their history:
-        `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=..., tz=...))`."""
+        """Schedules: create, get, list, pause, resume, delete, history (`app.schedules.spec(...)`)."""
         return self._managers.schedules
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
                      limit: int = 100, count: bool = False) -> SearchPage:
-        """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
-        error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
-        newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
+        """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses, error pattern,
+        created/finished ranges, args_contains, args_path, lock_key_prefix, held), newest first; `page.next_cursor`
+        gets the next page, `count=True` also counts them all."""
         return await self._managers.search().search(filter, cursor=cursor, limit=limit, count=count)
 
     async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
@@ -389,8 +389,7 @@ class App:
         return (await self.flow.scaling(queue, target_sec))[0]
 
     async def queues(self) -> list[QueueFlow]:
-        """Every queue that is paused, has limits, or has queued or running jobs: its flow state,
-        limits and use."""
+        """Every queue that is paused, has limits, or has queued or running jobs: its flow state, limits and use."""
         return await self.flow.list()
 
     async def queue_depths(self) -> list[QueueDepth]:

@@ -45,6 +45,7 @@ from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
+from dataloader.model.audit import AuditFilter, AuditPage
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
@@ -291,6 +292,23 @@ class SyncApp:
 
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
         self._call(self.app.signal_workflow(run_id, name, payload))
+
+    # -- the audit trail (docs/security.md "Audit trail") --------------------------------------------
+
+    @property
+    def audit(self) -> SyncAudit:
+        """`app.audit` of the async App, blocking: `search(actor=, action=, target=, since=, ...)`."""
+        return SyncAudit(self)
+
+
+class SyncAudit:
+    """The blocking twin of `App.audit`."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def search(self, filter: AuditFilter | Mapping[str, Any] | None = None, **fields: Any) -> AuditPage:
+        return self._owner._call(self._owner.app.audit.search(filter, **fields))
 
 
 class SyncWorkflows:

@@ -14,6 +14,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
+from dataloader.api.face import FaceMiddleware
 from dataloader.api.middleware import (
     ApiGuardMiddleware,
     OneSegmentPaths,
@@ -21,6 +22,7 @@ from dataloader.api.middleware import (
     flat_routes,
 )
 from dataloader.api.runtime import Runtime, needs_api_token
+from dataloader.api.v1.audit_router import router as audit_router
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
 from dataloader.api.v1.models import ErrorCode
@@ -51,7 +53,8 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
-           operations_router, observers_router, nodes_router, queues_router, os_router.router, metric_router.router)
+           operations_router, observers_router, nodes_router, queues_router, audit_router, os_router.router,
+           metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:
@@ -230,6 +233,7 @@ def create_app(settings: Settings, *, context: App | None = None,
         # DL_API_TOKEN), reading and acting through the same App as the routes above.
         app.mount("/ui", console_app(settings, lambda: runtime.app, throttle), name="ui")
     app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
+    app.add_middleware(FaceMiddleware)  # the audit trail's face: console under /ui, http elsewhere
     # Added last = outermost: the request id must be set before anything else logs.
     app.add_middleware(ApiGuardMiddleware, api_token=lambda: runtime.settings.api_token,
                        max_body_bytes=2 * settings.max_args_bytes + BODY_OVERHEAD_BYTES,
