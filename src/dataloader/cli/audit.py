@@ -61,7 +61,9 @@ def _table(page: AuditPage) -> None:
         outcome = e.outcome if e.error_code is None else f"{e.outcome}: {e.error_code}"
         table.add_row(iso(e.ts), escape(e.actor), e.face or "", escape(e.action), escape(e.target or ""),
                       outcome, escape(json.dumps(e.details, default=str)))
-    console = Console(soft_wrap=False)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a log has no width to respect: keep each row whole
+        console = Console(width=240)
     console.print(table)
     if page.next_cursor:
         console.print(f"next page: --cursor {page.next_cursor}", markup=False)
