@@ -66,11 +66,13 @@ from dataloader.exceptions import (
 )
 from dataloader.jobs.manager import JobRequest
 from dataloader.jobs.search import SearchPage
+from dataloader.model.audit import AuditEntry, AuditFilter, AuditPage
 from dataloader.model.chain import Stage, Then
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettings
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import Operation
+from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from dataloader.observers import Node, Observer, ObserverContext, ObserverSpec, ObserverState, observer
 from dataloader.processes import (
     HistoryRange,
@@ -96,6 +98,9 @@ __all__ = [
     "App",
     "ArgsTooLarge",
     "AttemptFenced",
+    "AuditEntry",
+    "AuditFilter",
+    "AuditPage",
     "Cancel",
     "Chain",
     "ChainNotFound",
@@ -146,6 +151,8 @@ __all__ = [
     "OperationNotFound",
     "OperationStateConflict",
     "PipelineRegistry",
+    "Principal",
+    "PrincipalKind",
     "Process",
     "ProcessBusy",
     "ProcessExists",
@@ -164,6 +171,7 @@ __all__ = [
     "RestartNotPossible",
     "Retry",
     "RetryPolicy",
+    "Role",
     "Schedule",
     "ScheduleExists",
     "ScheduleNotFound",
@@ -195,6 +203,7 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowRun",
     "WorkflowTimeout",
+    "acting_as",
     "observer",
     "pipeline",
     "processor",

@@ -46,8 +46,6 @@ async def test_http_changes_are_recorded_with_their_face_and_read_back_filtered(
                               "validation_error")):
             bad = await client.get("/api/v1/audit", params=params)
             assert bad.status_code == 422 and bad.json()["error"] == code, (params, bad.text)
-        schema = (await client.get("/openapi.json")).json()
-        assert "/api/v1/audit" in schema["paths"]
 
 
 async def test_a_console_change_is_recorded_as_the_console_and_its_page_searches(dsn, trail, name):

@@ -15,7 +15,7 @@ import pytest
 from dataloader import metrics
 from dataloader.app import App
 from dataloader.config import Queue
-from dataloader.exceptions import JobAlreadyFinished, ScheduleNotFound, ValidationFailed
+from dataloader.exceptions import JobAlreadyFinished, ProcessWrongStatus, ScheduleNotFound, ValidationFailed
 from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from tests.audit.conftest import audit_settings, rows
 from tests.conftest import wait_until
@@ -279,3 +279,19 @@ async def test_the_principal_follows_tasks_the_action_starts(audit_app, trail, n
         await asyncio.create_task(pause())
     [row] = await rows(trail)
     assert row["actor"] == "user:alice"
+
+
+async def test_a_process_restart_and_a_refused_repair_are_recorded(audit_app, trail, name):
+    register(name)
+    async with audit_app.running(queues=[f"process:{name}"]):
+        await audit_app.processes.init(name, "p1", {"n": 1})
+        await trail.execute("TRUNCATE dl_audit")
+        with acting_as(ALICE):
+            await audit_app.processes.restart(name, "p1", "start")
+            with pytest.raises(ProcessWrongStatus):  # a repair needs the process in error: refused, queued nothing
+                await audit_app.processes.repair(name, "p1", {}, timeout=5)
+    found = await rows(trail)
+    assert [(r["action"], r["target_id"], r["outcome"], r["error_code"]) for r in found] == [
+        ("process.restart", f"{name}/p1", "ok", None),
+        ("process.repair", f"{name}/p1", "refused", "process_wrong_status")]
+    assert found[0]["details"]["from"] == "start"

@@ -34,7 +34,7 @@ from dataloader import metrics
 from dataloader.exceptions import DataloaderError
 from dataloader.model.audit import AuditEntry, AuditFilter, Outcome, current_face
 from dataloader.model.ids import new_id
-from dataloader.model.principal import current_principal
+from dataloader.model.principal import PrincipalKind, current_principal
 from dataloader.storage.executor import Executor, GroupCommit, InTransaction, Pooled
 from dataloader.storage.queries import sql
 
@@ -75,16 +75,19 @@ _outer: contextvars.ContextVar[_Outer | None] = contextvars.ContextVar("dl_audit
 def pool_of(runner: Any) -> asyncpg.Pool | InTransaction:
     """The pool a repository (or an executor, or a pool) runs its own statements on; an
     InTransaction when it is bound to one already (a change inside a change joins it)."""
-    for attr in ("pool", "on"):
-        inner = getattr(runner, attr, None)
-        if inner is not None and not isinstance(runner, asyncpg.Pool):
-            return pool_of(inner)
+    if not isinstance(runner, asyncpg.Pool | asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
+        for attr in ("pool", "on"):
+            inner = getattr(runner, attr, None)
+            if inner is not None:
+                return pool_of(inner)
     if isinstance(runner, GroupCommit):
         return pool_of(runner.on)
     if isinstance(runner, Pooled):
         return runner.pool
     if isinstance(runner, asyncpg.Pool | InTransaction):
         return runner
+    if isinstance(runner, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):  # a caller's transaction
+        return InTransaction(runner)
     raise TypeError(f"no pool behind {type(runner).__name__}")
 
 
@@ -148,7 +151,8 @@ async def audited(repo: R, action: str, target_kind: str | None, target_id: Any 
                   details: Mapping[str, Any] | None = None) -> AsyncIterator[Change[R]]:
     """One transaction for the block's change and its audit row (see the module's docstring)."""
     outer = _outer.get()
-    if outer is not None and outer.written:  # a later part of an action recorded already
+    if (outer is not None and outer.written) or current_principal().kind is PrincipalKind.SYSTEM:
+        # a later part of an action recorded already; or the node's own duty (an operation's runner)
         yield Change(repo, _executor(repo), action, target_kind, _str(target_id), dict(details or {}),
                      record=False)
         return
