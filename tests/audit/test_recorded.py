@@ -15,7 +15,13 @@ import pytest
 from dataloader import metrics
 from dataloader.app import App
 from dataloader.config import Queue
-from dataloader.exceptions import JobAlreadyFinished, ProcessWrongStatus, ScheduleNotFound, ValidationFailed
+from dataloader.exceptions import (
+    JobAlreadyFinished,
+    ProcessWrongStatus,
+    ScheduleExists,
+    ScheduleNotFound,
+    ValidationFailed,
+)
 from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from tests.audit.conftest import audit_settings, rows
 from tests.conftest import wait_until
@@ -230,14 +236,19 @@ async def test_a_refusal_by_a_rule_is_one_refused_row_and_bad_input_writes_none(
     with acting_as(ALICE):
         with pytest.raises(JobAlreadyFinished):
             await audit_app.cancel(job.id)
-        with pytest.raises(ScheduleNotFound):
-            await audit_app.schedules.pause(name)
+        await audit_app.schedules.create(audit_app.schedules.spec(name=name, task="test.async_sleep", every_sec=60))
+        await trail.execute("DELETE FROM dl_audit WHERE action = 'schedule.create' AND outcome = 'ok'")
+        with pytest.raises(ScheduleExists):
+            await audit_app.schedules.create(audit_app.schedules.spec(name=name, task="test.async_sleep",
+                                                                      every_sec=60))
+        with pytest.raises(ScheduleNotFound):  # no such thing: names nothing, no row
+            await audit_app.schedules.pause(f"{name}-none")
         with pytest.raises(ValidationFailed):  # refused before anything was asked of the database
             await audit_app.set_job_priority(job.id, -1)
     found = await rows(trail)
     assert [(r["action"], r["target_id"], r["outcome"], r["error_code"], r["actor"]) for r in found] == [
         ("job.cancel", str(job.id), "refused", "job_already_finished", "user:alice"),
-        ("schedule.pause", name, "refused", "schedule_not_found", "user:alice"),
+        ("schedule.create", name, "refused", "schedule_exists", "user:alice"),
     ]
 
 

@@ -5,8 +5,9 @@ pool; `audited` opens one transaction on the pool of the repository that makes t
 the manager that repository bound to the transaction (`within`: its statements, and any
 transaction it opens itself, which becomes a savepoint, run there), and writes the row in the same
 transaction before it commits. A change whose statement fails rolls back with no row; one refused
-by a rule inside the block (a dataloader error: not found, already finished, ...) rolls back
-what it did and leaves a `refused` row with the error's code, written alone (nothing changed).
+by a rule inside the block (a dataloader error: already finished, exists, wrong state ...) rolls
+back what it did and leaves a `refused` row with the error's code, written alone (nothing changed);
+"not found" leaves none (`_refusal_kept`).
 
 Who acted is read here, at the storage boundary, from the principal in force
 (model/principal.py `current_principal`) and the face (model/audit.py `current_face`), so no
@@ -46,6 +47,13 @@ R = TypeVar("R")
 _NOT_REFUSALS = frozenset({"error", "database_unavailable", "too_many_queries"})
 
 
+def _refusal_kept(code: str) -> bool:
+    """A refusal worth a row: a rule said no about something that exists (it already ended, it
+    exists, it is in the wrong state). "No such thing" is not kept: it names nothing the trail
+    could be asked about, and any caller could fill the trail with it for free."""
+    return code not in _NOT_REFUSALS and not code.endswith("_not_found")
+
+
 @dataclass
 class Change(Generic[R]):
     """What an audited block works with: `repo` bound to the block's transaction `tx`. The block may
@@ -57,7 +65,7 @@ class Change(Generic[R]):
     target_kind: str | None
     target_id: str | None
     details: dict[str, Any] = field(default_factory=dict)
-    record: bool = True  # False inside an `audited_as` whose row is written already
+    record: bool = True  # False: no row (a later part of an `audited_as` action, or the node's own duty)
 
 
 @dataclass
@@ -179,7 +187,7 @@ async def audited(repo: R, action: str, target_kind: str | None, target_id: Any 
             if outer is not None:
                 outer.written = True
     except DataloaderError as exc:
-        if exc.code not in _NOT_REFUSALS and outer is None and not isinstance(where, InTransaction):
+        if _refusal_kept(exc.code) and outer is None and not isinstance(where, InTransaction):
             await record_refused(where, action, target_kind, _str(target_id), exc, details)
         raise
 
@@ -194,7 +202,7 @@ async def audited_as(repo: Any, action: str, target_kind: str | None, target_id:
     try:
         yield
     except DataloaderError as exc:
-        if not outer.written and exc.code not in _NOT_REFUSALS:
+        if not outer.written and _refusal_kept(exc.code):
             _outer.reset(token)
             token = None
             await record_refused(repo, action, target_kind, outer.target_id, exc, details)
