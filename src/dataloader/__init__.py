@@ -75,11 +75,13 @@ from dataloader.exceptions import (
 )
 from dataloader.jobs.manager import JobRequest
 from dataloader.jobs.search import SearchPage
+from dataloader.model.audit import AuditEntry, AuditFilter, AuditPage
 from dataloader.model.chain import Stage, Then
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettings
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.operation import Operation
+from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from dataloader.observers import Node, Observer, ObserverContext, ObserverSpec, ObserverState, observer
 from dataloader.processes import (
     HistoryRange,
@@ -109,6 +111,9 @@ __all__ = [
     "ArchiveUnavailable",
     "ArgsTooLarge",
     "AttemptFenced",
+    "AuditEntry",
+    "AuditFilter",
+    "AuditPage",
     "Cancel",
     "Chain",
     "ChainNotFound",
@@ -162,6 +167,8 @@ __all__ = [
     "OperationNotFound",
     "OperationStateConflict",
     "PipelineRegistry",
+    "Principal",
+    "PrincipalKind",
     "Process",
     "ProcessBusy",
     "ProcessExists",
@@ -180,6 +187,7 @@ __all__ = [
     "RestartNotPossible",
     "Retry",
     "RetryPolicy",
+    "Role",
     "Schedule",
     "ScheduleExists",
     "ScheduleNotFound",
@@ -213,6 +221,7 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowRun",
     "WorkflowTimeout",
+    "acting_as",
     "observer",
     "pipeline",
     "processor",

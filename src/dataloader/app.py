@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import asyncpg
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
+    from dataloader.audit.trail import AuditTrail
     from dataloader.flow.manager import FlowManager
     from dataloader.health.reader import HealthReader
     from dataloader.observers.manager import ObserverManager
@@ -78,6 +79,7 @@ class App:
         self.db: Database = self._managers.db
         self.repo: JobRepository
         self.jobs: JobManager
+        self.audit: AuditTrail  # on open (docs/security.md): `await app.audit.search(actor=, action=, since=)`
 
     @classmethod
     def embedded(cls, settings: Settings | None = None, *, data_dir: str | Path | None = None,
@@ -95,7 +97,7 @@ class App:
         schema to head first (the service commands do); otherwise a database that was never
         migrated is a clear error that says how to migrate it."""
         await self._managers.open(migrate_schema=migrate_schema)
-        self.repo, self.jobs = self._managers.repo, self._managers.jobs
+        self.repo, self.jobs, self.audit = self._managers.repo, self._managers.jobs, self._managers.audit()
         return self
 
     def shard_of(self, queue: str) -> str:
@@ -215,8 +217,8 @@ class App:
         return await self.jobs.set_priority(job_id_of(job_id), priority)
 
     async def delete_job(self, job_id: uuid.UUID | str) -> None:
-        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk delete does; the log
-        line `job deleted` is its audit record. JobNotFinished for a queued or running job: cancel it first."""
+        """Delete a finished job (succeeded, failed, canceled or lost) with its journal, as a bulk
+        delete does (its `job.delete` audit row stays). JobNotFinished for a queued or running job."""
         await self.jobs.delete(job_id_of(job_id))
 
     async def events(self, job_id: uuid.UUID | str, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
@@ -280,22 +282,21 @@ class App:
 
     async def stats_errors(self, *, queue: str | None = None, since: datetime | None = None,
                            limit: int = 20) -> dict[str, Any]:
-        """Failed and lost jobs grouped by the first line of their error, most frequent first, in the
-        hours from `since` (default: the last hour) on."""
+        """Failed and lost jobs grouped by their error's first line, most frequent first, since `since` (1 h ago)."""
         return await errors_shards(self._managers.pools(queue), queue=queue, since=since, limit=limit)
 
     # -- capabilities: one manager each, over this App's database root (managers.py) -------------
 
     @property
     def schedules(self) -> ScheduleManager:
-        """Schedules: `await app.schedules.create(app.schedules.spec(name=..., task=..., cron=...))`."""
+        """Schedules: create, get, list, pause, resume, delete, history (`app.schedules.spec(...)`)."""
         return self._managers.schedules
 
     async def search(self, filter: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
                      limit: int = 100, count: bool = False) -> SearchPage:
-        """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses,
-        error pattern, created/finished ranges, args_contains, args_path, lock_key_prefix, held),
-        newest first; `page.next_cursor` gets the next page, `count=True` also counts them all."""
+        """Jobs matching `filter` (a JobFilter or a mapping of its fields: queues, tasks, statuses, error pattern,
+        created/finished ranges, args_contains, args_path, lock_key_prefix, held), newest first; `page.next_cursor`
+        gets the next page, `count=True` also counts them all."""
         return await self._managers.search().search(filter, cursor=cursor, limit=limit, count=count)
 
     async def count_jobs(self, filter: JobFilter | Mapping[str, Any] | None = None, *,
@@ -306,26 +307,22 @@ class App:
 
     @property
     def operations(self) -> OperationManager:
-        """Tracked bulk operations (docs/operations.md): `await app.operations.start("requeue", {"statuses":
-        ["failed"]}, started_by="alice")`, then get / list / pause / resume / cancel / events / wait."""
+        """Tracked bulk operations (docs/operations.md): start, get, list, pause, resume, cancel, events, wait."""
         return self._managers.operations()
 
     @property
     def observers(self) -> ObserverManager:
-        """Observers (never-ending work, spread over the nodes) and the node registry: `create(spec(...))`,
-        `get`, `list`, `stop(name, wait=10)`, `nodes()` (docs/observers.md)."""
+        """Observers and the node registry (docs/observers.md): create, get, list, stop, nodes."""
         return self._managers.observers
 
     @property
     def processes(self) -> ProcessManager:
-        """Event-sourced processes of `@processor(ns)`s: `await app.processes.init("payments", "p-1", {...})`,
-        `call`, `repair`, `simple_repair`, `get`, `list`, `remove`; `running()` serves `process:<ns>`."""
+        """Event-sourced processes of `@processor(ns)`s: init, call, repair, simple_repair, get, list, remove."""
         return self._managers.processes
 
     @property
     def workflows(self) -> WorkflowManager:
-        """Durable workflows of `@workflow(name)`s (docs/workflows.md): `await app.workflows.start("orders.fulfil",
-        order)`, `get`, `result`, `signal`, `cancel`; their runs are jobs of the workflow's queue."""
+        """Durable workflows of `@workflow(name)`s (docs/workflows.md): start, get, result, signal, cancel…"""
         return self._managers.workflows
 
     async def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
@@ -334,8 +331,7 @@ class App:
 
     @property
     def health(self) -> HealthReader:
-        """The database's health as it affects the queue, for /metrics (docs/observability.md): `await
-        app.health.read()`. One per App: its warning about a held xmin horizon is rate-limited."""
+        """The database's health as it affects the queue, for /metrics (docs/observability.md): `read()`."""
         return self._managers.health
 
     @property
@@ -359,8 +355,7 @@ class App:
 
     @property
     def flow(self) -> FlowManager:
-        """Flow control's rules (docs/flow-control.md); `pause_queue`, `resume_queue` and `queues`
-        are the short forms. With shards, each queue's rules are on its shard."""
+        """Flow control's rules (docs/flow-control.md); `pause_queue`, `resume_queue`, `queues` are short forms."""
         return self._managers.flow()
 
     async def queue_stats(self) -> list[asyncpg.Record]:
@@ -385,10 +380,8 @@ class App:
         return await self.flow.configure(queue, changes)
 
     async def configure_task(self, queue: str, task: str, **changes: Unpack[TaskSettingsChanges]) -> QueueFlow:
-        """Change the limits of `task` in `queue` across every node: `concurrency`, `rate_limit` with
-        `rate_period_sec` (docs/flow-control.md "Limits per task"); as `configure_queue`, a partial
-        update that wins over `@pipeline(limits=...)`, persists and holds for every claim that starts
-        after it returns. Returns the queue's state (`task_limits` has the task's)."""
+        """Change the limits of `task` in `queue` (docs/flow-control.md "Limits per task"): `concurrency`,
+        `rate_limit` with `rate_period_sec`; a partial update, as `configure_queue`. Returns the queue's state."""
         return await self.flow.configure_task(queue, task, changes)
 
     async def queue_scaling(self, queue: str, *, target_sec: float = 60.0) -> QueueScaling:
@@ -402,6 +395,5 @@ class App:
         return await self.flow.list()
 
     async def queue_depths(self) -> list[QueueDepth]:
-        """Every queue with live or held jobs: due (`queued`), `delayed`, `running` and `held` counts,
-        and the age of the oldest due job, on all nodes (the console's overview)."""
+        """Every queue with live or held jobs: due, delayed, running and held counts, the oldest due job's age."""
         return await self.jobs.queue_depths()

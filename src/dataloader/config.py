@@ -420,6 +420,11 @@ class Settings(BaseSettings):
     # The processes' event feed (dl_process_feed): rows older than this are pruned too. A follower
     # further behind than this misses them (the events stay in each process's history).
     retention_process_feed: float = Field(default=30 * 86400, ge=3600, le=3650 * 86400)
+    # The audit trail (docs/security.md "Audit trail"): its rows older than this are pruned by the
+    # pruner's batches (a duration, 1 day to 10 years). Enqueues (a trigger, a batch) write a row
+    # only with DL_AUDIT_ENQUEUE: they are the producers' hot path, and their journal says who.
+    audit_retention: float = Field(default=365 * 86400, ge=86400, le=3650 * 86400)
+    audit_enqueue: bool = False
     # Per-queue ages over the ones above: {"load": {"succeeded": "1d", "failed": "90d"}}.
     retention_queues_json: Annotated[dict[str, dict[str, float]], NoDecode] = Field(default_factory=dict)
     # The journal's partitions (migration 0039, retention/partitions.py; leader only): created
@@ -543,7 +548,8 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("retention_succeeded", "retention_canceled", "retention_failed", "retention_lost",
-                     "retention_process_feed", "stats_keep", "ui_session_ttl", "storage_sample_keep", mode="before")
+                     "retention_process_feed", "stats_keep", "ui_session_ttl", "storage_sample_keep", "audit_retention",
+                     mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return Settings.duration_seconds(value) if isinstance(value, str) else value

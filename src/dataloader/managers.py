@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from dataloader import node
+from dataloader.audit.trail import AuditTrail
 from dataloader.config import DEFAULT_SHARD, Queue, Settings
 from dataloader.flow.manager import FlowManager
 from dataloader.flow.shards import ShardedFlowManager
@@ -121,7 +122,8 @@ class Managers:
         settings = self.settings
         self.repo = JobRepository(self.db.enqueue_on)  # single enqueues on the database's group commit
         self.jobs = JobManager(self.repo, self.registry, default_lease_ttl_sec=settings.default_lease_ttl_sec,
-                               max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues)
+                               max_args_bytes=settings.max_args_bytes, served_queues=self.served_queues,
+                               audit_enqueue=settings.audit_enqueue)
         for name, shard_db in self.db.shards.items():
             engine = self.engine.shards[name] if self.engine is not None else None
             shard = self.shards[name] = Managers(shard_db, self.registry, engine=engine)
@@ -316,6 +318,11 @@ class Managers:
         if self._tokens is None or self._tokens.repo.pool is not self.db.pool:
             self._tokens = TokenManager(ApiTokenRepository(self.db.pool))
         return self._tokens
+
+    @property
+    def audit(self) -> AuditTrail:
+        """The audit trail of every shard: each holds the rows of the changes made in it."""
+        return AuditTrail([m.db.pool for m in self.everywhere()])
 
     def flow(self) -> FlowManager:
         if not self.shards:

@@ -119,6 +119,12 @@ JOBS_CHANGED_BY_OPERATOR = Counter(
     "Single jobs an operator changed through set_job_priority or delete_job (bulk ones: dl_operation_jobs_total)",
     ["queue", "action"],
 )
+# The audit trail (storage/audit_repository.py; docs/security.md "Audit trail").
+AUDIT_ROWS = Counter(
+    "dl_audit_rows_total", "Rows written to the audit trail (counted once committed), by action and outcome",
+    ["action", "outcome"],
+)
+AUDIT_ROWS_PRUNED = Counter("dl_audit_pruned_total", "Audit rows deleted by the pruner (DL_AUDIT_RETENTION)")
 FEED_ROWS_PRUNED = Counter(
     "dl_process_feed_pruned_total",
     "Rows of the processes' event feed deleted by the pruner (DL_RETENTION_PROCESS_FEED)",

@@ -46,6 +46,7 @@ from dataloader.config import Queue, Settings, load_settings
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
 from dataloader.model.api_token import ApiToken, CreatedToken, TokenSpec
+from dataloader.model.audit import AuditFilter, AuditPage
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.operation import DryRun, Operation
@@ -316,6 +317,13 @@ class SyncApp:
         """`App.tokens`, blocking: `create`, `get`, `list`, `revoke`."""
         return SyncTokens(self)
 
+    # -- the audit trail (docs/security.md "Audit trail") --------------------------------------------
+
+    @property
+    def audit(self) -> SyncAudit:
+        """`app.audit` of the async App, blocking: `search(actor=, action=, target=, since=, ...)`."""
+        return SyncAudit(self)
+
 
 class SyncUsers:
     """The blocking twin of `App.users` (each call runs the async one on the SyncApp's loop)."""
@@ -365,6 +373,16 @@ class SyncTokens:
 
     def revoke(self, ref: uuid.UUID | str) -> ApiToken:
         return self._owner._call(self._owner.app.tokens.revoke(ref))
+
+
+class SyncAudit:
+    """The blocking twin of `App.audit`."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def search(self, filter: AuditFilter | Mapping[str, Any] | None = None, **fields: Any) -> AuditPage:
+        return self._owner._call(self._owner.app.audit.search(filter, **fields))
 
 
 class SyncWorkflows:

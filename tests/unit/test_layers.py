@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("duty framework", frozenset({"maintenance"})),
     ("engine", frozenset({"workers"})),
     ("capabilities", frozenset({"jobs", "operations", "retention", "processes", "schedules", "observers", "flow",
-                                "health", "workflows", "users", "tokens"})),
+                                "health", "workflows", "users", "tokens", "audit"})),
     # node.py builds the workers and duties; managers.py the capabilities' managers App hands out
     ("node", frozenset({"node", "managers"})),
     ("facade", frozenset({"app", "sync"})),

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
 from dataloader.api.access import guard_routes, openapi_security, resolve
+from dataloader.api.face import FaceMiddleware
 from dataloader.api.middleware import (
     ApiGuardMiddleware,
     OneSegmentPaths,
@@ -23,6 +24,7 @@ from dataloader.api.middleware import (
 )
 from dataloader.api.runtime import Runtime
 from dataloader.api.v1.archive_router import router as archive_router
+from dataloader.api.v1.audit_router import router as audit_router
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.exceptions import install_exception_handlers
 from dataloader.api.v1.observers_router import nodes_router
@@ -57,7 +59,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
            operations_router, observers_router, nodes_router, queues_router, archive_router, storage_router,
-           users_router, tokens_router, os_router.router, metric_router.router)
+           users_router, tokens_router, audit_router, os_router.router, metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:
@@ -218,6 +220,7 @@ def create_app(settings: Settings, *, context: App | None = None,
         # DL_API_TOKEN), reading and acting through the same App as the routes above.
         app.mount("/ui", console_app(settings, lambda: runtime.app, throttle), name="ui")
     app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
+    app.add_middleware(FaceMiddleware)  # the audit trail's face: console under /ui, http elsewhere
     # Added last = outermost: the request id must be set before anything else logs.
     async def who(method: str, path: str, authorization: str | None, address: str | None) -> Principal:
         return await resolve(runtime, method, path, authorization, address)

@@ -4,8 +4,8 @@ service instead (see __main__.py).
 
 One module per command group: service.py (`serve`, `worker`, `db`), jobs.py, retention.py (`jobs
 prune`, `stats`), schedules.py, operations.py (`ops`), observers.py (`observers`, `nodes`) and
-processes.py, workflows.py, users.py, tokens.py; common.py holds what they share (the error
-answer, output, opening the App). Nothing else in the package imports the CLI but __main__
+processes.py, workflows.py, users.py, tokens.py, audit.py; common.py holds what they share (the
+error answer, output, opening the App). Nothing else in the package imports the CLI but __main__
 (tests/unit/test_layers.py)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 
 import typer
 
+from dataloader.cli.audit import audit_app
 from dataloader.cli.common import _Commands, _options
 from dataloader.cli.jobs import jobs_app
 from dataloader.cli.observers import nodes_command, observers_app
@@ -54,6 +55,7 @@ app.add_typer(retention_app, name="retention")
 app.add_typer(workflows_app, name="workflows")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(audit_app, name="audit")
 
 
 def main(argv: list[str] | None = None) -> None:

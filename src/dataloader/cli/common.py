@@ -20,6 +20,7 @@ from typer.core import TyperGroup, TyperOption
 
 from dataloader.config import Settings, load_settings
 from dataloader.exceptions import DatabaseUnavailable, DataloaderError, ValidationFailed, exit_code
+from dataloader.model.principal import Principal, acting_as
 
 if TYPE_CHECKING:
     from dataloader.app import App
@@ -199,10 +200,28 @@ def _cli_app(settings: Settings) -> App:
     return App(settings, embedded=True)
 
 
+def cli_principal() -> Principal:
+    """Who a command acts for: the OS user that runs it. The CLI holds the database's credentials,
+    so it may do what an admin may; the audit trail names the user (`cli:alice`)."""
+    import getpass
+
+    from dataloader.model.principal import PrincipalKind, Role
+
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (a bare container): the uid
+        name = f"uid{os.getuid()}"
+    return Principal.with_role(PrincipalKind.CLI, name, Role.ADMIN)
+
+
 def _with_app(fn: Any) -> Any:
     settings = _settings()
 
     async def run() -> Any:
+        with acting_as(cli_principal()):
+            return await in_app()
+
+    async def in_app() -> Any:
         app = _cli_app(settings)
         await app.open(migrate_schema=True)
         # The CLI answers for the queues of the service it is a tool of (WORKERS_JSON), so a task

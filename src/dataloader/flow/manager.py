@@ -40,6 +40,7 @@ from dataloader.model.flow import (
     check_changes,
     check_task_changes,
 )
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.flow_repository import FlowRepository
 
 
@@ -84,16 +85,22 @@ class FlowManager:
         `task`, only that task of the queue (0025): the queue's other tasks run on."""
         check_queue_name(queue)
         if task is not None:
-            return await self.repo.pause_task(queue, check_task_name(task))
-        return await self.repo.pause(queue)
+            task = check_task_name(task)
+            async with audited(self.repo, "task.pause", "queue", queue, {"task": task}) as change:
+                return await change.repo.pause_task(queue, task)
+        async with audited(self.repo, "queue.pause", "queue", queue) as change:
+            return await change.repo.pause(queue)
 
     async def resume(self, queue: str, task: str | None = None) -> QueueFlow:
         """Resume `queue` (or one `task` of it) and wake its workers. Idempotent (what was never
         paused is left alone). A task's resume does not resume a paused queue, nor the reverse."""
         check_queue_name(queue)
         if task is not None:
-            return await self.repo.resume_task(queue, check_task_name(task))
-        return await self.repo.resume(queue)
+            task = check_task_name(task)
+            async with audited(self.repo, "task.resume", "queue", queue, {"task": task}) as change:
+                return await change.repo.resume_task(queue, task)
+        async with audited(self.repo, "queue.resume", "queue", queue) as change:
+            return await change.repo.resume(queue)
 
     async def configure(self, queue: str, changes: Mapping[str, Any]) -> QueueFlow:
         """Change `queue`'s limits on every node: a partial update (a setting not named is kept; None
@@ -101,7 +108,8 @@ class FlowManager:
         declarations at a node's start). Wakes the queue's workers. Returns the queue's state."""
         queue = check_queue_name(queue)
         checked = check_changes(changes)
-        return await self.repo.configure(queue, lambda current: current.merged(checked))
+        async with audited(self.repo, "limits.set", "queue", queue, {"changes": dict(checked)}) as change:
+            return await change.repo.configure(queue, lambda current: current.merged(checked))
 
     async def configure_task(self, queue: str, task: str, changes: Mapping[str, Any]) -> QueueFlow:
         """Change the limits of `task` in `queue` on every node (0027): `concurrency`, `rate_limit`
@@ -110,7 +118,9 @@ class FlowManager:
         the queue's state (its `task_limits` show the task's)."""
         queue, task = check_queue_name(queue), check_task_name(task)
         checked = check_task_changes(changes)
-        return await self.repo.configure_task(queue, task, lambda current: current.merged(checked))
+        async with audited(self.repo, "limits.set_task", "queue", queue,
+                           {"task": task, "changes": dict(checked)}) as change:
+            return await change.repo.configure_task(queue, task, lambda current: current.merged(checked))
 
     async def apply_declared_tasks(self, declared: Mapping[tuple[str, str], TaskSettings]) -> None:
         """Apply the limits tasks declare (`@pipeline(limits=...)` in each queue a node serves,

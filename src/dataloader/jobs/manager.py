@@ -41,6 +41,7 @@ from dataloader.exceptions import (
     UnknownTask,
     ValidationFailed,
 )
+from dataloader.model.audit import Outcome
 from dataloader.model.chain import MAX_STAGES, Stage, stages_json
 from dataloader.model.clock import iso
 from dataloader.model.ids import new_id, new_ids
@@ -56,7 +57,10 @@ from dataloader.model.job import (
 )
 from dataloader.model.queue_depth import QueueDepth
 from dataloader.model.storable import args_problem
-from dataloader.model.stored_job import EnqueueOutcome, NewJob, replay_outcome
+from dataloader.model.stored_job import EnqueueOutcome, Inserted, NewJob, replay_outcome
+from dataloader.storage.audit_repository import audited
+from dataloader.storage.audit_repository import counted as audit_counted
+from dataloader.storage.audit_repository import record as audit_record
 from dataloader.storage.executor import Executor
 from dataloader.storage.repositories import JobRepository
 from dataloader.workers.pipelines.registry import PipelineRegistry
@@ -247,8 +251,10 @@ class JobManager:
     worker elsewhere with that pipeline will run it)."""
 
     def __init__(self, repo: JobRepository, registry: PipelineRegistry, *, default_lease_ttl_sec: int,
-                 max_args_bytes: int, served_queues: Callable[[], frozenset[str]] = frozenset) -> None:
+                 max_args_bytes: int, served_queues: Callable[[], frozenset[str]] = frozenset,
+                 audit_enqueue: bool = False) -> None:
         self.repo = repo
+        self.audit_enqueue = audit_enqueue  # DL_AUDIT_ENQUEUE: enqueues write audit rows too
         self.registry = registry
         self.default_lease_ttl_sec = default_lease_ttl_sec
         self.max_args_bytes = max_args_bytes
@@ -375,8 +381,11 @@ class JobManager:
         with the caller's transaction. `lock_key_given=False`: the request's lock_key is a default
         made for this call (the job's own id), so a replay is not compared on it."""
         new_job = self.to_new_job(req, producer, job_id)
-        inserted = await self.repo.insert_job(new_job, on or self.repo.on, request_id,
-                                              traceparent=tracing.current_traceparent())
+        if self.audit_enqueue:
+            inserted = await self._insert_audited(new_job, on, request_id)
+        else:
+            inserted = await self.repo.insert_job(new_job, on or self.repo.on, request_id,
+                                                  traceparent=tracing.current_traceparent())
         if inserted.created:  # the common case: nothing to compare
             outcome: EnqueueOutcome = "enqueued"
         else:  # a replay is compared on the optional fields its producer set (only then worked out)
@@ -386,6 +395,21 @@ class JobManager:
             outcome = replay_outcome(new_job, inserted, frozenset(given))
         metrics.count_enqueue(outcome, req.queue, req.task)
         return TriggerResult(inserted.job, inserted.created)
+
+    async def _insert_audited(self, new_job: NewJob, on: Executor | None, request_id: str | None) -> Inserted:
+        """An enqueue with its audit row (DL_AUDIT_ENQUEUE): in the caller's transaction when it gives
+        one, else in a transaction of its own (not the group commit: the row must commit with it)."""
+        details = {"queue": new_job.queue, "task": new_job.task}
+        if on is not None:
+            inserted = await self.repo.insert_job(new_job, on, request_id, traceparent=tracing.current_traceparent())
+            await audit_record(on, "job.enqueue", "job", str(inserted.job.id), {**details, "created": inserted.created})
+            audit_counted("job.enqueue", Outcome.OK)
+            return inserted
+        async with audited(self.repo, "job.enqueue", "job", None, details) as change:
+            inserted = await change.repo.insert_job(new_job, change.tx, request_id,
+                                                    traceparent=tracing.current_traceparent())
+            change.target_id, change.details["created"] = str(inserted.job.id), inserted.created
+        return inserted
 
     async def trigger_many(self, reqs: Sequence[JobRequest | Mapping[str, Any]], *, producer: str | None = None,
                            on: Executor | None = None, request_id: str | None = None) -> list[uuid.UUID]:
@@ -399,6 +423,23 @@ class JobManager:
     async def insert_batch(self, batch: BatchColumns, producer: str | None, *, on: Executor | None = None,
                            request_id: str | None = None) -> list[uuid.UUID]:
         """Insert a checked batch (`batch_columns`) in one statement; the ids inserted."""
+        if self.audit_enqueue:
+            details = {"jobs": len(batch.ids), "queues": sorted({q for q, _ in batch.counts}),
+                       "tasks": sorted({t for _, t in batch.counts})}
+            if on is not None:
+                ids = await self.repo.insert_job_columns(batch.columns, on, producer, batch.timeouts,
+                                                         request_id=request_id,
+                                                         traceparent=tracing.current_traceparent())
+                await audit_record(on, "job.enqueue_many", "jobs", None, {**details, "inserted": len(ids)})
+                audit_counted("job.enqueue_many", Outcome.OK)
+            else:
+                async with audited(self.repo, "job.enqueue_many", "jobs", None, details) as change:
+                    ids = await change.repo.insert_job_columns(batch.columns, change.tx, producer, batch.timeouts,
+                                                               request_id=request_id,
+                                                               traceparent=tracing.current_traceparent())
+                    change.details["inserted"] = len(ids)
+            batch.count_enqueued(ids)
+            return ids
         ids = await self.repo.insert_job_columns(batch.columns, on or self.repo.on, producer, batch.timeouts,
                                                  request_id=request_id, traceparent=tracing.current_traceparent())
         batch.count_enqueued(ids)
@@ -422,22 +463,26 @@ class JobManager:
         return job
 
     async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
-        previous = await self.repo.cancel_job(job_id, request_id)
-        if previous is None:
-            raise JobNotFound(f"no job {job_id}")
-        if previous in FINISHED_STATUSES:
-            raise JobAlreadyFinished(f"job {job_id} already ended as {previous}; nothing to cancel")
+        async with audited(self.repo, "job.cancel", "job", job_id) as change:
+            previous = await change.repo.cancel_job(job_id, request_id)
+            if previous is None:
+                raise JobNotFound(f"no job {job_id}")
+            if previous in FINISHED_STATUSES:
+                raise JobAlreadyFinished(f"job {job_id} already ended as {previous}; nothing to cancel")
+            change.details["previous_status"] = previous
         return await self.get(job_id)
 
     async def retry(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
         """A failed, canceled or lost job back to `queued`, with a fresh attempt budget (journaled
         as a `requeue` with reason `manual_retry`)."""
-        previous, retried = await self.repo.retry_job(job_id, request_id)
-        if previous is None:
-            raise JobNotFound(f"no job {job_id}")
-        if not retried:
-            raise JobNotRetryable(
-                f"job {job_id} is {previous}; only {', '.join(sorted(RETRYABLE_STATUSES))} jobs can be retried")
+        async with audited(self.repo, "job.retry", "job", job_id) as change:
+            previous, retried = await change.repo.retry_job(job_id, request_id)
+            if previous is None:
+                raise JobNotFound(f"no job {job_id}")
+            if not retried:
+                raise JobNotRetryable(
+                    f"job {job_id} is {previous}; only {', '.join(sorted(RETRYABLE_STATUSES))} jobs can be retried")
+            change.details["previous_status"] = previous
         return await self.get(job_id)
 
     async def set_priority(self, job_id: uuid.UUID, priority: Any, *, request_id: str | None = None) -> Job:
@@ -445,11 +490,13 @@ class JobManager:
         and new value; the same priority again changes nothing. A running or finished job:
         JobNotQueued (its priority is read only by the claim)."""
         priority = check_priority(priority)
-        previous, before, changed = await self.repo.set_job_priority(job_id, priority, request_id)
-        if previous is None:
-            raise JobNotFound(f"no job {job_id}")
-        if previous != JobStatus.queued.value:
-            raise JobNotQueued(f"job {job_id} is {previous}; only a queued job's priority can change")
+        async with audited(self.repo, "job.set_priority", "job", job_id, {"priority": priority}) as change:
+            previous, before, changed = await change.repo.set_job_priority(job_id, priority, request_id)
+            if previous is None:
+                raise JobNotFound(f"no job {job_id}")
+            if previous != JobStatus.queued.value:
+                raise JobNotQueued(f"job {job_id} is {previous}; only a queued job's priority can change")
+            change.details["previous_priority"] = before
         job = await self.get(job_id)
         if changed:
             metrics.JOBS_CHANGED_BY_OPERATOR.labels(job.queue, "set_priority").inc()
@@ -459,14 +506,16 @@ class JobManager:
 
     async def delete(self, job_id: uuid.UUID, *, request_id: str | None = None) -> None:
         """Delete a finished job with its journal (the bulk delete's rule, one job). A queued or
-        running job: JobNotFinished (cancel it first). The journal goes with the job, so the audit
-        record is the log line `job deleted` (and dl_jobs_changed_by_operator_total)."""
-        previous, queue, deleted = await self.repo.delete_job(job_id)
-        if previous is None:
-            raise JobNotFound(f"no job {job_id}")
-        if not deleted:
-            raise JobNotFinished(f"job {job_id} is {previous}; only a finished job can be deleted "
-                                 "(cancel it first)")
+        running job: JobNotFinished (cancel it first). The journal goes with the job; the audit trail's
+        `job.delete` row stays (and the log line `job deleted`, dl_jobs_changed_by_operator_total)."""
+        async with audited(self.repo, "job.delete", "job", job_id) as change:
+            previous, queue, deleted = await change.repo.delete_job(job_id)
+            if previous is None:
+                raise JobNotFound(f"no job {job_id}")
+            if not deleted:
+                raise JobNotFinished(f"job {job_id} is {previous}; only a finished job can be deleted "
+                                     "(cancel it first)")
+            change.details.update(previous_status=previous, queue=queue)
         metrics.JOBS_CHANGED_BY_OPERATOR.labels(queue, "delete").inc()
         log.info("job deleted", extra={"job_id": str(job_id), "queue": queue, "status": previous,
                                        "request_id": request_id})

@@ -20,6 +20,7 @@ from dataloader.jobs.search import JobSearch, SearchPage, check_at_most
 from dataloader.model.job import Chain, Job, JobEvent, JobPage
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
+from dataloader.storage.audit_repository import audited_as
 from dataloader.storage.executor import Executor
 
 T = TypeVar("T")
@@ -119,11 +120,16 @@ class ShardedJobManager:
     async def get(self, job_id: uuid.UUID) -> Job:
         return await first_found(list(self.managers), lambda s: self.managers[s].get(job_id))
 
+    # One audit row for the one shard that has the job, not a refusal from each shard asked before it.
     async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
-        return await first_found(list(self.managers), lambda s: self.managers[s].cancel(job_id, request_id=request_id))
+        async with audited_as(self.default.repo, "job.cancel", "job", job_id):
+            return await first_found(list(self.managers),
+                                     lambda s: self.managers[s].cancel(job_id, request_id=request_id))
 
     async def retry(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
-        return await first_found(list(self.managers), lambda s: self.managers[s].retry(job_id, request_id=request_id))
+        async with audited_as(self.default.repo, "job.retry", "job", job_id):
+            return await first_found(list(self.managers),
+                                     lambda s: self.managers[s].retry(job_id, request_id=request_id))
 
     async def events(self, job_id: uuid.UUID, *, after_event_id: int = 0, limit: int = 1000) -> list[JobEvent]:
         return await first_found(list(self.managers), lambda s: self.managers[s].events(

@@ -25,6 +25,7 @@ from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.model.observer import Node, Observer, ObserverSpec, ObserverState
 from dataloader.model.storable import json_text_problem
 from dataloader.observers.registry import ObserverRegistry
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.observer_repository import NodeRepository, ObserverRepository
 
 MAX_LIST_LIMIT = 10_000
@@ -62,9 +63,11 @@ class ObserverManager:
             known = ", ".join(self.kinds.names()) or "none"
             raise InvalidObserverRequest(f"unknown observer kind {spec.kind!r} (this process knows: {known})")
         max_restarts = spec.max_restarts if spec.max_restarts is not None else kind.max_restarts
-        created = await self.repo.insert(spec, max_restarts)
-        if created is None:
-            raise ObserverExists(f"an observer named {spec.name!r} exists (stop it first)")
+        async with audited(self.repo, "observer.create", "observer", spec.name,
+                           {"kind": spec.kind, "max_restarts": max_restarts}) as change:
+            created = await change.repo.insert(spec, max_restarts)
+            if created is None:
+                raise ObserverExists(f"an observer named {spec.name!r} exists (stop it first)")
         return created
 
     async def get(self, name: str) -> Observer:
@@ -91,9 +94,10 @@ class ObserverManager:
         dead bound moves it — as `deleted`)."""
         if wait < 0:
             raise InvalidObserverRequest("wait must not be negative")
-        stopped = await self.repo.stop(name)
-        if stopped is None:
-            raise ObserverNotFound(f"no observer {name!r}")
+        async with audited(self.repo, "observer.stop", "observer", name) as change:
+            stopped = await change.repo.stop(name)
+            if stopped is None:
+                raise ObserverNotFound(f"no observer {name!r}")
         deadline = self.clock.monotonic() + wait
         while stopped.state is not ObserverState.DELETED and self.clock.monotonic() < deadline:
             await asyncio.sleep(STOP_POLL_SEC)

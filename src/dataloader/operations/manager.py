@@ -47,6 +47,7 @@ from dataloader.model.operation import (
     OperationEvent,
 )
 from dataloader.model.workflow import MAX_STEP_NAME
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.operation_repository import OperationRepository
 
 if TYPE_CHECKING:
@@ -156,8 +157,13 @@ class OperationManager:
                 total = await self.repo.count_processes(f, snapshot)  # type: ignore[arg-type]
         if dry_run:
             return DryRun(kind, f.describe(), checked_params, total, by_status, sample)
-        row = await self.repo.create(uuid.uuid4(), kind, f.describe(), checked_params, total, batch, started_by,
-                                     snapshot)
+        operation_id = uuid.uuid4()
+        # the operation's own journal (dl_operation_events) goes on; this row links to it by its id
+        async with audited(self.repo, "operation.start", "operation", operation_id,
+                           {"kind": kind, "filter": f.describe(), "params": checked_params, "total": total,
+                            "started_by": started_by}) as change:
+            row = await change.repo.create(operation_id, kind, f.describe(), checked_params, total, batch,
+                                           started_by, snapshot)
         return Operation.from_row(row)
 
     @staticmethod
@@ -209,12 +215,14 @@ class OperationManager:
         return await self._set_state(operation_id, "canceled", actor, ["running", "paused"])
 
     async def _set_state(self, operation_id: uuid.UUID, state: str, actor: str, from_states: list[str]) -> Operation:
-        previous, changed = await self.repo.set_state(operation_id, state, actor, from_states)
-        if previous is None:
-            raise OperationNotFound(f"no operation {operation_id}")
-        if not changed:
-            raise OperationStateConflict(f"operation {operation_id} is {previous}; only an operation that is "
-                                         f"{' or '.join(from_states)} can be made {state}")
+        verb = {"paused": "pause", "running": "resume", "canceled": "cancel"}[state]
+        async with audited(self.repo, f"operation.{verb}", "operation", operation_id, {"actor": actor}) as change:
+            previous, changed = await change.repo.set_state(operation_id, state, actor, from_states)
+            if previous is None:
+                raise OperationNotFound(f"no operation {operation_id}")
+            if not changed:
+                raise OperationStateConflict(f"operation {operation_id} is {previous}; only an operation that is "
+                                             f"{' or '.join(from_states)} can be made {state}")
         return await self.get(operation_id)
 
     async def wait(self, operation_id: uuid.UUID, *, timeout: float | None = None, interval: float = 0.5) -> Operation:

@@ -33,6 +33,7 @@ from dataloader.jobs.search import parse_filter
 from dataloader.maintenance.periodic import PeriodicService, PeriodicSettings
 from dataloader.maintenance.service import Scope
 from dataloader.model.operation import PROCESS_KINDS, WORKFLOW_KINDS
+from dataloader.model.principal import SYSTEM, acting_as
 from dataloader.processes.restart import bulk_restarter
 from dataloader.storage.notifier import Notifier
 from dataloader.storage.operation_repository import OperationRepository
@@ -95,7 +96,13 @@ class OperationRunner(PeriodicService):
         return delay
 
     async def tick(self) -> int:
-        """Take operations and work them until none is left to take; returns the batches run."""
+        """Take operations and work them until none is left to take; returns the batches run. The
+        runner acts as the node (SYSTEM): the changes it makes for an operation are the operation's,
+        recorded by its `operation.start` row and its own journal, not one audit row per run."""
+        with acting_as(SYSTEM):
+            return await self._tick()
+
+    async def _tick(self) -> int:
         self._lease_ends_in = None
         batches = 0
         while not self.stopping.is_set():

@@ -23,6 +23,7 @@ from dataloader.operations.manager import (
     OperationEvent,
     OperationManager,
 )
+from dataloader.storage.audit_repository import audited_as
 
 
 class ShardedOperationManager:
@@ -58,14 +59,18 @@ class ShardedOperationManager:
     async def events(self, operation_id: uuid.UUID) -> list[OperationEvent]:
         return await self._ask(lambda m: m.events(operation_id))
 
+    # One audit row for the shard that has the operation, not a refusal from each shard asked before it.
     async def pause(self, operation_id: uuid.UUID, **options: Any) -> Operation:
-        return await self._ask(lambda m: m.pause(operation_id, **options))
+        async with audited_as(self.managers[self.default].repo, "operation.pause", "operation", operation_id):
+            return await self._ask(lambda m: m.pause(operation_id, **options))
 
     async def resume(self, operation_id: uuid.UUID, **options: Any) -> Operation:
-        return await self._ask(lambda m: m.resume(operation_id, **options))
+        async with audited_as(self.managers[self.default].repo, "operation.resume", "operation", operation_id):
+            return await self._ask(lambda m: m.resume(operation_id, **options))
 
     async def cancel(self, operation_id: uuid.UUID, **options: Any) -> Operation:
-        return await self._ask(lambda m: m.cancel(operation_id, **options))
+        async with audited_as(self.managers[self.default].repo, "operation.cancel", "operation", operation_id):
+            return await self._ask(lambda m: m.cancel(operation_id, **options))
 
     async def wait(self, operation_id: uuid.UUID, **options: Any) -> Operation:
         async def holder(shard: str) -> str:

@@ -59,7 +59,8 @@ from dataloader.processes.registry import ProcessorRegistry
 from dataloader.processes.restart import RestartPoint, RestartResult, processor_of, restart_in
 from dataloader.processes.step import timer_job
 from dataloader.processes.waiter import Expectation, TaskWaiter
-from dataloader.storage.executor import InTransaction, Pooled
+from dataloader.storage.audit_repository import audited
+from dataloader.storage.executor import InTransaction
 from dataloader.storage.process_repository import NewTask, ProcessRepository, TaskRecord, dumps
 
 MAX_LIST_LIMIT = 500
@@ -218,16 +219,25 @@ class ProcessManager:
 
     async def _enqueue(self, task: NewTask, needed: str | None) -> uuid.UUID:
         """Queue a caller's task (one statement), or find the task its idempotency key already names.
-        `needed`: the status the process must have (None: init, which creates it)."""
+        `needed`: the status the process must have (None: init, which creates it). A repair is an
+        operator's change: its task is queued with its audit row (an init or a call is a trigger,
+        as an enqueue is: none)."""
+        if task.type != TaskType.repair:
+            return await self._enqueue_on(self.repo, task, needed)
+        async with audited(self.repo, "process.repair", "process", f"{task.ns}/{task.process_id}",
+                           {"task_id": str(task.task_id)}) as change:
+            return await self._enqueue_on(change.repo, task, needed)
+
+    async def _enqueue_on(self, repo: ProcessRepository, task: NewTask, needed: str | None) -> uuid.UUID:
         if task.idempotency_key is None:
-            row = await self.repo.enqueue_caller(self.repo.pool, task, needed)
+            row = await repo.enqueue_caller(repo.pool, task, needed)
             self._check_enqueued(task, row, needed)
             return task.task_id
-        async with self.repo.pool.acquire() as conn, conn.transaction():
+        async with repo.pool.acquire() as conn, conn.transaction():
             replay = await self._replay(conn, task)
             if replay is not None:
                 return replay
-            row = await self.repo.enqueue_caller(conn, task, needed)
+            row = await repo.enqueue_caller(conn, task, needed)
             if not row["queued"]:
                 # A concurrent request with the same key may have committed meanwhile (it held the
                 # key or the new id until then): then this is its replay, not a clash.
@@ -305,8 +315,10 @@ class ProcessManager:
         self._check_ns(ns)
         processor, lease_ttl_sec = processor_of(ns, self.default_lease_ttl_sec)
         process_id = self._check_id(process_id)
-        async with self.repo.pool.acquire() as conn, conn.transaction():
-            stored = await self.repo.lock_process(conn, ns, process_id)
+        async with audited(self.repo, "process.simple_repair", "process", f"{ns}/{process_id}") as change, \
+                change.repo.pool.acquire() as conn, conn.transaction():
+            repo = change.repo
+            stored = await repo.lock_process(conn, ns, process_id)
             if stored is None:
                 raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
             process = stored.process
@@ -319,9 +331,9 @@ class ProcessManager:
             if suspended is not None:
                 due = max(suspended.at, datetime.now(UTC))
                 task = timer_job(ns, process_id, suspended.type, due, processor, lease_ttl_sec)
-                await self.repo.insert_task(conn, task)
+                await repo.insert_task(conn, task)
                 timer = Timer(suspended.type, due, task.task_id)
-            await self.repo.simple_repair(conn, ns, process_id, stored.version, timer)
+            await repo.simple_repair(conn, ns, process_id, stored.version, timer)
         return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
 
     async def restart(self, ns: str, process_id: str, from_: str | None = None, *, task_id: Any = None,
@@ -334,8 +346,10 @@ class ProcessManager:
         process_id = self._check_id(process_id)
         point = RestartPoint.of(from_, task_id=task_id, event_id=event_id)
         started = time.perf_counter()
-        async with self.repo.pool.acquire() as conn, conn.transaction():
-            result = await restart_in(conn, self.repo, ns, process_id, point,
+        async with audited(self.repo, "process.restart", "process", f"{ns}/{process_id}",
+                           {"from": point.kind, "task_id": _str(task_id), "event_id": event_id}) as change, \
+                change.repo.pool.acquire() as conn, conn.transaction():
+            result = await restart_in(conn, change.repo, ns, process_id, point,
                                       default_lease_ttl_sec=self.default_lease_ttl_sec)
         metrics.PROCESS_RESTARTS.labels(ns, point.kind).inc()
         metrics.PROCESS_RESTART_SECONDS.labels(ns).observe(time.perf_counter() - started)
@@ -390,8 +404,9 @@ class ProcessManager:
         self._check_ns(ns)
         process_id = self._check_id(process_id)
         started = time.perf_counter()
-        if not await self.repo.delete_process(ns, process_id, Pooled(self.repo.pool)):
-            raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
+        async with audited(self.repo, "process.remove", "process", f"{ns}/{process_id}") as change:
+            if not await change.repo.delete_process(ns, process_id, change.tx):
+                raise ProcessNotFound(f"no process {process_id!r} in namespace {ns!r}")
         metrics.PROCESS_REMOVE_SECONDS.labels(ns).observe(time.perf_counter() - started)
 
     async def list(self, ns: str, *, status: ProcessStatus | str | None = None, cursor: str | None = None,
@@ -485,19 +500,22 @@ class ProcessManager:
             raise InvalidProcessRequest("action must be SetTimer, UnsetTimer or None")
         if isinstance(action, SetTimer) and status != ProcessStatus.running.value:
             raise InvalidProcessRequest("only a running process can be imported with a timer")
-        async with self.repo.pool.acquire() as conn, conn.transaction():
+        async with audited(self.repo, "process.put", "process", f"{ns}/{process_id}",
+                           {"status": status, "events": len(ids), "timer": type(action).__name__ if action else None}
+                           ) as change, change.repo.pool.acquire() as conn, conn.transaction():
             timer = None
             task = None
             if isinstance(action, SetTimer):
                 kind = "remove" if action.remove else "timeout"
                 task = timer_job(ns, process_id, kind, action.due(), processor, self.default_lease_ttl_sec)
                 timer = Timer(kind, task.due_at, task.task_id)  # type: ignore[arg-type]
-            if not await self.repo.import_process(conn, ns, process_id, status=status, detail=detail, aux_json=aux_json,
-                                                  aux_bytes=aux_bytes, metadata_json=metadata_json, event_ids=ids,
-                                                  timestamps=stamps, payloads=payloads, metas=metas, timer=timer):
+            if not await change.repo.import_process(
+                    conn, ns, process_id, status=status, detail=detail, aux_json=aux_json, aux_bytes=aux_bytes,
+                    metadata_json=metadata_json, event_ids=ids, timestamps=stamps, payloads=payloads, metas=metas,
+                    timer=timer):
                 raise ProcessExists(f"process {process_id!r} already exists in namespace {ns!r}")
             if task is not None:
-                await self.repo.insert_task(conn, task)
+                await change.repo.insert_task(conn, task)
         return await self.get(ns, process_id, HistoryRange(limit=1, direction="backward"))
 
     def _json(self, what: str, value: Any) -> str:
@@ -542,6 +560,10 @@ class ProcessManager:
 
     async def task(self, task_id: uuid.UUID) -> TaskRecord | None:
         return await self.repo.get_task(task_id)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _timestamp(value: Any, index: int) -> datetime | None:

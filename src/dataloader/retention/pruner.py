@@ -44,7 +44,7 @@ from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.retention.archive import Archive, ArchiveBatch, archive_of
 from dataloader.retention.partitions import JournalFloor, PartitionSettings, journal_floor
 from dataloader.retention.policy import RetentionPolicy
-from dataloader.storage import retention_repository, stats_repository
+from dataloader.storage import audit_repository, retention_repository, stats_repository
 
 log = logging.getLogger("dataloader.retention.pruner")
 
@@ -62,11 +62,13 @@ class PrunerSettings(PeriodicSettings):
     process_feed_sec: float = Field(default=30 * 86400, ge=3600, description="DL_RETENTION_PROCESS_FEED")
     # Fair share's served-tenant rows (0024) of tenants with no queued job, last served this long ago.
     fair_tenants_idle_sec: float = Field(default=FAIR_TENANTS_IDLE_SEC, ge=60)
+    audit_sec: float = Field(default=365 * 86400, ge=86400, description="DL_AUDIT_RETENTION")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PrunerSettings:
         return cls(period_sec=settings.retention_period_sec, batch_size=settings.retention_batch_size,
-                   wait_for_stats=settings.stats_enabled, process_feed_sec=settings.retention_process_feed)
+                   wait_for_stats=settings.stats_enabled, process_feed_sec=settings.retention_process_feed,
+                   audit_sec=settings.audit_retention)
 
 
 @dataclass
@@ -214,6 +216,17 @@ async def prune_fair_tenants(pool: asyncpg.Pool, idle_sec: float, *, batch_size:
         lambda: retention_repository.prune_fair_tenants_batch(pool, idle_sec, batch_size), batch_size, stopping)
 
 
+async def prune_audit(pool: asyncpg.Pool, older_than_sec: float, *, batch_size: int = 1000,
+                      stopping: asyncio.Event | None = None) -> int:
+    """Delete the audit trail's rows older than `older_than_sec` (DL_AUDIT_RETENTION), batch by
+    batch from its oldest; returns how many."""
+    deleted_total = await _in_batches(
+        lambda: audit_repository.prune_batch(pool, older_than_sec, batch_size), batch_size, stopping)
+    if deleted_total:
+        metrics.AUDIT_ROWS_PRUNED.inc(deleted_total)
+    return deleted_total
+
+
 async def _in_batches(delete_batch: Callable[[], Awaitable[int]], batch_size: int,
                       stopping: asyncio.Event | None) -> int:
     """Run `delete_batch` (one statement, one transaction) until a batch deletes fewer than
@@ -269,4 +282,8 @@ class Pruner(PeriodicService):
                                            batch_size=self.settings.batch_size, stopping=self.stopping)
         if tenants:
             log.info("pruned fair share's idle tenants", extra={"rows": tenants})
+        audit = await prune_audit(self.pool, self.settings.audit_sec, batch_size=self.settings.batch_size,
+                                  stopping=self.stopping)
+        if audit:
+            log.info("pruned the audit trail", extra={"rows": audit})
         return report

@@ -17,6 +17,7 @@ from dataloader.retention.archive import Archive, archive_of
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
+from dataloader.storage.audit_repository import record_prune
 
 
 def chosen_policy(settings: Settings, older_than: float | timedelta | str | None,
@@ -53,7 +54,11 @@ async def prune_shards(pools: Sequence[asyncpg.Pool], settings: Settings, *, old
     archive = archive if archive is not None or dry_run else archive_of(settings)
     reports = [await prune(pool, policy, batch_size=batch_size, dry_run=dry_run, queues=queues, archive=archive)
                for pool in pools]
-    return reports[0] if len(reports) == 1 else PruneReport.merged(reports)
+    report = reports[0] if len(reports) == 1 else PruneReport.merged(reports)
+    if not dry_run:  # a prune asked for by someone (not the pruner's own duty) is audited
+        await record_prune(pools[0], {"older_than": older_than, "statuses": statuses, "queues": queues,
+                                      "jobs": report.total})
+    return report
 
 
 async def rollup_shards(pools: Sequence[asyncpg.Pool], settings: Settings) -> int:

@@ -24,6 +24,7 @@ from dataloader.exceptions import (
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.model.schedule import Schedule, ScheduleRun, ScheduleSpec
 from dataloader.model.schedule_timing import InvalidTiming, next_tick, next_ticks
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.schedule_repository import ScheduleRepository
 
 MAX_HISTORY_LIMIT = 1000
@@ -59,9 +60,12 @@ class ScheduleManager:
         first = next_tick(spec.timing(), self.clock.wall())
         if first is None:
             raise InvalidScheduleRequest(f"schedule {spec.name!r} has no tick before the year 9999")
-        created = await self.repo.insert(spec, first)
-        if created is None:
-            raise ScheduleExists(f"a schedule named {spec.name!r} already exists (delete it first)")
+        # the spec without its args: the trail keeps what was set up, never a payload
+        details = spec.model_dump(mode="json", exclude={"name", "args"}, exclude_none=True)
+        async with audited(self.repo, "schedule.create", "schedule", spec.name, details) as change:
+            created = await change.repo.insert(spec, first)
+            if created is None:
+                raise ScheduleExists(f"a schedule named {spec.name!r} already exists (delete it first)")
         return created
 
     async def get(self, name: str) -> Schedule:
@@ -74,9 +78,10 @@ class ScheduleManager:
         return await self.repo.list()
 
     async def pause(self, name: str) -> Schedule:
-        schedule = await self.repo.set_paused(name, True, None)
-        if schedule is None:
-            raise ScheduleNotFound(f"no schedule {name!r}")
+        async with audited(self.repo, "schedule.pause", "schedule", name) as change:
+            schedule = await change.repo.set_paused(name, True, None)
+            if schedule is None:
+                raise ScheduleNotFound(f"no schedule {name!r}")
         return schedule
 
     async def resume(self, name: str) -> Schedule:
@@ -84,14 +89,16 @@ class ScheduleManager:
         first = next_tick(current.timing(), self.clock.wall())
         if first is None:
             raise InvalidScheduleRequest(f"schedule {name!r} has no tick left before the year 9999")
-        schedule = await self.repo.set_paused(name, False, first)
-        if schedule is None:
-            raise ScheduleNotFound(f"no schedule {name!r}")
+        async with audited(self.repo, "schedule.resume", "schedule", name) as change:
+            schedule = await change.repo.set_paused(name, False, first)
+            if schedule is None:
+                raise ScheduleNotFound(f"no schedule {name!r}")
         return schedule
 
     async def delete(self, name: str) -> None:
-        if not await self.repo.delete(name):
-            raise ScheduleNotFound(f"no schedule {name!r}")
+        async with audited(self.repo, "schedule.delete", "schedule", name) as change:
+            if not await change.repo.delete(name):
+                raise ScheduleNotFound(f"no schedule {name!r}")
 
     async def history(self, name: str, *, before: datetime | None = None, limit: int = 100) -> list[ScheduleRun]:
         """What each tick enqueued (newest first) and the job's status now."""

@@ -101,6 +101,13 @@ class InTransaction:
     async def execute(self, query: str, *args: Any) -> Any:
         return await self.conn.execute(query, *args)
 
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        """This transaction's connection, where code written against a pool asks the pool for one: a
+        repository handed this executor in place of its pool (storage/audit_repository.py `within`)
+        runs inside the transaction, and a `conn.transaction()` it opens there is a savepoint."""
+        yield self.conn
+
 
 class CallersConnection:
     """The caller's connection (`enqueue(..., conn=)`): the statement joins the caller's transaction,

@@ -33,6 +33,7 @@ from dataloader.model.ids import new_id, uuid_of
 from dataloader.model.job import JobStatus
 from dataloader.model.storable import encode_json
 from dataloader.model.workflow import WorkflowRun, WorkflowRunPage, check_name
+from dataloader.storage.audit_repository import audited, audited_as
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import WorkflowRepository
 from dataloader.workflows.context import MAX_DURATION_SEC
@@ -255,13 +256,16 @@ class WorkflowManager:
         """Cancel a run and every run below it that has not ended: a queued one (sleeping, waiting,
         joining) at once, a running one at its next await."""
         run_id = run_id_of(run_id)
-        run = await self.get(run_id)
-        if run.finished:
-            raise WorkflowFinished(f"workflow run {run_id} has ended ({run.status}); nothing to cancel", run.status)
-        # the run first: it must not start more children while these are canceled
-        await self._cancel_job(run_id)
-        for child in await self.repo.unfinished_descendants(run_id):
-            await self._cancel_job(child)
+        # one row for the run and its children, written with the first cancel that changes something
+        async with audited_as(self.repo, "workflow.cancel", "workflow_run", run_id):
+            run = await self.get(run_id)
+            if run.finished:
+                raise WorkflowFinished(f"workflow run {run_id} has ended ({run.status}); nothing to cancel",
+                                       run.status)
+            # the run first: it must not start more children while these are canceled
+            await self._cancel_job(run_id)
+            for child in await self.repo.unfinished_descendants(run_id):
+                await self._cancel_job(child)
         return await self.get(run_id)
 
     async def restart(self, run_id: uuid.UUID | str, *, from_step: str | None = None) -> WorkflowRun:
@@ -278,27 +282,31 @@ class WorkflowManager:
         retry. A run cut off after the first or second part is an ended run with a shorter
         history, which a second restart resumes, or a plain retry of its job (its replay cancels
         the old children that are left before it runs)."""
-        run = await self.get(run_id)
-        from_seq = 1
-        if from_step is not None:
-            found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
-            if found is None:
-                message = f"workflow run {run.run_id} has no recorded step {from_step!r}"
-                raise ValidationFailed(message, [{"loc": ["from_step"], "msg": message, "type": "value_error"}])
-            from_seq = found
-        row = await self.repo.restart_cut(run.run_id, from_seq)
-        if row is None:
-            raise WorkflowNotFound(f"no workflow run {run.run_id}")
-        if row["status"] not in ("failed", "canceled", "lost"):
-            raise JobNotRetryable(f"workflow run {run.run_id} is {row['status']}; only a failed, canceled or "
-                                  "lost run can be restarted")
-        # before the retry: the replay must not find an old child still running beside its new ones
-        for child in await self.repo.stale_children(run.run_id):
-            await self._cancel_job(child)
-        try:
-            await self.jobs.retry(run.run_id)
-        except JobNotRetryable:
-            pass  # retried by someone else since the cut: it replays from the cut all the same
+        # one row, written with the cut (the change that makes the restart); the cancels and the retry
+        # after it are parts of this action and write none of their own
+        async with audited_as(self.repo, "workflow.restart", "workflow_run", run_id, {"from_step": from_step}):
+            run = await self.get(run_id)
+            from_seq = 1
+            if from_step is not None:
+                found = next((s.seq for s in run.steps if s.name == from_step and s.kind == "step"), None)
+                if found is None:
+                    message = f"workflow run {run.run_id} has no recorded step {from_step!r}"
+                    raise ValidationFailed(message, [{"loc": ["from_step"], "msg": message, "type": "value_error"}])
+                from_seq = found
+            async with audited(self.repo, "workflow.restart", "workflow_run", run.run_id) as change:
+                row = await change.repo.restart_cut(run.run_id, from_seq)
+                if row is None:
+                    raise WorkflowNotFound(f"no workflow run {run.run_id}")
+                if row["status"] not in ("failed", "canceled", "lost"):
+                    raise JobNotRetryable(f"workflow run {run.run_id} is {row['status']}; only a failed, canceled "
+                                          "or lost run can be restarted")
+            # before the retry: the replay must not find an old child still running beside its new ones
+            for child in await self.repo.stale_children(run.run_id):
+                await self._cancel_job(child)
+            try:
+                await self.jobs.retry(run.run_id)
+            except JobNotRetryable:
+                pass  # retried by someone else since the cut: it replays from the cut all the same
         return await self.get(run.run_id)
 
     async def _cancel_job(self, job_id: uuid.UUID) -> None:

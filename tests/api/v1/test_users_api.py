@@ -9,7 +9,7 @@ from fastapi.routing import APIRoute
 
 from dataloader.api import create_app
 from dataloader.model.http_actions import action_for
-from dataloader.model.principal import Action, Principal, PrincipalKind, Role, acting_as
+from dataloader.model.principal import Action, Principal, PrincipalKind, Role
 from tests.api.v1.conftest import api_settings, client_for
 from tests.api.v1.test_access import acting_app
 from tests.ui.users_support import empty_users

@@ -3,6 +3,7 @@ paths relative to /ui), `NAV` (title and path for the navigation bar, or None) a
 live fragments, by name: ui/topic.py)."""
 
 from dataloader.ui.pages import (
+    audit,
     bulk,
     errors,
     jobs,
@@ -22,4 +23,4 @@ from dataloader.ui.pages import (
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
 PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, storage, users,
-         tokens, bulk, login, sso)
+         tokens, audit, bulk, login, sso)

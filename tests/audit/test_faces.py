@@ -1,0 +1,92 @@
+"""The audit trail through each face: HTTP and console changes are recorded with their face and the
+principal in force (the access model's middleware sets it per request; here the test does), the CLI
+acts as `cli:<OS user>`, and every face reads the trail with the one filter and its one validation
+(bad input: 422 in the error shape, a 422 page, one line and exit 2)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+
+from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
+from tests.api.v1.conftest import client_for
+from tests.audit.conftest import rows
+from tests.support.api_apps import api_for
+from tests.support.cli import run
+from tests.ui.conftest import TOKEN, console_client, signed_in
+
+BOB = Principal.with_role(PrincipalKind.TOKEN, "ci-deploy", Role.OPERATOR, address="192.0.2.7")
+
+
+async def test_http_changes_are_recorded_with_their_face_and_read_back_filtered(audit_app, trail, name):
+    job = await audit_app.enqueue("test.async_sleep", {}, queue=name)
+    async with client_for(api_for(audit_app)) as client:
+        with acting_as(BOB):
+            assert (await client.post(f"/api/v1/jobs/{job.id}/cancel")).status_code == 200
+            assert (await client.post(f"/api/v1/queues/{name}/pause")).status_code == 200
+            refused = await client.post(f"/api/v1/jobs/{job.id}/cancel")
+            assert refused.status_code == 409
+        found = [(r["action"], r["outcome"], r["face"], r["actor"], r["address"]) for r in await rows(trail)]
+        assert found == [("job.cancel", "ok", "http", "token:ci-deploy", "192.0.2.7"),
+                         ("queue.pause", "ok", "http", "token:ci-deploy", "192.0.2.7"),
+                         ("job.cancel", "refused", "http", "token:ci-deploy", "192.0.2.7")]
+
+        page = (await client.get("/api/v1/audit", params={"action": "job", "outcome": "ok"})).json()
+        assert [(e["action"], e["target"]) for e in page["entries"]] == [("job.cancel", f"job:{job.id}")]
+        assert page["next_cursor"] is None
+        by_target = (await client.get("/api/v1/audit", params={"target": f"queue:{name}", "since": "1h"})).json()
+        assert [e["action"] for e in by_target["entries"]] == ["queue.pause"]
+        first = (await client.get("/api/v1/audit", params={"actor": "token", "limit": 2})).json()
+        rest = (await client.get("/api/v1/audit", params={"actor": "token", "cursor": first["next_cursor"]})).json()
+        assert [e["outcome"] for e in first["entries"] + rest["entries"]] == ["refused", "ok", "ok"]
+
+        for params, code in (({"since": "yesterday"}, "validation_error"), ({"limit": 0}, "validation_error"),
+                             ({"cursor": "nope"}, "invalid_cursor"), ({"outcome": "maybe"}, "validation_error"),
+                             ({"since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"},
+                              "validation_error")):
+            bad = await client.get("/api/v1/audit", params=params)
+            assert bad.status_code == 422 and bad.json()["error"] == code, (params, bad.text)
+
+
+async def test_a_console_change_is_recorded_as_the_console_and_its_page_searches(dsn, trail, name):
+    async with console_client(dsn, api_token=TOKEN) as client:
+        csrf = await signed_in(client)
+        with acting_as(BOB):
+            done = await client.post("/ui/queues/pause", data={"queue": name, "csrf": csrf, "back": "/ui/"})
+        assert done.status_code == 303
+        [row] = await rows(trail)
+        assert (row["action"], row["target_id"], row["face"], row["actor"]) == (
+            "queue.pause", name, "console", "token:ci-deploy")
+        page = await client.get("/ui/audit", params={"action": "queue.pause", "target": f"queue:{name}"})
+        assert page.status_code == 200 and f"queue:{name}" in page.text and "token:ci-deploy" in page.text
+        none = await client.get("/ui/audit", params={"action": "schedule.delete"})
+        assert none.status_code == 200 and "No audit row matches." in none.text
+        bad = await client.get("/ui/audit", params={"since": "yesterday"})
+        assert bad.status_code == 422 and "validation_error" in bad.text and 'value="yesterday"' in bad.text
+
+
+async def test_the_cli_acts_as_its_os_user_and_lists_the_trail(audit_app, trail, cli_env, name):
+    job = await audit_app.enqueue("test.async_sleep", {}, queue=name)
+    assert run(["jobs", "cancel", str(job.id)], cli_env).returncode == 0
+    assert run(["queues", "pause", name], cli_env).returncode == 0
+    user = f"cli:{getpass.getuser()}"
+    assert [(r["action"], r["actor"], r["face"]) for r in await rows(trail)] == [
+        ("job.cancel", user, "cli"), ("queue.pause", user, "cli")]
+
+    listed = run(["audit", "list", "--json", "--action", "job.cancel", "--since", "1h"], cli_env)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)["entries"]
+    assert [(e["action"], e["target_id"], e["actor"]) for e in entries] == [("job.cancel", str(job.id), user)]
+    table = run(["audit", "list", "--actor", user], cli_env)
+    assert table.returncode == 0 and "queue.pause" in table.stdout and "job.cancel" in table.stdout
+
+
+async def test_the_cli_refuses_a_bad_filter_with_one_line_and_exit_2(cli_env):
+    for args in (["--since", "yesterday"], ["--outcome", "maybe"], ["--limit", "0"], ["--cursor", "nope"]):
+        result = run(["audit", "list", *args], cli_env)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        line = [x for x in result.stderr.splitlines() if x.startswith("dataloader:")]
+        assert len(line) == 1 and ("validation_error" in line[0] or "invalid_cursor" in line[0]), result.stderr
+
+
+
