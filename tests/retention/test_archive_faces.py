@@ -90,6 +90,11 @@ async def test_cli(url, pruned):
     ):
         bad = await asyncio.to_thread(invoke, args)
         assert bad.exit_code == code and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, args
+    # a bad DL_ARCHIVE_URL stops any command at its start, as every setting does
+    for args in (["jobs", "history", str(pruned)], ["jobs", "list"]):
+        bad = await asyncio.to_thread(invoke, args, {"DL_ARCHIVE_URL": "bogus://x"})
+        code, said = 2, "configuration error: DL_ARCHIVE_URL: 'bogus://x': Protocol not known: bogus"
+        assert bad.exit_code == code and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, args
 
 
 async def test_console_shows_an_archived_job(dsn, url, pruned):
