@@ -43,6 +43,8 @@ from dataloader.observers.node_registry import NodeHeartbeat, NodeSettings
 from dataloader.operations.runner import OperationRunner, OperationRunnerSettings
 from dataloader.processes.registry import processors
 from dataloader.processes.step import run_step
+from dataloader.retention.archive import archive_of
+from dataloader.retention.partition_archive import export_before_drop
 from dataloader.retention.partitions import JournalPartitioner
 from dataloader.retention.pruner import Pruner, PrunerSettings
 from dataloader.retention.rollup import StatsRollup, StatsSettings
@@ -144,7 +146,10 @@ def capability_duties(settings: Settings, dsn: str, pool: asyncpg.Pool, registry
     if settings.retention_enabled:
         duties.append(Pruner.from_settings(pool, settings))
     if settings.journal_partitions_enabled:
-        duties.append(JournalPartitioner.from_settings(pool, settings))
+        # with an archive, a partition is dropped only once its rows are exported (partition_archive.py)
+        archive = archive_of(settings)
+        duties.append(JournalPartitioner.from_settings(
+            pool, settings, before_drop=export_before_drop(pool, archive) if archive is not None else None))
     if settings.stats_enabled:
         duties.append(StatsRollup.from_settings(pool, settings))
     if settings.storage_sample_enabled:

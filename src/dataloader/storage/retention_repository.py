@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 
 import asyncpg
@@ -110,3 +110,13 @@ async def drop_journal_partition(pool: asyncpg.Pool, name: str, start: datetime 
         await _locks_in_a_gap(conn, ["retention/journal_lock_for_drop"], attempts, pause_sec)
         kept = await conn.fetchval(sql("retention/journal_drop_partition"), name)
         return int(staged), int(kept)
+
+
+async def journal_partition_rows(pool: asyncpg.Pool, name: str, start: datetime | None, end: datetime,
+                                 prefetch: int = 2000) -> AsyncIterator[asyncpg.Record]:
+    """journal_partition_rows.sql through a cursor in a read-only transaction of its own: the rows
+    of one partition, `prefetch` at a time."""
+    async with pool.acquire() as conn, conn.transaction(readonly=True):
+        async for row in conn.cursor(sql("retention/journal_partition_rows"), name, start, end, prefetch=prefetch):
+            yield row
+
