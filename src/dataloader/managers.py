@@ -319,7 +319,6 @@ class Managers:
             self._tokens = TokenManager(ApiTokenRepository(self.db.pool))
         return self._tokens
 
-    @property
     def audit(self) -> AuditTrail:
         """The audit trail of every shard: each holds the rows of the changes made in it."""
         return AuditTrail([m.db.pool for m in self.everywhere()])

@@ -113,6 +113,8 @@ HTTP_ACTIONS: dict[tuple[str, str], Action] = {
     ("GET", "/api/v1/retention/partitions"): _R,
     ("GET", "/api/v1/storage"): _R,
     ("GET", "/api/v1/archive/jobs/{job_id}"): _R,
+    # the audit trail (api/v1/audit_router.py): who did what is for those allowed to read it
+    ("GET", "/api/v1/audit"): Action.READ_AUDIT,
 }
 
 # The one route whose credential is its own path (a workflow's wait token), not a bearer.

@@ -2,8 +2,8 @@
 when, from where and how it ended, newest first, keyset-paged.
 
 Its access model action is `Action.READ_AUDIT` (model/principal.py): only a principal allowed it
-may read the trail (admins, and tokens with the admin scope); the access model's enforcement asks
-for it on this route. The filter is `dataloader.model.audit.AuditFilter`, the one of every face:
+may read the trail (admins, and tokens with the admin scope); model/http_actions.py names it for
+this route and api/access.py enforces it. The filter is `dataloader.model.audit.AuditFilter`, the one of every face:
 a bad value is a 422 `validation_error` (or `invalid_cursor`) in the house's one error shape."""
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from dataloader.api.runtime import Runtime, get_runtime, require_token
 from dataloader.api.v1.exceptions import error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.model.audit import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT, AuditFilter
-from dataloader.model.principal import Action
-
-# The access model's action of every route here (the enforcement of tokens and roles reads it).
-REQUIRED_ACTION = Action.READ_AUDIT
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"], dependencies=[Depends(require_token)])
 
