@@ -9,7 +9,7 @@ import httpx
 from tests.ui.browser import browser, serve, sign_in
 
 PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/workflows",
-         "/ui/schedules", "/ui/observers")
+         "/ui/schedules", "/ui/observers", "/ui/tokens")
 
 
 async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
