@@ -106,7 +106,7 @@ async def test_every_console_post_without_a_session_is_refused_and_writes_nothin
     and no session: 401, and nothing written (the job stays queued, no queue row appears)."""
     job_id = await enqueue(db, "dl.noop", queue="no-session")
     values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p", "name": "s",
-              "run_id": str(uuid.uuid4())}
+              "run_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
     posts = [route for page in PAGES for route in page.routes
              if isinstance(route, Route) and not isinstance(route, Mount) and "POST" in (route.methods or ())]
     assert len(posts) >= 15, [r.path for r in posts]

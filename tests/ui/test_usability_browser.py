@@ -9,7 +9,7 @@ import httpx
 from tests.ui.browser import browser, serve, sign_in
 
 PAGES = ("/ui/", "/ui/jobs?queue=phone", "/ui/errors", "/ui/operations", "/ui/processes", "/ui/workflows",
-         "/ui/schedules", "/ui/observers", "/ui/storage")
+         "/ui/schedules", "/ui/observers", "/ui/storage", "/ui/tokens", "/ui/users", "/ui/audit")
 
 
 async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):

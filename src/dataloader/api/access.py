@@ -32,6 +32,7 @@ from starlette.types import Scope as AsgiScope
 from dataloader.api.v1.exceptions import ApiError, error_response, error_responses
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.utils import flat_routes
+from dataloader.exceptions import Forbidden
 from dataloader.model.api_token import looks_like_token
 from dataloader.model.http_actions import HTTP_ACTIONS, scopes_granting
 from dataloader.model.principal import Action, Principal, PrincipalKind, Role, allows
@@ -104,9 +105,10 @@ async def resolve(runtime: Runtime, method: str, path: str, authorization: str |
     return Principal.with_role(PrincipalKind.ANONYMOUS, "anonymous", Role.ADMIN, address)
 
 
-def forbidden(principal: Principal, action: Action) -> ApiError:
-    return ApiError(ErrorCode.forbidden, f"{principal.label} may not {action.value}: it needs a token with scope "
-                                         f"{' or '.join(s.value for s in scopes_granting(action))}")
+def forbidden(principal: Principal, action: Action) -> Forbidden:
+    """The one refusal of every face (HTTP 403 `forbidden` through the error handlers)."""
+    return Forbidden(f"{principal.label} may not {action.value}: it needs a token with scope "
+                     f"{' or '.join(s.value for s in scopes_granting(action))}")
 
 
 def require(scope: AsgiScope, action: Action) -> None:
@@ -123,14 +125,16 @@ def _guarded(inner: ASGIApp, actions: dict[str, Action]) -> ASGIApp:
     async def guarded(scope: AsgiScope, receive: Receive, send: Send) -> None:
         principal: Principal | None = scope.get(PRINCIPAL_KEY)
         action = actions.get(scope.get("method", ""))
-        if principal is None or action is None:
-            error = unauthorized()
-        elif allows(principal, action):
+        if principal is not None and action is not None and allows(principal, action):
             await inner(scope, receive, send)
             return
+        if principal is None or action is None:
+            missing = unauthorized()
+            response = error_response(missing.code, str(missing), headers=missing.headers)
         else:
-            error = forbidden(principal, action)
-        await error_response(error.code, str(error), headers=error.headers)(scope, receive, send)
+            refused = forbidden(principal, action)
+            response = error_response(refused.code, str(refused))
+        await response(scope, receive, send)
 
     guarded.__dict__["dl_guarded"] = True
     return guarded
