@@ -1,0 +1,39 @@
+"""Keys and an App with encryption at rest for the tests of docs/security.md "Encryption at rest"."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from dataloader import App, Settings
+from dataloader.model import payload_crypto
+from dataloader.workers.pipelines.registry import PipelineRegistry
+
+K1 = "k1:" + payload_crypto.generate_key()
+K2 = "k2:" + payload_crypto.generate_key()
+
+pipelines = PipelineRegistry()
+
+
+async def _echo(ctx):  # what it was given comes back as its result, and as its progress on the way
+    await ctx.progress({"seen": ctx.args})
+    return {"echo": ctx.args}
+
+
+pipelines.register("enc.echo", _echo)
+
+
+def settings_for(dsn: str, keys: str | None = K1, **overrides: object) -> Settings:
+    values: dict[str, object] = {"db_dsn": dsn, "workers": [], "poll_fallback_sec": 1,
+                                 "encryption_keys": keys, "encryption_clear_fields": "tenant,enc.echo:region"}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def enc_app(db: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
+    async with App(settings_for(dsn), pipelines=pipelines) as app:
+        yield app
+    assert payload_crypto.active() is None  # the last App out turned encryption off again
