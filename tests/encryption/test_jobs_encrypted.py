@@ -9,9 +9,7 @@ import json
 import asyncpg
 
 from dataloader import App
-from dataloader.model import payload_crypto
 from dataloader.testing import drain
-from tests.encryption.conftest import K1, pipelines, settings_for
 
 SECRET = "4111-1111-1111-1111"
 
