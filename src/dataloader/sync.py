@@ -43,6 +43,7 @@ from typing_extensions import Unpack
 
 from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
+from dataloader.encryption.keys import DEFAULT_BATCH_SIZE, KeyStatus, RotationReport
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
 from dataloader.model.flow import QueueFlow, QueueScaling, QueueSettingsChanges, TaskSettingsChanges
@@ -291,6 +292,24 @@ class SyncApp:
 
     def signal_workflow(self, run_id: uuid.UUID | str, name: str, payload: Any = None) -> None:
         self._call(self.app.signal_workflow(run_id, name, payload))
+
+    @property
+    def keys(self) -> SyncKeys:
+        """`app.keys` of the async App, blocking: status and rotate."""
+        return SyncKeys(self)
+
+
+class SyncKeys:
+    """The blocking twin of `App.keys`: status and rotate (docs/security.md "Encryption at rest")."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def status(self) -> KeyStatus:
+        return self._owner._call(self._owner.app.keys.status())
+
+    def rotate(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> RotationReport:
+        return self._owner._call(self._owner.app.keys.rotate(batch_size=batch_size))
 
 
 class SyncWorkflows:
