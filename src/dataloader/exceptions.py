@@ -454,6 +454,13 @@ class EncryptionKeyMissing(DataloaderError):
         super().__init__(message)
 
 
+class Forbidden(DataloaderError):
+    """The principal in force (model/principal.py) may not do this (its role or token scope lacks
+    the action). (Issue 40: the access model's one refusal; the key commands ask for manage_access.)"""
+
+    code = "forbidden"
+
+
 class EncryptionOff(DataloaderError):
     """A key operation (status, rotate) on a node without DL_ENCRYPTION_KEYS."""
 

@@ -22,6 +22,7 @@ from dataloader.api.middleware import (
 )
 from dataloader.api.runtime import Runtime, needs_api_token
 from dataloader.api.v1.chains_router import router as chains_router
+from dataloader.api.v1.encryption_router import router as encryption_router
 from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
 from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.observers_router import nodes_router
@@ -51,7 +52,8 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
-           operations_router, observers_router, nodes_router, queues_router, os_router.router, metric_router.router)
+           operations_router, observers_router, nodes_router, queues_router, encryption_router, os_router.router,
+           metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:

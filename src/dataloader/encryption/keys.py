@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataloader.exceptions import EncryptionKeyMissing, EncryptionOff, ValidationFailed
+from dataloader.exceptions import EncryptionKeyMissing, EncryptionOff, Forbidden, ValidationFailed
 from dataloader.model import payload_crypto
+from dataloader.model.principal import Action, allows, current_principal
 from dataloader.storage.encryption_repository import PAYLOADS, EncryptionRepository
 
 log = logging.getLogger("dataloader.encryption")
@@ -95,6 +96,13 @@ def check_batch_size(value: Any) -> int:
     return value
 
 
+def _may_manage_keys() -> None:
+    """Keys are the access model's (Action.MANAGE_ACCESS): refused here, so every face refuses alike."""
+    principal = current_principal()
+    if not allows(principal, Action.MANAGE_ACCESS):
+        raise Forbidden(f"{principal.label} may not manage encryption keys (needs {Action.MANAGE_ACCESS.value})")
+
+
 class KeyManager:
     """Over every shard's database (DL_SHARDS_JSON): a status sums them, a rotation walks each."""
 
@@ -102,6 +110,7 @@ class KeyManager:
         self.repos = repos
 
     async def status(self) -> KeyStatus:
+        _may_manage_keys()
         ring = payload_crypto.active()
         if ring is None:
             return KeyStatus(enabled=False)
@@ -122,6 +131,7 @@ class KeyManager:
         """Rewrite every stored envelope under a key other than the current one (the first of
         DL_ENCRYPTION_KEYS), `batch_size` rows at a time. `on_batch(payload, examined, rewritten)`
         after each batch. EncryptionOff without keys."""
+        _may_manage_keys()
         batch_size = check_batch_size(batch_size)
         ring = payload_crypto.active()
         if ring is None:

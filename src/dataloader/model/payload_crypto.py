@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dataloader.exceptions import ConfigError, EncryptionKeyMissing
 from dataloader.model.principal import Action, allows, current_principal
@@ -42,7 +43,9 @@ from dataloader.model.principal import Action, allows, current_principal
 ENVELOPE_KEY = "$dl_enc"
 ENVELOPE_VERSION = 1
 MASK = "•••"
-MASK_NOTE = "payload hidden: your role may not read payloads (read_payload)"
+# The value a masked payload shows in every face: the mark, and why (one string: any JSON field holds it).
+MASKED = f"{MASK} hidden: your role may not read payloads"
+T = TypeVar("T")
 _NONCE_BYTES = 12
 _KID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _KEYS_VAR = "DL_ENCRYPTION_KEYS"
@@ -348,28 +351,23 @@ def reveal_text(text: str | None) -> Any:
 # --- masking: one rule for every face -----------------------------------------------------------
 
 def may_read_payloads() -> bool:
+    """Whether the principal in force (model/principal.py) may see payloads unmasked."""
     return allows(current_principal(), Action.READ_PAYLOAD)
 
 
 def mask(value: Any) -> Any:
-    """What a principal without READ_PAYLOAD sees of a payload: nothing of it (None and the empty
-    object stay, they say nothing)."""
+    """What a principal without READ_PAYLOAD sees of a payload: the mark and why, nothing of the
+    value (None and the empty object stay: they say nothing)."""
     if value is None or value == {} or value == []:
         return value
-    return MASK
+    return MASKED
 
 
-def masked(data: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """`data` (a face's JSON of a job, a process event, a step) with the payload fields `names`
-    masked when the principal in force may not read payloads, and a `payload_masked` note. The
-    one place every face calls; for a principal who may, `data` unchanged."""
+def shown(obj: T, *fields: str) -> T:
+    """`obj` (a frozen dataclass: a Job, an Event, a step) as the principal in force may see it:
+    itself, or a copy with its payload `fields` masked. The models name their payload fields
+    (`Job.shown`, `Process.shown`, `WorkflowRun.shown`); the managers every face reads through
+    call those, so the HTTP API, the CLI, the console and Python show one thing."""
     if may_read_payloads():
-        return data
-    hidden = False
-    for name in names:
-        if name in data and data[name] not in (None, {}, []):
-            data[name] = MASK
-            hidden = True
-    if hidden:
-        data["payload_masked"] = MASK_NOTE
-    return data
+        return obj
+    return dataclasses.replace(obj, **{name: mask(getattr(obj, name)) for name in fields})  # type: ignore[type-var]

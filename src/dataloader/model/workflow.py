@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -151,6 +151,14 @@ class WorkflowRun:
     @property
     def finished(self) -> bool:
         return self.status in ("succeeded", "failed", "canceled", "lost")
+
+    def shown(self) -> WorkflowRun:
+        """As the principal in force may see it: input, result and the steps' results masked
+        without READ_PAYLOAD (model/payload_crypto.py)."""
+        if payload_crypto.may_read_payloads():
+            return self
+        return replace(payload_crypto.shown(self, "input", "result"),
+                       steps=[payload_crypto.shown(s, "result") for s in self.steps])
 
     @classmethod
     def from_row(cls, row: Any, steps: list[Recorded], earlier_children: list[EarlierChild] | None = None

@@ -144,7 +144,7 @@ class WorkflowManager:
         run = await self.repo.get_run(run_id)
         if run is None:
             raise WorkflowNotFound(f"no workflow run {run_id}")
-        return run
+        return run.shown()  # masked without READ_PAYLOAD
 
     async def list(self, *, workflow: str | None = None, status: str | None = None,
                    limit: int = DEFAULT_LIST_LIMIT, cursor: str | None = None) -> WorkflowRunPage:

@@ -54,6 +54,7 @@ class ErrorCode(StrEnum):
     operation_not_found = "operation_not_found"
     operation_state_conflict = "operation_state_conflict"
     encryption_key_missing = "encryption_key_missing"
+    forbidden = "forbidden"
     encryption_off = "encryption_off"
     schema_not_ready = "schema_not_ready"
     query_timeout = "query_timeout"
@@ -108,6 +109,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.operation_not_found: 404,
     ErrorCode.operation_state_conflict: 409,
     ErrorCode.encryption_key_missing: 409,
+    ErrorCode.forbidden: 403,
     ErrorCode.encryption_off: 409,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.query_timeout: 503,
