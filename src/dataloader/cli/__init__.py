@@ -16,6 +16,7 @@ import typer
 
 from dataloader.cli.common import _Commands, _options
 from dataloader.cli.jobs import jobs_app
+from dataloader.cli.keys import keys_app
 from dataloader.cli.observers import nodes_command, observers_app
 from dataloader.cli.operations import ops_app
 from dataloader.cli.processes import processes_app
@@ -48,6 +49,7 @@ app.add_typer(observers_app, name="observers")
 app.add_typer(processes_app, name="processes")
 app.add_typer(queues_app, name="queues")
 app.add_typer(workflows_app, name="workflows")
+app.add_typer(keys_app, name="keys")
 
 
 def main(argv: list[str] | None = None) -> None:

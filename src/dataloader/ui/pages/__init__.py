@@ -6,6 +6,7 @@ from dataloader.ui.pages import (
     bulk,
     errors,
     jobs,
+    keys,
     login,
     observers,
     operations,
@@ -17,4 +18,5 @@ from dataloader.ui.pages import (
 )
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
-PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, bulk, login)
+PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, bulk, keys,
+         login)
