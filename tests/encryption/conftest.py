@@ -33,7 +33,15 @@ def settings_for(dsn: str, keys: str | None = K1, **overrides: object) -> Settin
 
 
 @pytest.fixture
-async def enc_app(db: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
+async def edb(db: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    """`db` (dl_jobs and with it every workflow table emptied), the process tables emptied too: a
+    count of envelopes sees only this test's."""
+    await db.execute("TRUNCATE dl_process_feed, dl_process_events, dl_process_tasks, dl_processes")
+    yield db
+
+
+@pytest.fixture
+async def enc_app(edb: asyncpg.Pool, dsn: str) -> AsyncIterator[App]:
     async with App(settings_for(dsn), pipelines=pipelines) as app:
         yield app
     assert payload_crypto.active() is None  # the last App out turned encryption off again

@@ -20,7 +20,7 @@ async def _stored(db: asyncpg.Pool, job_id) -> dict:
     return dict(row)
 
 
-async def test_a_job_round_trips_and_the_table_holds_no_clear_text(enc_app: App, db: asyncpg.Pool):
+async def test_a_job_round_trips_and_the_table_holds_no_clear_text(enc_app: App, edb: asyncpg.Pool):
     job = await enc_app.enqueue("enc.echo", {"card": SECRET, "tenant": "acme", "region": "eu"}, queue="enc")
     assert job.args == {"card": SECRET, "tenant": "acme", "region": "eu"}
     result = await drain(enc_app, "enc", timeout=10)
@@ -28,7 +28,7 @@ async def test_a_job_round_trips_and_the_table_holds_no_clear_text(enc_app: App,
     done = await enc_app.get(job.id)
     assert done.args["card"] == SECRET
     assert done.result == {"echo": {"card": SECRET, "tenant": "acme", "region": "eu"}}
-    stored = await _stored(db, job.id)
+    stored = await _stored(edb, job.id)
     for column in ("args", "result"):
         assert SECRET not in stored[column] and '"$dl_enc": 1' in stored[column], (column, stored[column])
     args = json.loads(stored["args"])

@@ -20,11 +20,11 @@ async def _kids(db: asyncpg.Pool) -> dict[str, int]:
     return {r["kid"]: r["n"] for r in rows}
 
 
-async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old_key(db: asyncpg.Pool, dsn: str):
+async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old_key(edb: asyncpg.Pool, dsn: str):
     async with App(settings_for(dsn, K1), pipelines=pipelines) as old:
         before = await old.enqueue_many([{"task": "enc.echo", "queue": "rot", "args": {"n": i, "secret": f"s{i}"}}
                                          for i in range(300)])
-    assert await _kids(db) == {"k1": 300}
+    assert await _kids(edb) == {"k1": 300}
     async with App(settings_for(dsn, f"{K2},{K1}"), pipelines=pipelines) as new:
         assert (await new.keys.status()).stale == 300
         batches: list[tuple[str, int, int]] = []
@@ -40,7 +40,7 @@ async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old
         status = await new.keys.status()
         assert status.stale == 0 and status.current == "k2"
         assert [(k.kid, k.envelopes) for k in status.keys] == [("k2", 360), ("k1", 0)]
-    assert await _kids(db) == {"k2": 360}
+    assert await _kids(edb) == {"k2": 360}
     async with App(settings_for(dsn, K2), pipelines=pipelines) as only_new:  # the old key removed
         for n, job_id in [*enumerate(before), *((1000 + i, j) for i, j in enumerate(during))]:
             job = await only_new.get(job_id)
@@ -49,7 +49,7 @@ async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old
         assert again.total_rewritten == 0 and again.examined >= 360  # resumable: what is current is skipped
 
 
-async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(db: asyncpg.Pool, dsn: str):
+async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(edb: asyncpg.Pool, dsn: str):
     async with App(settings_for(dsn, K1), pipelines=pipelines) as old:
         orphan = await old.enqueue("enc.echo", {"secret": "x"}, queue="miss")
     async with App(settings_for(dsn, K2), pipelines=pipelines) as app:
@@ -67,7 +67,7 @@ async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(db: async
         assert report.unreadable == {"k1": 1}
 
 
-async def test_key_commands_without_keys_and_bad_batch_sizes(db: asyncpg.Pool, dsn: str):
+async def test_key_commands_without_keys_and_bad_batch_sizes(edb: asyncpg.Pool, dsn: str):
     async with App(settings_for(dsn, None)) as app:
         assert (await app.keys.status()).to_dict()["enabled"] is False
         with pytest.raises(EncryptionOff):

@@ -95,6 +95,8 @@ def status_of(error: DataloaderError) -> int:
         return 503
     if code == "too_many_queries":
         return 429
+    if code == "forbidden":  # the access model's refusal (dataloader.Forbidden), as the API answers it
+        return 403
     return 409
 
 

@@ -16,8 +16,7 @@ TOPICS: dict = {}
 
 
 async def show(request: Request) -> Response:
-    status = await request.app.state.console.app().keys.status()
-    return render.page(request, "keys.html", status=status)
+    return render.page(request, "keys.html", keys=await request.app.state.console.app().keys.status())
 
 
 async def rotate(request: Request) -> Response:
