@@ -16,7 +16,7 @@ from dataloader import App, InvalidJobRequest, Queue, Workflow, workflow
 from dataloader.model.payload_crypto import MASKED
 from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from dataloader.testing import drain
-from tests.encryption.conftest import pipelines, settings_for
+from tests.encryption.conftest import settings_for
 from tests.support.api_apps import api_for
 
 SECRET = "iban-DE02120300000000202051"

@@ -49,6 +49,7 @@ T = TypeVar("T")
 _NONCE_BYTES = 12
 _KID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _KEYS_VAR = "DL_ENCRYPTION_KEYS"
+_URLSAFE = str.maketrans("-_", "+/")
 _FIELDS_VAR = "DL_ENCRYPTION_CLEAR_FIELDS"
 
 
@@ -154,7 +155,8 @@ class KeyRing:
             if not sep:
                 raise ConfigError(_KEYS_VAR, "each key is kid:base64key (e.g. k1:<44 characters>)")
             try:
-                key = base64.urlsafe_b64decode(encoded.strip().encode("ascii"))
+                # either alphabet (urlsafe, as `keys generate` prints, or standard), nothing else in it
+                key = base64.b64decode(encoded.strip().translate(_URLSAFE).encode("ascii"), validate=True)
             except (binascii.Error, ValueError, UnicodeEncodeError):
                 raise ConfigError(_KEYS_VAR, f"key {kid.strip()!r} is not base64") from None
             keys.append((kid.strip(), key))
