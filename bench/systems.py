@@ -3,6 +3,7 @@ progress and timings back from each system's own tables."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -105,6 +106,31 @@ DATALOADER = Dataloader(
     serial_feature="lock_key (all 200 jobs on one key)",
 )
 
+class EncryptedDataloader(Dataloader):
+    """dataloader with encryption at rest on (docs/security.md): the same driver and workers, with
+    DL_ENCRYPTION_KEYS set in every process of the run, so the pair (dataloader, dataloader_enc)
+    of one run is what encryption costs."""
+
+    def env(self, marks_dir: Path | None = None) -> dict[str, str]:
+        env = super().env(marks_dir)
+        env["DL_ENCRYPTION_KEYS"] = BENCH_KEY
+        return env
+
+
+# A fixed key for benchmarks only (it protects nothing): 32 bytes, base64.
+BENCH_KEY = "bench:" + base64.urlsafe_b64encode(b"dataloader bench key, not secret").decode()
+
+DATALOADER_ENC = EncryptedDataloader(
+    name="dataloader_enc",
+    python=sys.executable,
+    driver=DATALOADER.driver,
+    pending_sql=DATALOADER.pending_sql,
+    count_sql=DATALOADER.count_sql,
+    span_sql=DATALOADER.span_sql,
+    serial_feature=DATALOADER.serial_feature,
+    notes=["encryption at rest on (DL_ENCRYPTION_KEYS): args and results sealed with AES-256-GCM"],
+)
+
 PGQUEUER = System(
     name="pgqueuer",
     python=str(peers_venv.PYTHON),
@@ -134,3 +160,5 @@ PROCRASTINATE = System(
 )
 
 ALL: dict[str, System] = {s.name: s for s in (DATALOADER, PGQUEUER, PROCRASTINATE)}
+# Not in the default set (a run compares the peers); name it: --systems dataloader,dataloader_enc
+VARIANTS: dict[str, System] = {DATALOADER_ENC.name: DATALOADER_ENC}
