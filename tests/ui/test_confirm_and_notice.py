@@ -198,6 +198,8 @@ async def test_every_action_says_what_it_did(db, dsn):
         bulk = await act("/workflows/bulk", "/ui/workflows/bulk", {"workflow": "t.wait", "status": "queued",
                                                                    "action": "cancel"})
         assert re.fullmatch(r"Operation [0-9a-f-]{36} started: workflow_cancel on 1 workflow run\.", bulk), bulk
+        assert await act("/keys/rotate", "/ui/keys/rotate") == \
+            "Encryption at rest is off on this node: nothing to rotate (set DL_ENCRYPTION_KEYS)."
     # repair and restart need the processor's tasks to run: their notices are checked in the browser
     # (test_processes_browser.py)
     covered = set(said) | {"/processes/{ns}/{process_id:path}/repair", "/processes/{ns}/{process_id:path}/restart"}

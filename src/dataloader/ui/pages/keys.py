@@ -8,10 +8,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from dataloader.exceptions import EncryptionOff
 from dataloader.ui import render
 from dataloader.ui.actions import action_form, to
 
 NAV = ("Keys", "/keys")
+OFF = "Encryption at rest is off on this node: nothing to rotate (set DL_ENCRYPTION_KEYS)."
 TOPICS: dict = {}
 
 
@@ -21,7 +23,10 @@ async def show(request: Request) -> Response:
 
 async def rotate(request: Request) -> Response:
     await action_form(request)
-    report = await request.app.state.console.app().keys.rotate()
+    try:
+        report = await request.app.state.console.app().keys.rotate()
+    except EncryptionOff:
+        return to(request, "/keys", OFF)
     unreadable = ", ".join(f"{n} under {kid}" for kid, n in report.unreadable.items())
     return to(request, "/keys", f"Rotation done: {report.total_rewritten} payloads re-encrypted under "
                                 f"{report.current} ({report.examined} rows examined)"
