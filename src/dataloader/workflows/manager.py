@@ -194,7 +194,7 @@ class WorkflowManager:
         if run is None:
             raise WorkflowNotFound(f"no workflow run {run_id}")
         if run.status == "succeeded":
-            return run.result
+            return run.shown().result  # masked without READ_PAYLOAD
         if run.finished:
             raise WorkflowFailed(f"workflow run {run_id} ended {run.status}: {run.error}", run.status)
         raise WorkflowTimeout(f"workflow run {run_id} is still {run.status} after {seconds:g} s")
