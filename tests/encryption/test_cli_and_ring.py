@@ -62,6 +62,8 @@ def test_an_envelope_opens_with_any_listed_key_and_names_a_missing_one():
         new.open(relabelled)
     assert old.seal_args(None, "{}") == "{}" and old.seal_text(None) is None and old.seal_text("null") == "null"
     assert old.decode(json.dumps({"input": under_old, "n": 1})) == {"input": {"x": 1}, "n": 1}  # a chain's input
+    mine = {"$dl_enc": "a field of the caller's", "n": 2}  # not an envelope: sealed and read back as args
+    assert old.decode(old.seal_args("t", json.dumps(mine))) == mine and old.decode(json.dumps(mine)) == mine
 
 
 @pytest.mark.parametrize(("keys", "fields", "problem"), [

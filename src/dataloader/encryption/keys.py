@@ -149,8 +149,11 @@ class KeyManager:
                 for row in rows:
                     if row["v"] is None:
                         continue
+                    envelope = json.loads(row["v"])
+                    if not payload_crypto.is_envelope(envelope):  # args that only hold a `$dl_enc` field
+                        continue
                     try:
-                        sealed = ring.reseal(json.loads(row["v"]))
+                        sealed = ring.reseal(envelope)
                     except EncryptionKeyMissing as exc:
                         unreadable[exc.kid] += 1
                         continue

@@ -68,7 +68,8 @@ class Sealed(dict):  # type: ignore[type-arg]
 
 
 def is_envelope(value: Any) -> bool:
-    return type(value) is dict and ENVELOPE_KEY in value
+    """An object with the envelope's three keys: args that merely hold a `$dl_enc` field are args."""
+    return type(value) is dict and ENVELOPE_KEY in value and "kid" in value and "ct" in value
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,15 +255,18 @@ class KeyRing:
         its parent's sealed result inside clear args); `Sealed` for one that cannot be."""
         if type(value) is not dict:
             return value
-        if ENVELOPE_KEY in value:
-            try:
-                return self.open(value)
-            except EncryptionKeyMissing as exc:
-                return Sealed({ENVELOPE_KEY: value.get(ENVELOPE_KEY), "kid": exc.kid, "problem": str(exc)})
+        if is_envelope(value):
+            return self.open_or_sealed(value)
         for name, inner in value.items():
-            if type(inner) is dict and ENVELOPE_KEY in inner:
-                value[name] = self.reveal(inner)
+            if is_envelope(inner):
+                value[name] = self.open_or_sealed(inner)
         return value
+
+    def open_or_sealed(self, envelope: Mapping[str, Any]) -> Any:
+        try:
+            return self.open(envelope)
+        except EncryptionKeyMissing as exc:
+            return Sealed({ENVELOPE_KEY: envelope.get(ENVELOPE_KEY), "kid": exc.kid, "problem": str(exc)})
 
     def decode(self, text: str) -> Any:
         """The jsonb codec's decoder while this ring is installed."""

@@ -4,7 +4,7 @@
 -- result as text to re-encrypt. Every examined row comes back (a NULL `v` when current) so the
 -- caller resumes after the last: a batch walks the primary key, never the whole table.
 SELECT jsonb_build_array(job_id) AS k,
-       CASE WHEN result ? '$dl_enc' AND result->>'kid' IS DISTINCT FROM $2 THEN result::text END AS v
+       CASE WHEN result ?& array['$dl_enc', 'kid', 'ct'] AND result->>'kid' IS DISTINCT FROM $2 THEN result::text END AS v
 FROM dl_jobs
 WHERE job_id > ($1::jsonb->>0)::uuid
 ORDER BY job_id

@@ -4,7 +4,7 @@
 -- args as text to re-encrypt. Every examined row comes back (a NULL `v` when current) so the
 -- caller resumes after the last: a batch walks the primary key, never the whole table.
 SELECT jsonb_build_array(task_id) AS k,
-       CASE WHEN args ? '$dl_enc' AND args->>'kid' IS DISTINCT FROM $2 THEN args::text END AS v
+       CASE WHEN args ?& array['$dl_enc', 'kid', 'ct'] AND args->>'kid' IS DISTINCT FROM $2 THEN args::text END AS v
 FROM dl_process_tasks
 WHERE task_id > ($1::jsonb->>0)::uuid
 ORDER BY task_id

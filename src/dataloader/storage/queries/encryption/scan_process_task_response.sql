@@ -4,7 +4,7 @@
 -- response as text to re-encrypt. Every examined row comes back (a NULL `v` when current) so the
 -- caller resumes after the last: a batch walks the primary key, never the whole table.
 SELECT jsonb_build_array(task_id) AS k,
-       CASE WHEN response ? '$dl_enc' AND response->>'kid' IS DISTINCT FROM $2 THEN response::text END AS v
+       CASE WHEN response ?& array['$dl_enc', 'kid', 'ct'] AND response->>'kid' IS DISTINCT FROM $2 THEN response::text END AS v
 FROM dl_process_tasks
 WHERE task_id > ($1::jsonb->>0)::uuid
 ORDER BY task_id

@@ -4,7 +4,7 @@
 -- payload as text to re-encrypt. Every examined row comes back (a NULL `v` when current) so the
 -- caller resumes after the last: a batch walks the primary key, never the whole table.
 SELECT jsonb_build_array(signal_id) AS k,
-       CASE WHEN payload ? '$dl_enc' AND payload->>'kid' IS DISTINCT FROM $2 THEN payload::text END AS v
+       CASE WHEN payload ?& array['$dl_enc', 'kid', 'ct'] AND payload->>'kid' IS DISTINCT FROM $2 THEN payload::text END AS v
 FROM dl_workflow_signals
 WHERE signal_id > ($1::jsonb->>0)::bigint
 ORDER BY signal_id
