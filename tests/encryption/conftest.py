@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -11,8 +12,9 @@ from dataloader import App, Settings
 from dataloader.model import payload_crypto
 from dataloader.workers.pipelines.registry import PipelineRegistry
 
-K1 = "k1:" + payload_crypto.generate_key()
-K2 = "k2:" + payload_crypto.generate_key()
+# Fixed test keys (they protect nothing): the same in every xdist worker, so parametrized ids agree.
+K1 = "k1:" + base64.urlsafe_b64encode(b"test key one, 32 bytes long ....").decode()
+K2 = "k2:" + base64.urlsafe_b64encode(b"test key two, 32 bytes long ....").decode()
 
 pipelines = PipelineRegistry()
 

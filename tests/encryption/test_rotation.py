@@ -9,7 +9,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from dataloader import App, EncryptionOff, ValidationFailed
+from dataloader import App, EncryptionOff, SyncApp, ValidationFailed
 from dataloader.model.payload_crypto import Sealed
 from dataloader.testing import drain
 from tests.encryption.conftest import K1, K2, pipelines, settings_for
@@ -75,3 +75,11 @@ async def test_key_commands_without_keys_and_bad_batch_sizes(edb: asyncpg.Pool, 
         for bad in (0, -1, 10_001, "5", True):
             with pytest.raises(ValidationFailed):
                 await app.keys.rotate(batch_size=bad)
+
+
+async def test_the_sync_facade_has_the_key_commands(edb: asyncpg.Pool, dsn: str):
+    def use() -> tuple[bool, int]:
+        with SyncApp(settings_for(dsn, f"{K2},{K1}")) as app:
+            return app.keys.status().enabled, app.keys.rotate(batch_size=10).total_rewritten
+
+    assert await asyncio.to_thread(use) == (True, 0)
