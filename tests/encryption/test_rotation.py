@@ -9,7 +9,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from dataloader import App, EncryptionOff, SyncApp, ValidationFailed
+from dataloader import App, EncryptionOff, SyncApp, ValidationFailed, metrics
 from dataloader.model.payload_crypto import Sealed
 from dataloader.testing import drain
 from tests.encryption.conftest import K1, K2, pipelines, settings_for
@@ -52,6 +52,8 @@ async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old
 async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(edb: asyncpg.Pool, dsn: str):
     async with App(settings_for(dsn, K1), pipelines=pipelines) as old:
         orphan = await old.enqueue("enc.echo", {"secret": "x"}, queue="miss")
+    unreadable = metrics.PAYLOADS_UNREADABLE.labels("k1")
+    before = unreadable._value.get()
     async with App(settings_for(dsn, K2), pipelines=pipelines) as app:
         healthy = await app.enqueue("enc.echo", {"secret": "y"}, queue="miss")
         sealed = (await app.get(orphan.id)).args
@@ -65,6 +67,7 @@ async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(edb: asyn
         assert [(k.kid, k.fingerprint is None) for k in status.keys] == [("k2", False), ("k1", True)]
         report = await app.keys.rotate()
         assert report.unreadable == {"k1": 1}
+    assert unreadable._value.get() > before  # dl_encryption_unreadable_total{kid="k1"}
 
 
 async def test_key_commands_without_keys_and_bad_batch_sizes(edb: asyncpg.Pool, dsn: str):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataloader import metrics
 from dataloader.exceptions import EncryptionKeyMissing, EncryptionOff, Forbidden, ValidationFailed
 from dataloader.model import payload_crypto
 from dataloader.model.principal import Action, allows, current_principal
@@ -169,6 +170,7 @@ class KeyManager:
                     break
             report.rewritten[payload.name] = report.rewritten.get(payload.name, 0) + done
             if done:
+                metrics.PAYLOADS_REENCRYPTED.labels(payload.name).inc(done)
                 log.info("payloads re-encrypted", extra={"payload": payload.name, "rewritten": done,
                                                          "kid": ring.current})
         report.unreadable = dict(unreadable)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dataloader import metrics
 from dataloader.exceptions import ConfigError, EncryptionKeyMissing
 from dataloader.model.principal import Action, allows, current_principal
 
@@ -266,6 +267,7 @@ class KeyRing:
         try:
             return self.open(envelope)
         except EncryptionKeyMissing as exc:
+            metrics.PAYLOADS_UNREADABLE.labels(exc.kid[:32]).inc()
             return Sealed({ENVELOPE_KEY: envelope.get(ENVELOPE_KEY), "kid": exc.kid, "problem": str(exc)})
 
     def decode(self, text: str) -> Any:
