@@ -12,6 +12,7 @@ from dataloader import App, ConfigError, EncryptionKeyMissing
 from dataloader.model import payload_crypto
 from dataloader.model.payload_crypto import MASKED, ClearFields, KeyRing, Sealed, ring_from_settings
 from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
+from dataloader.testing import drain
 from tests.encryption.conftest import K1, K2, pipelines, settings_for
 from tests.support.cli import run
 
@@ -93,3 +94,27 @@ def test_masks_follow_the_principal_in_force():
     with acting_as(Principal.with_role(PrincipalKind.USER, "o", Role.OPERATOR)):
         assert payload_crypto.may_read_payloads()
     assert payload_crypto.may_read_payloads()  # the library's caller
+
+
+async def test_the_cli_shows_a_viewer_masks(edb: asyncpg.Pool, dsn: str, cli_env: dict[str, str]):
+    """`jobs status` reads through the same manager as every face: as a viewer (the principal the
+    CLI acts for, here set around the command), the result is masked; as the library's, it is not."""
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.cli import invoke
+
+    async with App(settings_for(dsn, K1), pipelines=pipelines) as app:
+        job = await app.enqueue("enc.echo", {"card": "4111"}, queue="cli-mask")
+        await drain(app, "cli-mask", timeout=10)
+    env = {**cli_env, "DL_ENCRYPTION_KEYS": K1}
+
+    def status() -> str:
+        with ThreadPoolExecutor(1) as pool:  # the command runs its own loop, in a thread of its own
+            result = pool.submit(contextvars.copy_context().run, invoke, ["jobs", "status", str(job.id)], env).result()
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    with acting_as(Principal.with_role(PrincipalKind.USER, "v", Role.VIEWER)):
+        assert json.loads(status())["result"] == MASKED
+    assert json.loads(status())["result"] == {"echo": {"card": "4111"}}
