@@ -55,6 +55,13 @@ async def test_a_workflow_and_a_process_round_trip_and_their_tables_hold_no_clea
         assert response["kind"] == "init"
         process = await app.processes.get(ns, "p-1")
         assert process.aux_state == {"iban": SECRET} and process.history[0].payload == {"kind": "init", "n": 1}
+        feed = await app.processes.feed(ns)
+        assert {"kind": "init", "n": 1} in [item.payload for item in feed.items]
+        with acting_as(VIEWER):
+            hidden = await app.processes.get(ns, "p-1")
+            assert hidden.aux_state == MASKED and hidden.history[0].payload == MASKED
+            assert {item.payload for item in (await app.processes.feed(ns)).items} <= {MASKED, None}
+            assert (await app.workflows.get(run_id)).steps[0].result == MASKED
     stored = " ".join([
         await _texts(edb, "SELECT args::text, result::text FROM dl_jobs WHERE job_id = $1", run_id),
         await _texts(edb, "SELECT result::text FROM dl_workflow_steps WHERE run_id = $1", run_id),
