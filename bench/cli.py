@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from bench import measures, peers_venv, pg, report
-from bench.systems import ALL, ROOT, set_dataloader_src
+from bench.systems import ALL, ROOT, VARIANTS, Dataloader, set_dataloader_src
 
 ORDER = ["enqueue", "processing", "latency", "handoff", "idle", "claim", "http", "prune"]
 ALIASES = {"memory": "processing"}  # measure 8 is sampled during measure 2
@@ -37,7 +37,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("measure", choices=["all", *ORDER, *ALIASES],
                         help="what to measure ('memory' is recorded by 'processing')")
     parser.add_argument("--systems", default=",".join(ALL),
-                        help=f"comma-separated subset of {','.join(ALL)}")
+                        help=f"comma-separated subset of {','.join(ALL)} (or the variant "
+                             f"{','.join(VARIANTS)}: dataloader with encryption at rest on)")
     parser.add_argument("--runs", type=int, default=None, help="runs per measure (default 3, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="small counts, one run: a ~2-minute smoke test")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run of one system")
@@ -54,9 +55,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failed runs")
     args = parser.parse_args(argv)
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [n for n in names if n not in ALL]
+    unknown = [n for n in names if n not in ALL and n not in VARIANTS]
     if unknown or not names:
-        parser.error(f"unknown system(s) {unknown}; choose from {', '.join(ALL)}")
+        parser.error(f"unknown system(s) {unknown}; choose from {', '.join([*ALL, *VARIANTS])}")
     args.system_names = names
     return args
 
@@ -115,13 +116,13 @@ async def _run(args: argparse.Namespace) -> int:
         scale = dataclasses.replace(scale, processing_procs=tuple(int(n) for n in args.worker_procs.split(",")))
     runs = args.runs or (1 if args.quick else 3)
     wanted = ORDER if args.measure == "all" else [ALIASES.get(args.measure, args.measure)]
-    systems = [ALL[n] for n in args.system_names]
+    systems = [ALL.get(n) or VARIANTS[n] for n in args.system_names]
 
     workdir = Path(tempfile.mkdtemp(prefix="dl-bench-"))
     os.chmod(workdir, 0o755)
     src, versions = _snapshot_src(args.ref, workdir)
     set_dataloader_src(src)
-    if any(s.name != "dataloader" for s in systems):
+    if any(not isinstance(s, Dataloader) for s in systems):
         versions.update(await asyncio.to_thread(peers_venv.ensure, args.upgrade_peers))
 
     print("bench: starting PostgreSQL" + (" (BENCH_DSN)" if os.environ.get("BENCH_DSN") else

@@ -3,6 +3,7 @@ progress and timings back from each system's own tables."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -105,6 +106,40 @@ DATALOADER = Dataloader(
     serial_feature="lock_key (all 200 jobs on one key)",
 )
 
+class PayloadDataloader(Dataloader):
+    """dataloader whose jobs carry a payload (BENCH_DL_PAYLOAD: the drivers add ~200 bytes of args
+    to every job), with encryption at rest on (`dataloader_enc`: DL_ENCRYPTION_KEYS in every
+    process of the run) or off (`dataloader_payload`): the pair of one run is what encryption
+    costs on the same jobs (docs/security.md "What it costs")."""
+
+    encrypted: bool = False
+
+    def env(self, marks_dir: Path | None = None) -> dict[str, str]:
+        env = super().env(marks_dir)
+        env["BENCH_DL_PAYLOAD"] = "1"
+        if self.encrypted:
+            env["DL_ENCRYPTION_KEYS"] = BENCH_KEY
+        return env
+
+
+class EncryptedDataloader(PayloadDataloader):
+    encrypted = True
+
+
+# A fixed key for benchmarks only (it protects nothing): 32 bytes, base64.
+BENCH_KEY = "bench:" + base64.urlsafe_b64encode(b"dataloader bench key, not secret").decode()
+
+
+def _variant(cls: type[PayloadDataloader], name: str, note: str) -> PayloadDataloader:
+    return cls(name=name, python=sys.executable, driver=DATALOADER.driver, pending_sql=DATALOADER.pending_sql,
+               count_sql=DATALOADER.count_sql, span_sql=DATALOADER.span_sql,
+               serial_feature=DATALOADER.serial_feature, notes=[note])
+
+
+DATALOADER_PAYLOAD = _variant(PayloadDataloader, "dataloader_payload", "jobs with ~200 bytes of args, stored clear")
+DATALOADER_ENC = _variant(EncryptedDataloader, "dataloader_enc",
+                          "jobs with ~200 bytes of args, encrypted at rest (AES-256-GCM, DL_ENCRYPTION_KEYS)")
+
 PGQUEUER = System(
     name="pgqueuer",
     python=str(peers_venv.PYTHON),
@@ -134,3 +169,5 @@ PROCRASTINATE = System(
 )
 
 ALL: dict[str, System] = {s.name: s for s in (DATALOADER, PGQUEUER, PROCRASTINATE)}
+# Not in the default set (a run compares the peers); name them: --systems dataloader_payload,dataloader_enc
+VARIANTS: dict[str, System] = {s.name: s for s in (DATALOADER_PAYLOAD, DATALOADER_ENC)}

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
     from dataloader.audit.trail import AuditTrail
+    from dataloader.encryption.keys import KeyManager
     from dataloader.flow.manager import FlowManager
     from dataloader.health.reader import HealthReader
     from dataloader.observers.manager import ObserverManager
@@ -304,6 +305,11 @@ class App:
         """How many jobs match `filter` (what a bulk operation's dry run reports); with `at_most`,
         counting stops there (a capped count that stays cheap on a big table)."""
         return await self._managers.search().count(filter, at_most=at_most)
+
+    @property
+    def keys(self) -> KeyManager:
+        """Encryption at rest (docs/security.md): `await app.keys.status()`, `await app.keys.rotate()`."""
+        return self._managers.keys()
 
     @property
     def operations(self) -> OperationManager:

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dataloader.exceptions import ConfigError
@@ -323,6 +332,12 @@ class Settings(BaseSettings):
     oidc_default_role: Role | None = None
     log_level: str = "INFO"
     log_format: str = "auto"
+    # Payloads encrypted at rest (docs/security.md "Encryption at rest"): `kid:base64key,...` (the
+    # first encrypts, all decrypt) or `@/path/to/file` holding that list; unset: off, nothing
+    # changes. The clear fields: `field` (every task) or `task:field`, kept beside the envelope
+    # so the args search still finds them.
+    encryption_keys: SecretStr | None = None
+    encryption_clear_fields: str = ""
     max_args_bytes: int = Field(default=256 * 1024, gt=0)
     node_name: str = Field(default_factory=lambda: f"{os.uname().nodename}:{os.getpid()}")
 

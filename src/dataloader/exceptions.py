@@ -494,6 +494,26 @@ class OperationStateConflict(DataloaderError):
     code = "operation_state_conflict"
 
 
+# --- Encryption at rest (docs/security.md) ------------------------------------------------
+
+class EncryptionKeyMissing(DataloaderError):
+    """A stored payload is encrypted with a key this process does not hold (or does not decrypt
+    with the key of its id); `kid` names the key to add back to DL_ENCRYPTION_KEYS."""
+
+    code = "encryption_key_missing"
+
+    def __init__(self, message: str, kid: str) -> None:
+        self.kid = kid
+        super().__init__(message)
+
+
+
+class EncryptionOff(DataloaderError):
+    """A key operation (status, rotate) on a node without DL_ENCRYPTION_KEYS."""
+
+    code = "encryption_off"
+
+
 # -- not DataloaderErrors: each keeps the standard base its callers catch it by ------------------
 
 class InsertGroupClosed(RuntimeError):

@@ -25,6 +25,7 @@ import asyncpg
 from dataloader import node
 from dataloader.audit.trail import AuditTrail
 from dataloader.config import DEFAULT_SHARD, Queue, Settings
+from dataloader.encryption.keys import KeyManager
 from dataloader.flow.manager import FlowManager
 from dataloader.flow.shards import ShardedFlowManager
 from dataloader.health.reader import HealthReader
@@ -42,6 +43,7 @@ from dataloader.processes.waiter import TaskWaiter
 from dataloader.retention.archive import Archive, NoArchive, archive_of
 from dataloader.schedules.manager import ScheduleManager
 from dataloader.storage.database import Database
+from dataloader.storage.encryption_repository import EncryptionRepository
 from dataloader.storage.flow_repository import FlowRepository
 from dataloader.storage.health_repository import HealthRepository
 from dataloader.storage.notifier import Notifier
@@ -241,6 +243,11 @@ class Managers:
     def job_search(self, *, limited: bool = True) -> JobSearch:
         return JobSearch(SearchRepository(self.db.pool, count_timeout_sec=self.count_timeout_sec),
                          self.expensive if limited else None)
+
+    def keys(self) -> KeyManager:
+        """Key status and rotation over every shard's payloads."""
+        return KeyManager([EncryptionRepository(m.db.pool, count_timeout_sec=self.count_timeout_sec)
+                           for m in self.everywhere()])
 
     def operations(self) -> OperationManager:
         if not self.shards:

@@ -114,6 +114,12 @@ LEADER_ACQUIRED = Counter(
 JOBS_PRUNED = Counter(
     "dl_jobs_pruned_total", "Finished jobs deleted (with their journal rows) by the pruner", ["queue", "status"]
 )
+# Encryption at rest (docs/security.md): stored payloads this node could not open (their key is not
+# in DL_ENCRYPTION_KEYS, by kid: add it back) and envelopes a rotation re-encrypted.
+PAYLOADS_UNREADABLE = Counter("dl_encryption_unreadable_total",
+                              "Stored payload envelopes this node read but could not decrypt", ["kid"])
+PAYLOADS_REENCRYPTED = Counter("dl_encryption_reencrypted_total",
+                               "Stored payload envelopes re-encrypted under the current key by a rotation", ["payload"])
 JOBS_CHANGED_BY_OPERATOR = Counter(
     "dl_jobs_changed_by_operator_total",
     "Single jobs an operator changed through set_job_priority or delete_job (bulk ones: dl_operation_jobs_total)",

@@ -43,6 +43,7 @@ from typing_extensions import Unpack
 
 from dataloader.app import App
 from dataloader.config import Queue, Settings, load_settings
+from dataloader.encryption.keys import DEFAULT_BATCH_SIZE, KeyStatus, RotationReport
 from dataloader.jobs.enqueue import EnqueueOptions
 from dataloader.jobs.manager import JobRequest
 from dataloader.model.api_token import ApiToken, CreatedToken, TokenSpec
@@ -324,6 +325,11 @@ class SyncApp:
         """`app.audit` of the async App, blocking: `search(actor=, action=, target=, since=, ...)`."""
         return SyncAudit(self)
 
+    @property
+    def keys(self) -> SyncKeys:
+        """`app.keys` of the async App, blocking: status and rotate."""
+        return SyncKeys(self)
+
 
 class SyncUsers:
     """The blocking twin of `App.users` (each call runs the async one on the SyncApp's loop)."""
@@ -383,6 +389,19 @@ class SyncAudit:
 
     def search(self, filter: AuditFilter | Mapping[str, Any] | None = None, **fields: Any) -> AuditPage:
         return self._owner._call(self._owner.app.audit.search(filter, **fields))
+
+
+class SyncKeys:
+    """The blocking twin of `App.keys`: status and rotate (docs/security.md "Encryption at rest")."""
+
+    def __init__(self, owner: SyncApp) -> None:
+        self._owner = owner
+
+    def status(self) -> KeyStatus:
+        return self._owner._call(self._owner.app.keys.status())
+
+    def rotate(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> RotationReport:
+        return self._owner._call(self._owner.app.keys.rotate(batch_size=batch_size))
 
 
 class SyncWorkflows:

@@ -205,6 +205,8 @@ async def test_every_action_says_what_it_did(db, dsn):
         bulk = await act("/workflows/bulk", "/ui/workflows/bulk", {"workflow": "t.wait", "status": "queued",
                                                                    "action": "cancel"})
         assert re.fullmatch(r"Operation [0-9a-f-]{36} started: workflow_cancel on 1 workflow run\.", bulk), bulk
+        assert await act("/keys/rotate", "/ui/keys/rotate") == \
+            "Encryption at rest is off on this node: nothing to rotate (set DL_ENCRYPTION_KEYS)."
         # last: while a token exists the API (start_run above) needs a bearer
         created = await client.post("/ui/tokens", data={"csrf": csrf, "name": f"said-{queue}", "scope": "read"})
         token = re.search(r'data-token="said-[^"]+">\s*<th scope="row">[^<]*<span class="note mono">([0-9a-f-]{36})',

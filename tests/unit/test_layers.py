@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("duty framework", frozenset({"maintenance"})),
     ("engine", frozenset({"workers"})),
     ("capabilities", frozenset({"jobs", "operations", "retention", "processes", "schedules", "observers", "flow",
-                                "health", "workflows", "users", "tokens", "audit"})),
+                                "health", "workflows", "users", "tokens", "audit", "encryption"})),
     # node.py builds the workers and duties; managers.py the capabilities' managers App hands out
     ("node", frozenset({"node", "managers"})),
     ("facade", frozenset({"app", "sync"})),
@@ -127,7 +127,8 @@ def test_the_facade_imports_no_storage_module_but_the_database_root() -> None:
 
 
 # A facade, not a second root: its wiring grows in managers.py, node.py and storage/database.py.
-FACADE_MAX_LINES = 400
+# (410: issue 40's `app.keys` is one more capability property, four lines, no wiring.)
+FACADE_MAX_LINES = 410
 
 
 def test_the_facade_stays_a_facade() -> None:

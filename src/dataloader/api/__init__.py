@@ -26,7 +26,9 @@ from dataloader.api.runtime import Runtime
 from dataloader.api.v1.archive_router import router as archive_router
 from dataloader.api.v1.audit_router import router as audit_router
 from dataloader.api.v1.chains_router import router as chains_router
-from dataloader.api.v1.exceptions import install_exception_handlers
+from dataloader.api.v1.encryption_router import router as encryption_router
+from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
+from dataloader.api.v1.models import ErrorCode
 from dataloader.api.v1.observers_router import nodes_router
 from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
@@ -59,7 +61,7 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 ROUTERS = (v1_router, schedules_router, stats_router, processes_router, chains_router, workflows_router,
            operations_router, observers_router, nodes_router, queues_router, archive_router, storage_router,
-           users_router, tokens_router, audit_router, os_router.router, metric_router.router)
+           users_router, tokens_router, audit_router, encryption_router, os_router.router, metric_router.router)
 
 
 def register_routers(app: FastAPI) -> None:

@@ -18,6 +18,7 @@ import typer
 from dataloader.cli.audit import audit_app
 from dataloader.cli.common import _Commands, _options
 from dataloader.cli.jobs import jobs_app
+from dataloader.cli.keys import keys_app
 from dataloader.cli.observers import nodes_command, observers_app
 from dataloader.cli.operations import ops_app
 from dataloader.cli.processes import processes_app
@@ -56,6 +57,7 @@ app.add_typer(workflows_app, name="workflows")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(audit_app, name="audit")
+app.add_typer(keys_app, name="keys")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -454,13 +454,13 @@ class JobManager:
             raise ChainNotFound(f"no chain {chain_or_job_id} (and no job of a chain with that id)")
         chain_id = jobs[0].chain_id
         assert chain_id is not None
-        return Chain(chain_id, jobs, joins)
+        return Chain(chain_id, [job.shown() for job in jobs], joins)
 
     async def get(self, job_id: uuid.UUID) -> Job:
         job = await self.repo.get_job(job_id)
         if job is None:
             raise JobNotFound(f"no job {job_id}")
-        return job
+        return job.shown()  # payloads masked for a principal without READ_PAYLOAD
 
     async def cancel(self, job_id: uuid.UUID, *, request_id: str | None = None) -> Job:
         async with audited(self.repo, "job.cancel", "job", job_id) as change:
@@ -550,7 +550,8 @@ class JobManager:
             raise ValidationFailed(f"status: {message}", [{"loc": ["status"], "msg": message, "type": "enum"}])
         # One row more than asked tells whether another page exists without a count(*).
         listing = JobListing(queue, task, [str(s) for s in statuses] if statuses else None, created_from, created_to)
-        jobs = await self.repo.list_jobs(listing, before=decode_cursor(cursor) if cursor else None, limit=limit + 1)
+        jobs = [job.shown() for job in await self.repo.list_jobs(
+            listing, before=decode_cursor(cursor) if cursor else None, limit=limit + 1)]
         if len(jobs) <= limit:
             return JobPage(jobs, None)
         last = jobs[limit - 1]

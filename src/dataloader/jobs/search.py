@@ -5,6 +5,7 @@ the hourly rollup instead of the jobs table."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from dataloader.exceptions import InvalidJobRequest, TooManyQueries, ValidationFailed
 from dataloader.jobs.manager import MAX_LIST_LIMIT, decode_cursor, encode_cursor
+from dataloader.model import payload_crypto
 from dataloader.model.job import Job
 from dataloader.model.job_filter import JobFilter
 from dataloader.storage.search_repository import SearchRepository
@@ -106,6 +108,7 @@ class JobSearch:
             problem = await self.repo.check_jsonpath(f.args_path)
             if problem is not None:
                 raise InvalidJobRequest(f"filter args_path is not a jsonpath: {problem}")
+        encrypted_args_problem(f)
         return f
 
     async def search(self, value: JobFilter | Mapping[str, Any] | None = None, *, cursor: str | None = None,
@@ -116,7 +119,7 @@ class JobSearch:
         f = await self.checked(value)
         total: int | None = None
         async with self.expensive_slot():
-            jobs = await self.repo.search(f, before=before, limit=limit + 1)
+            jobs = [job.shown() for job in await self.repo.search(f, before=before, limit=limit + 1)]
             if count:
                 total = await self.repo.count(f, at_most=MAX_COUNT)
         next_cursor = None
@@ -131,3 +134,30 @@ class JobSearch:
         f = await self.checked(value)
         async with self.expensive_slot():
             return await self.repo.count(f, at_most=at_most)
+
+
+_TOP_FIELD = re.compile(r'^\s*(?:strict\s+|lax\s+)?\$\s*\.\s*(?:"((?:[^"\\]|\\.)*)"|([A-Za-z_][A-Za-z0-9_]*))')
+
+
+def encrypted_args_problem(f: JobFilter) -> None:
+    """With args encrypted at rest, only the fields declared in clear (DL_ENCRYPTION_CLEAR_FIELDS,
+    for every task the filter names) are in the stored args: a filter on any other would match
+    nothing, silently. InvalidJobRequest names the field instead."""
+    ring = payload_crypto.active()
+    if ring is None or (f.args_contains is None and f.args_path is None):
+        return
+    tasks = f.tasks or [None]
+    searchable = frozenset.intersection(*(ring.clear.for_task(t) for t in tasks))
+    asked = set(f.args_contains or ())
+    if f.args_path is not None:
+        match = _TOP_FIELD.match(f.args_path)
+        if match is None:
+            raise InvalidJobRequest("filter args_path: with args encrypted at rest, a path must start at one "
+                                    "declared clear field ($.field ...); searchable: "
+                                    f"{', '.join(sorted(searchable)) or 'none'} (DL_ENCRYPTION_CLEAR_FIELDS)")
+        asked.add(match.group(1) if match.group(1) is not None else match.group(2))
+    hidden = sorted(asked - searchable)
+    if hidden:
+        raise InvalidJobRequest(
+            f"filter: args field {', '.join(map(repr, hidden))} is encrypted at rest and cannot be searched; "
+            f"searchable: {', '.join(sorted(searchable)) or 'none'} (declare fields in DL_ENCRYPTION_CLEAR_FIELDS)")

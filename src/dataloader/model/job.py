@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from dataloader.model.clock import iso, iso_times
+from dataloader.model.payload_crypto import shown
 
 
 class JobStatus(StrEnum):
@@ -105,6 +106,11 @@ class Job:
             chain_next=get("chain_next"), queue_overdue_at=get("queue_overdue_at"),
             held_at=get("held_at"), held_reason=get("held_reason"),
         )
+
+    def shown(self) -> Job:
+        """As the principal in force may see it: args, progress and result masked without
+        READ_PAYLOAD (model/payload_crypto.py)."""
+        return shown(self, "args", "progress", "result")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ids and times as strings, the status as its value."""

@@ -8,12 +8,14 @@ import base64
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from dataloader.model import payload_crypto
 from dataloader.model.clock import iso
+from dataloader.model.payload_crypto import shown
 
 
 class ProcessStatus(StrEnum):
@@ -143,6 +145,13 @@ class Process:
     timer: Timer | None = None
     # Armed timer that was suspended when the process went to `error`: re-armed by a repair.
     suspended_timer: Timer | None = None
+
+    def shown(self) -> Process:
+        """As the principal in force may see it: aux state and events' payloads masked without
+        READ_PAYLOAD (model/payload_crypto.py)."""
+        if payload_crypto.may_read_payloads():
+            return self
+        return replace(shown(self, "aux_state"), history=[shown(e, "payload") for e in self.history])
 
     def to_dict(self) -> dict[str, Any]:
         aux = self.aux_state

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from dataloader.exceptions import IdempotencyConflict, RestartConflict
+from dataloader.model import payload_crypto
 from dataloader.model.job import Job, JobStatus
 
 # What an enqueue did (metrics.count_enqueue counts each): a new job; a restartable's queued job
@@ -53,12 +54,18 @@ class Inserted:
     same_args: bool = True
 
 
-def enqueued(job: NewJob, job_id: uuid.UUID, inserted: Any, found: Any, decoded: bool) -> Inserted:
+def enqueued(job: NewJob, job_id: uuid.UUID, inserted: Any, found: Any, decoded: bool, *,
+             sealed: bool = False) -> Inserted:
     """The outcome of an enqueue from the row its insert returned (`inserted`, None when the
-    idempotency or restart key named a job already) or the row it found instead (`found`)."""
+    idempotency or restart key named a job already) or the row it found instead (`found`).
+    `sealed`: the args were sent encrypted, so the database compared two ciphertexts: the found
+    job's args (opened as read) are compared with the request's here instead."""
     if inserted is None:
         # get_job_by_idempotency_key.sql compares the args; a restartable's queued job is its own
-        return Inserted(job_from_row(found, decoded), False, bool(found.get("same_args", True)))
+        found_job = job_from_row(found, decoded)
+        if sealed:
+            return Inserted(found_job, False, found_job.args == json.loads(job.args_json))
+        return Inserted(found_job, False, bool(found.get("same_args", True)))
     if job.restartable:  # insert_restartable_job.sql: a new job, or the queued one it updated
         return Inserted(job_from_row(inserted, decoded), bool(inserted["created"]))
     return Inserted(inserted_job(job, job_id, inserted), True)
@@ -101,6 +108,8 @@ def inserted_job(job: NewJob, job_id: uuid.UUID, row: Any) -> Job:
     decoding all of the row's columns per enqueue. Works on any connection (jsonb maybe as text).
     The statements answer NULL args for the empty object (the commonest: no decoding per call)."""
     args = row["args"]
+    if args is not None and not decoded_args(args):  # an envelope read on a caller's connection
+        args = json.loads(job.args_json)
     return Job(
         id=job_id, queue=job.queue, task=job.task, args={} if args is None else json_value(args), lock_key=job.lock_key,
         status=JobStatus.queued, attempt=0, max_attempts=job.max_attempts, priority=job.priority,
@@ -116,11 +125,19 @@ def job_from_row(row: Any, decoded: bool = True) -> Job:
         return Job.from_row(row)
     row = dict(row)
     row["job_id"] = as_uuid(row["job_id"])
-    row["args"] = json_value(row.get("args"))
-    row["progress"] = json_value(row.get("progress"))
+    row["args"] = payload_crypto.reveal(json_value(row.get("args")))
+    row["progress"] = payload_crypto.reveal(json_value(row.get("progress")))
     row["chain_next"] = json_value(row.get("chain_next"))
-    row["result"] = _result_value(row.get("result"))
+    row["result"] = payload_crypto.reveal(_result_value(row.get("result")))
     return Job.from_row(row)
+
+
+def decoded_args(value: Any) -> bool:
+    """Whether stored args came back as their value: not an envelope left sealed (a caller's
+    connection has no key ring in its codec; the request's own args are the value then)."""
+    if isinstance(value, str):
+        return payload_crypto.ENVELOPE_KEY not in value
+    return not payload_crypto.is_envelope(value)
 
 
 def json_value(value: Any) -> Any:

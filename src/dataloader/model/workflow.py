@@ -3,13 +3,13 @@ named and stored — defined once here, so Python, HTTP and the CLI validate ali
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from dataloader.model import payload_crypto
 from dataloader.model.clock import iso
 
 StepKind = Literal["step", "sleep", "wait", "gather", "patch"]
@@ -48,7 +48,17 @@ def iso_utc(value: datetime | None) -> str | None:
 
 
 def decode(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """A result, payload or input read as JSON text, its envelope opened (model/payload_crypto.py)."""
+    return payload_crypto.reveal_text(text)
+
+
+def run_input(row: Any) -> Any:
+    """A run's input: get_run.sql answers the whole args when they are sealed (SQL cannot look
+    inside an envelope), and their `input` otherwise."""
+    if not row["input_sealed"]:
+        return decode(row["input"])
+    args = decode(row["input"])
+    return args.get("input") if type(args) is dict else args
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +152,19 @@ class WorkflowRun:
     def finished(self) -> bool:
         return self.status in ("succeeded", "failed", "canceled", "lost")
 
+    def shown(self) -> WorkflowRun:
+        """As the principal in force may see it: input, result and the steps' results masked
+        without READ_PAYLOAD (model/payload_crypto.py)."""
+        if payload_crypto.may_read_payloads():
+            return self
+        return replace(payload_crypto.shown(self, "input", "result"),
+                       steps=[payload_crypto.shown(s, "result") for s in self.steps])
+
     @classmethod
     def from_row(cls, row: Any, steps: list[Recorded], earlier_children: list[EarlierChild] | None = None
                  ) -> WorkflowRun:
         return cls(run_id=row["run_id"], workflow=row["workflow"], status=row["status"],
-                   input=decode(row["input"]),
+                   input=run_input(row),
                    result=decode(row["result"]), error=row["error"], queue=row["queue"],
                    parent_run_id=row["parent_run_id"], created_at=row["created_at"],
                    finished_at=row["finished_at"], available_at=row["available_at"], steps=steps,

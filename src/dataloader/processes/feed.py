@@ -31,6 +31,7 @@ from typing import Any
 
 from dataloader.exceptions import InvalidCursor
 from dataloader.model.clock import iso
+from dataloader.model.payload_crypto import shown
 from dataloader.processes.waiter import DISCONNECTED_POLL_SEC, FEED_CHANNEL, TaskWaiter
 from dataloader.storage.process_repository import ProcessRepository
 
@@ -88,7 +89,8 @@ def parse_cursor(cursor: str | None) -> tuple[int, int]:
 async def read_page(repo: ProcessRepository, ns: str, cursor: str | None, limit: int) -> FeedPage:
     xid, seq = parse_cursor(cursor)
     rows = await repo.read_feed(ns, xid, seq, limit)
-    items = [FeedItem.from_row(r) for r in rows]
+    # payloads masked for a principal without READ_PAYLOAD (model/payload_crypto.py)
+    items = [shown(FeedItem.from_row(r), "payload") for r in rows]
     return FeedPage(items, items[-1].cursor if items else f"{xid}.{seq}")
 
 

@@ -396,7 +396,7 @@ class ProcessManager:
         history = await self.repo.events(ns, process_id, hrange)
         from dataclasses import replace
 
-        return replace(stored.process, history=history)
+        return replace(stored.process, history=history).shown()  # masked without READ_PAYLOAD
 
     async def remove(self, ns: str, process_id: str) -> None:
         """Delete the process and all its rows; its queued tasks are canceled (their callers get
@@ -423,7 +423,7 @@ class ProcessManager:
                 raise InvalidProcess(
                     f"status: unknown {status!r}; known: {', '.join(s.value for s in ProcessStatus)}") from None
         after = _decode_cursor(cursor) if cursor else None
-        rows = await self.repo.list_processes(ns, status, after, limit + 1)
+        rows = [p.shown() for p in await self.repo.list_processes(ns, status, after, limit + 1)]
         if len(rows) <= limit:
             return ProcessPage(rows, None)
         return ProcessPage(rows[:limit], _encode_cursor(rows[limit - 1].id))

@@ -32,6 +32,7 @@ from dataloader.exceptions import (
     EmbeddedServerFailed,
     SchemaNotReady,
 )
+from dataloader.model import payload_crypto
 from dataloader.storage import migrate, session_probe
 from dataloader.storage.console_session_repository import ConsoleSessionRepository
 from dataloader.storage.db import create_engine, create_pool, create_sessionmaker, is_connection_error, redact_dsn
@@ -72,6 +73,7 @@ class Database:
         self.api = api
         self.dsn_names = dsn_names
         self._use_embedded = embedded
+        self._ring_installed = False
         self._process_slots = process_slots
         self.shards: dict[str, Database] = {}  # the other shards' databases (the default one's only)
         self._embedded: EmbeddedPostgres | None = None
@@ -119,6 +121,7 @@ class Database:
         else:
             raise ConfigError("DL_DB_DSN", "is not set: an App needs the database its workers read "
                               "(use App.embedded() for a local development server)")
+        self._install_ring()
         direct = settings.db_direct_dsn
         self.pooled = bool(direct) and direct != dsn
         self._session_dsn = direct if self.pooled else dsn
@@ -140,6 +143,7 @@ class Database:
                     raise connect_error(exc, dsn, self.dsn_names[0]) from exc  # type: ignore[arg-type]
                 raise
         except BaseException:
+            self._uninstall_ring()
             await self._stop_embedded()
             raise
         self._dsn, self._pool = dsn, pool
@@ -151,6 +155,21 @@ class Database:
             await self.close()
             raise
         return self
+
+    def _install_ring(self) -> None:
+        """Put DL_ENCRYPTION_KEYS in force before any connection opens: each connection's jsonb
+        codec is chosen when it opens (storage/db.py init_connection). Off: nothing installed."""
+        keys = self.settings.encryption_keys
+        ring = payload_crypto.ring_from_settings(keys.get_secret_value() if keys is not None else None,
+                                                 self.settings.encryption_clear_fields)
+        if ring is not None and not self._ring_installed:
+            payload_crypto.install(ring)
+            self._ring_installed = True
+
+    def _uninstall_ring(self) -> None:
+        if self._ring_installed:
+            self._ring_installed = False
+            payload_crypto.uninstall()
 
     async def _start_embedded(self) -> str:
         self._embedded = EmbeddedPostgres(self.settings.data_dir, os_user=self.settings.embedded_user)
@@ -234,6 +253,7 @@ class Database:
             await self._engine.dispose()
             self._engine = self._sessionmaker = None
         await self._stop_embedded()
+        self._uninstall_ring()
 
     async def _stop_embedded(self) -> None:
         embedded, self._embedded = self._embedded, None

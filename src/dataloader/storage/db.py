@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from dataloader.model import payload_crypto
 from dataloader.storage.queries import sql
 
 if TYPE_CHECKING:
@@ -194,9 +195,13 @@ def encode_timestamptz(value: datetime) -> tuple[int]:
 
 async def init_connection(conn: asyncpg.Connection) -> None:
     """jsonb and json columns arrive as Python objects and are sent from them; timestamptz
-    decodes every value the column can hold (see decode_timestamptz)."""
+    decodes every value the column can hold (see decode_timestamptz). With DL_ENCRYPTION_KEYS in
+    force, jsonb decodes through the key ring, which opens every payload envelope it reads
+    (model/payload_crypto.py); without, the plain decoder: nothing more per value."""
+    ring = payload_crypto.active()
+    decoder = json.loads if ring is None else ring.decode
     for type_name in ("jsonb", "json"):
-        await conn.set_type_codec(type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(type_name, encoder=json.dumps, decoder=decoder, schema="pg_catalog")
     await conn.set_type_codec("timestamptz", encoder=encode_timestamptz, decoder=decode_timestamptz,
                               schema="pg_catalog", format="tuple")
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from dataloader.model import payload_crypto
 from dataloader.model.clock import iso
+from dataloader.model.payload_crypto import reveal, seal_text
 from dataloader.model.process import Event, HistoryRange, Process, ProcessStatus, Timer
 from dataloader.storage.db import parse_timestamptz_text
 from dataloader.storage.executor import Executor
@@ -97,9 +100,17 @@ def process_from_row(row: Any, history: list[Event] | None = None) -> ProcessRow
     return ProcessRow(process, row["version"])
 
 
+def _sealed(payloads: Sequence[str]) -> list[str]:
+    """Events' payloads (JSON text) as stored: each its own envelope with DL_ENCRYPTION_KEYS."""
+    if payload_crypto.active() is None:
+        return list(payloads)
+    return [seal_text(p) or p for p in payloads]
+
+
 def events_from_json(items: list[Any]) -> list[Event]:
     """The history aggregated by load_step.sql: [event_id, ts, payload, metadata, task_id] each."""
-    return [Event(event_id=i[0], timestamp=parse_timestamptz_text(i[1]), payload=i[2], metadata=i[3],
+    # an aggregate's payloads are nested in its JSON: the codec opened none of them
+    return [Event(event_id=i[0], timestamp=parse_timestamptz_text(i[1]), payload=reveal(i[2]), metadata=i[3],
                   task_id=uuid.UUID(i[4]) if i[4] else None) for i in items]
 
 
@@ -162,7 +173,7 @@ class ProcessRepository:
     async def insert_task(conn: asyncpg.Connection, task: NewTask) -> bool:
         """False: the idempotency key already names a task (nothing inserted)."""
         row = await conn.fetchrow(
-            sql("processes/insert_task"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
+            sql("processes/insert_task"), task.task_id, task.ns, task.process_id, task.type, seal_text(task.args_json),
             task.history_range_json, task.idempotency_key, task.due_at, task.queue,
             lock_key_of(task.ns, task.process_id), task.priority, task.max_attempts, task.lease_ttl_sec,
             task.producer, task.request_id, task.traceparent, task.cause_span)
@@ -172,8 +183,9 @@ class ProcessRepository:
     async def enqueue_caller(conn: Any, task: NewTask, needed_status: str | None) -> asyncpg.Record:
         """One statement: (status found, process created, task queued); see enqueue_caller.sql."""
         return await conn.fetchrow(
-            sql("processes/enqueue_caller"), task.task_id, task.ns, task.process_id, task.type, task.args_json,
-            task.history_range_json, task.idempotency_key, task.queue, lock_key_of(task.ns, task.process_id),
+            sql("processes/enqueue_caller"), task.task_id, task.ns, task.process_id, task.type,
+            seal_text(task.args_json), task.history_range_json, task.idempotency_key, task.queue,
+            lock_key_of(task.ns, task.process_id),
             task.priority, task.max_attempts, task.lease_ttl_sec, task.producer, task.request_id, needed_status,
             task.traceparent)
 
@@ -233,9 +245,9 @@ class ProcessRepository:
                          w: StepWrite) -> bool:
         timer = w.timer
         row = await conn.fetchrow(
-            sql("processes/apply_step"), ns, process_id, task_id, version, w.status, w.aux_set, w.aux_json,
-            w.aux_bytes, w.metadata_set, w.metadata_json, list(w.event_payloads), list(w.event_metadata),
-            w.response_json, w.task_status, w.task_error, w.detail, w.corrupted_by,
+            sql("processes/apply_step"), ns, process_id, task_id, version, w.status, w.aux_set, seal_text(w.aux_json),
+            w.aux_bytes, w.metadata_set, w.metadata_json, _sealed(w.event_payloads), list(w.event_metadata),
+            seal_text(w.response_json), w.task_status, w.task_error, w.detail, w.corrupted_by,
             timer.task_id if timer else None, timer.type if timer else None, timer.at if timer else None,
             list(w.lifecycle), w.lifecycle_json)
         return bool(row["applied"])
@@ -243,7 +255,7 @@ class ProcessRepository:
     @staticmethod
     async def end_task(conn: Any, task_id: uuid.UUID, status: str, error: str | None,
                        response_json: str | None = None) -> bool:
-        return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error, response_json))
+        return bool(await conn.fetchval(sql("processes/end_task"), task_id, status, error, seal_text(response_json)))
 
     @staticmethod
     async def delete_process(ns: str, process_id: str, on: Executor, task_id: uuid.UUID | None = None) -> bool:
@@ -338,7 +350,7 @@ class ProcessRepository:
                              metadata_json: str | None, event_ids: list[int], timestamps: list[datetime | None],
                              payloads: list[str], metas: list[str | None], timer: Timer | None) -> bool:
         row = await conn.fetchrow(
-            sql("processes/import_process"), ns, process_id, status, detail, aux_json, aux_bytes, metadata_json,
-            event_ids, timestamps, payloads, metas, timer.task_id if timer else None,
+            sql("processes/import_process"), ns, process_id, status, detail, seal_text(aux_json), aux_bytes,
+            metadata_json, event_ids, timestamps, _sealed(payloads), metas, timer.task_id if timer else None,
             timer.type if timer else None, timer.at if timer else None)
         return bool(row["imported"])

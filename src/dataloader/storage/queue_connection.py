@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from dataloader.model import payload_crypto
 from dataloader.model.hold import HoldRule
 from dataloader.storage.owned_connection import OwnedConnection
 from dataloader.storage.plan_epoch import in_epoch, observe_table_pages
@@ -246,7 +247,7 @@ class QueueConnection:
         rows = await self.conn.fetch(
             in_epoch(step_claim_sql(limit)), queue, worker,
             [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],
-            [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests])
+            [r.lock_key for r in requests], [r.unlock for r in requests], _results(requests))
         split = next((n for n, r in enumerate(rows) if not r["finished"]), len(rows))
         finished = {r["job_id"]: FinishResult(status=r["status"], available_at=r["finish_available_at"],
                                               woken_queues=r["woken"]) for r in rows[:split]}
@@ -305,14 +306,14 @@ class QueueConnection:
             rows = await self.conn.fetch(
                 in_epoch(sql("finish_succeeded")),
                 [r.job_id for r in requests], [r.attempt for r in requests], [r.max_attempts for r in requests],
-                [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests])
+                [r.lock_key for r in requests], [r.unlock for r in requests], _results(requests))
             return _finish_results(rows)
         rows = await self.conn.fetch(
             in_epoch(sql("finish_jobs")),
             [r.job_id for r in requests], [r.attempt for r in requests], [r.outcome for r in requests],
             [r.error for r in requests], [r.fatal for r in requests], [r.max_attempts for r in requests],
             [float(r.delay_sec) for r in requests], [r.reason for r in requests],
-            [r.lock_key for r in requests], [r.unlock for r in requests], [r.result_json for r in requests],
+            [r.lock_key for r in requests], [r.unlock for r in requests], _results(requests),
             [r.next_json for r in requests],
             bool(hold and hold.exhausted), list(hold.errors) if hold and hold.errors else None,
             [r.span for r in requests],
@@ -333,3 +334,12 @@ class QueueConnection:
         row = await self.conn.fetchrow(in_epoch(sql("lock_holders")), job_id, lock_key)
         assert row is not None
         return row["running_holders"], row["locked_now"]
+
+
+def _results(requests: list[FinishRequest]) -> list[str | None]:
+    """The finishes' results as stored: encrypted at rest with DL_ENCRYPTION_KEYS (one envelope
+    each, model/payload_crypto.py), else the JSON text as it is."""
+    ring = payload_crypto.active()
+    if ring is None:
+        return [r.result_json for r in requests]
+    return [ring.seal_text(r.result_json) for r in requests]

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.model import payload_crypto
 from dataloader.model.ids import new_id
 from dataloader.model.job import Job, JobEvent, JobListing, JoinState
 from dataloader.model.queue_depth import QueueDepth
@@ -37,7 +38,9 @@ class JobRepository:
         """Insert a job, or find the job its idempotency key (a restartable's: its lock_key) names
         already, on `on`. `traceparent`: the caller's span (0020)."""
         job_id = job.job_id or new_id()
-        params = (job_id, job.queue, job.task, job.args_json, job.idempotency_key, job.lock_key,
+        # Encrypted at rest when DL_ENCRYPTION_KEYS is set (model/payload_crypto.py); else as given.
+        args = payload_crypto.seal_args(job.task, job.args_json)
+        params = (job_id, job.queue, job.task, args, job.idempotency_key, job.lock_key,
                   job.partition_key, job.priority, job.available_at, job.max_attempts, job.lease_ttl_sec,
                   job.producer, request_id, job.timeout_sec, job.chain_next_json, traceparent)
         while True:
@@ -51,9 +54,9 @@ class JobRepository:
             else:  # a new job, or the one its idempotency key names (with whether its args are the same)
                 inserted = await on.fetchrow(sql("insert_job"), *params)
                 found = None if inserted is not None else await on.fetchrow(
-                    sql("get_job_by_idempotency_key"), job.idempotency_key, job.args_json)
+                    sql("get_job_by_idempotency_key"), job.idempotency_key, args)
             if inserted is not None or found is not None:
-                return enqueued(job, job_id, inserted, found, on.decoded)
+                return enqueued(job, job_id, inserted, found, on.decoded, sealed=args is not job.args_json)
             # Neither: the row in the way was deleted (or claimed) between the two statements.
 
     async def insert_jobs(self, jobs: list[NewJob], on: Executor, producer: str | None = None, *,
@@ -77,6 +80,10 @@ class JobRepository:
         leases; all ids given) and each job's timeout, on `on`."""
         ids = columns[0]
         unkeyed = not any(columns[4])
+        if payload_crypto.active() is not None:  # encrypted at rest (model/payload_crypto.py)
+            seal = payload_crypto.seal_args
+            columns = (*columns[:3], [seal(task, args) for task, args in zip(columns[2], columns[3], strict=True)],
+                       *columns[4:])
         a, f = batch_arrays((*columns[1:], timeouts))
         params = (ids, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], producer, request_id,
                   traceparent, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10])
@@ -149,7 +156,7 @@ class JobRepository:
 
     async def set_progress(self, job_id: uuid.UUID, attempt: int, progress: dict[str, Any]) -> bool | None:
         """Store progress. Returns cancel_requested, or None if the attempt was fenced off."""
-        row = await self.on.fetchrow(sql("set_progress"), job_id, attempt, progress)
+        row = await self.on.fetchrow(sql("set_progress"), job_id, attempt, payload_crypto.seal_value(progress))
         return None if row is None else row["cancel_requested"]
 
     @staticmethod

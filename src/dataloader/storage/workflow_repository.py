@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.model.payload_crypto import seal_text
 from dataloader.model.workflow import EarlierChild, Recorded, WorkflowRun, WorkflowRunSummary
 from dataloader.storage.executor import Executor, InTransaction, Pooled
 from dataloader.storage.queries import sql
@@ -120,7 +121,7 @@ class WorkflowRepository:
         attempt (record_step_job.sql), on this repository's executor (`in_transaction`: a
         transactional step's)."""
         row = await self.on.fetchrow(sql("workflows/record_step_job"), job_id, attempt, run_id, seq, state,
-                                     result_json, error, attempts, wake_in_sec)
+                                     seal_text(result_json), error, attempts, wake_in_sec)
         return await self._written(row, run_id, seq)
 
     async def history(self, run_id: uuid.UUID, attempt: int = 0) -> History | None:
@@ -181,7 +182,7 @@ class WorkflowRepository:
         """(the run's job status or None when there is no such run, whether the signal was stored).
         A stored signal wakes the run in the same transaction."""
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(sql("workflows/send_signal"), run_id, name, payload_json)
+            row = await conn.fetchrow(sql("workflows/send_signal"), run_id, name, seal_text(payload_json))
             if row is None:
                 return None, False
             if row["signal_id"] is None:
@@ -197,7 +198,7 @@ class WorkflowRepository:
         """(run id, its job's status, whether this completion was stored); None: no such token. A
         stored completion wakes the run in the same transaction."""
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(sql("workflows/complete_token"), token, payload_json)
+            row = await conn.fetchrow(sql("workflows/complete_token"), token, seal_text(payload_json))
             if row is None:
                 return None
             if row["signal_id"] is not None:
@@ -266,5 +267,5 @@ def _record_params(run_id: uuid.UUID, attempt: int, seq: int, kind: str, name: s
                    result_json: str | None, error: str | None, attempts: int, wake_in_sec: float | None,
                    remaining: int | None, fail_fast: bool, job_id: uuid.UUID | None) -> tuple[Any, ...]:
     """$1..$13 of record_step.sql (its header)."""
-    return (run_id, attempt, seq, kind, name, state, result_json, error, attempts, wake_in_sec, remaining, fail_fast,
-            job_id)
+    return (run_id, attempt, seq, kind, name, state, seal_text(result_json), error, attempts, wake_in_sec, remaining,
+            fail_fast, job_id)

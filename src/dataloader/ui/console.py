@@ -113,6 +113,8 @@ def status_of(error: DataloaderError) -> int:
         return 403
     if code == "too_many_queries":
         return 429
+    if code == "forbidden":  # the access model's refusal (dataloader.Forbidden), as the API answers it
+        return 403
     return 409
 
 

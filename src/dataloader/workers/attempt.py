@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from dataloader import metrics, tracing
-from dataloader.exceptions import AttemptFenced, JobStopped
+from dataloader.exceptions import AttemptFenced, FatalError, JobStopped
 from dataloader.logger.context_vars import bind_job, job_var
 from dataloader.model.chain import Stage, Then
+from dataloader.model.payload_crypto import Sealed
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.queue_connection import ClaimedJob, FinishOutcome, FinishRequest, FinishResult
 from dataloader.workers.chaining import plan_next_jobs
@@ -416,6 +417,8 @@ class Attempt:
             return await self._run_pipeline(pipeline, ctx)
 
     async def _run_pipeline(self, pipeline: Pipeline, ctx: JobContext) -> Any:
+        if type(ctx.args) is Sealed:  # args under a key this node lacks: this job fails, the node goes on
+            raise FatalError(ctx.args.problem)
         func = pipeline.func
         if pipeline.kind == "async":
             return await func(ctx)

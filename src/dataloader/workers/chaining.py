@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dataloader.model import payload_crypto
 from dataloader.model.chain import Stage, Then, plan_of, stored_stages
 from dataloader.model.storable import encode_json
 
@@ -71,7 +72,8 @@ def _row(stage: Stage, args: dict[str, Any], then: Sequence[Stage], queue: str, 
         "job_id": job_id,
         "queue": stage.queue or queue,
         "task": stage.task,
-        "args": json.loads(encoded) if encoded is not None else {},
+        # encrypted at rest like any enqueue's args (off: the text as it is)
+        "args": json.loads(payload_crypto.seal_args(stage.task, encoded)) if encoded is not None else {},
         "idempotency_key": stage.idempotency_key,
         "lock_key": stage.lock_key or job_id,
         "partition_key": "",

@@ -49,7 +49,7 @@ from dataloader.exceptions import FatalError
 from dataloader.jobs.enqueue import job_request
 from dataloader.model.ids import new_id
 from dataloader.model.storable import encode_json
-from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, step_task_of, task_of
+from dataloader.model.workflow import MAX_STEP_NAME, Recorded, check_name, decode, step_task_of, task_of
 from dataloader.storage.db import is_connection_error
 from dataloader.storage.repositories import NewJob
 from dataloader.storage.workflow_repository import History, WorkflowRepository, Written
@@ -544,7 +544,7 @@ class Workflow:
                     raise Suspend(MAX_SUSPEND_SEC, f"gather {name!r}", "gather")
                 ends = await self._read(self._repo.children(ids))
             outcome = [{"run_id": str(e.run_id), "workflow": c.workflow, "status": e.status,
-                        "result": None if e.result is None else json.loads(e.result), "error": e.error}
+                        "result": decode(e.result), "error": e.error}
                        for e, c in zip(ends, children, strict=True)]
             rec = self._stored(await self._write(self._repo.record(
                 self.run_id, self.attempt, seq, "gather", name, "done", result_json=json.dumps(outcome))), seq)

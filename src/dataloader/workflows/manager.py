@@ -145,7 +145,7 @@ class WorkflowManager:
         run = await self.repo.get_run(run_id)
         if run is None:
             raise WorkflowNotFound(f"no workflow run {run_id}")
-        return run
+        return run.shown()  # masked without READ_PAYLOAD
 
     async def list(self, *, workflow: str | None = None, status: str | None = None,
                    limit: int = DEFAULT_LIST_LIMIT, cursor: str | None = None) -> WorkflowRunPage:
@@ -195,7 +195,7 @@ class WorkflowManager:
         if run is None:
             raise WorkflowNotFound(f"no workflow run {run_id}")
         if run.status == "succeeded":
-            return run.result
+            return run.shown().result  # masked without READ_PAYLOAD
         if run.finished:
             raise WorkflowFailed(f"workflow run {run_id} ended {run.status}: {run.error}", run.status)
         raise WorkflowTimeout(f"workflow run {run_id} is still {run.status} after {seconds:g} s")

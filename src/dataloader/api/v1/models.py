@@ -59,6 +59,8 @@ class ErrorCode(StrEnum):
     restart_not_possible = "restart_not_possible"
     operation_not_found = "operation_not_found"
     operation_state_conflict = "operation_state_conflict"
+    encryption_key_missing = "encryption_key_missing"
+    encryption_off = "encryption_off"
     schema_not_ready = "schema_not_ready"
     query_timeout = "query_timeout"
     too_many_queries = "too_many_queries"
@@ -119,6 +121,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.restart_not_possible: 409,
     ErrorCode.operation_not_found: 404,
     ErrorCode.operation_state_conflict: 409,
+    ErrorCode.encryption_key_missing: 409,
+    ErrorCode.encryption_off: 409,
     ErrorCode.schema_not_ready: 503,
     ErrorCode.query_timeout: 503,
     ErrorCode.too_many_queries: 429,

@@ -7,6 +7,7 @@ from dataloader.ui.pages import (
     bulk,
     errors,
     jobs,
+    keys,
     login,
     observers,
     operations,
@@ -23,4 +24,4 @@ from dataloader.ui.pages import (
 
 # workflow_bulk before workflows: its /workflows/bulk is not a run's page
 PAGES = (overview, jobs, errors, operations, processes, workflow_bulk, workflows, schedules, observers, storage, users,
-         tokens, audit, bulk, login, sso)
+         tokens, audit, keys, bulk, login, sso)

@@ -1,0 +1,11 @@
+-- Key rotation (docs/security.md "Encryption at rest"): the next $3 rows of dl_jobs after key $1
+-- (a JSON array of its primary key, job_id; the smallest to start), in key order, each with its
+-- key and, when its progress is a payload envelope under a key other than $2 (the current kid), that
+-- progress as text to re-encrypt. Every examined row comes back (a NULL `v` when current) so the
+-- caller resumes after the last: a batch walks the primary key, never the whole table.
+SELECT jsonb_build_array(job_id) AS k,
+       CASE WHEN progress ?& array['$dl_enc', 'kid', 'ct'] AND progress->>'kid' IS DISTINCT FROM $2 THEN progress::text END AS v
+FROM dl_jobs
+WHERE job_id > ($1::jsonb->>0)::uuid
+ORDER BY job_id
+LIMIT $3
