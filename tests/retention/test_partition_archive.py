@@ -25,7 +25,7 @@ async def _old_succeeded_job(pool) -> tuple[parts.JournalPartition, uuid.UUID]:
     return old, await add_job(pool, status="succeeded", finished_ago=inside, picked_ago=inside + 10)
 
 
-async def test_a_dropped_partitions_rows_are_read_back_from_the_archive(fresh_pool):
+async def test_a_dropped_partitions_rows_are_read_back_from_the_archive(fresh_pool):  # noqa: F811
     pool = fresh_pool
     old, gone = await _old_succeeded_job(pool)
     kinds = [r["kind"] for r in await pool.fetch(
@@ -40,7 +40,7 @@ async def test_a_dropped_partitions_rows_are_read_back_from_the_archive(fresh_po
     assert f"data/journal/{old.name}.jsonl.gz" in back.files
 
 
-async def test_an_export_that_fails_drops_nothing(fresh_pool, tmp_path: Path):
+async def test_an_export_that_fails_drops_nothing(fresh_pool, tmp_path: Path):  # noqa: F811
     pool = fresh_pool
     old, job = await _old_succeeded_job(pool)
     blocker = tmp_path / "not-a-directory"

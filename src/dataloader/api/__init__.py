@@ -27,8 +27,7 @@ from dataloader.api.v1.archive_router import router as archive_router
 from dataloader.api.v1.audit_router import router as audit_router
 from dataloader.api.v1.chains_router import router as chains_router
 from dataloader.api.v1.encryption_router import router as encryption_router
-from dataloader.api.v1.exceptions import error_responses, install_exception_handlers
-from dataloader.api.v1.models import ErrorCode
+from dataloader.api.v1.exceptions import install_exception_handlers
 from dataloader.api.v1.observers_router import nodes_router
 from dataloader.api.v1.observers_router import router as observers_router
 from dataloader.api.v1.operations_router import router as operations_router
