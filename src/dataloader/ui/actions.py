@@ -59,6 +59,9 @@ ROUTE_ACTIONS: dict[str, Action] = {
     "/users/{name}/disable": Action.MANAGE_ACCESS,
     "/users/{name}/enable": Action.MANAGE_ACCESS,
     "/users/{name}/delete": Action.MANAGE_ACCESS,
+    "/tokens": Action.MANAGE_ACCESS,
+    "/tokens/{token_id:uuid}/revoke": Action.MANAGE_ACCESS,
+    "/keys/rotate": Action.MANAGE_ACCESS,
 }
 # POSTs that are no action of anybody's: signing in and out.
 OPEN_POSTS = frozenset({"/login", "/logout"})

@@ -1,7 +1,7 @@
 """API tokens (docs/security.md "Tokens and scopes"): every token with its scopes, state and last
 use; a form that creates one and answers a page showing its secret once (no redirect: a notice would
 carry the secret in a cookie); revoke, asked first. Every route needs `manage_access` of the
-principal the console acts for (model/http_actions.py names the same action for /api/v1/tokens)."""
+principal the console acts for (ui/actions.py ROUTE_ACTIONS; /api/v1/tokens needs the same)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.model.api_token import DEFAULT_EXPIRES_IN_SEC, MAX_EXPIRES_IN_SEC
-from dataloader.model.http_actions import action_for
-from dataloader.model.principal import Scope, allows, current_principal
-from dataloader.ui import auth, render
-from dataloader.ui.actions import action_form, ask, back, confirmed
+from dataloader.model.principal import Action, Scope
+from dataloader.ui import render
+from dataloader.ui.actions import action_form, ask, back, confirmed, require
 
 NAV = ("Tokens", "/tokens")
 TOPICS: dict = {}
 DEFAULT_DAYS = int(DEFAULT_EXPIRES_IN_SEC // 86400)
 MAX_DAYS = int(MAX_EXPIRES_IN_SEC // 86400)
-
-
-def _may(method: str, route: str) -> None:
-    action = action_for(method, route)
-    principal = current_principal()
-    if action is None or not allows(principal, action):
-        raise auth.Forbidden(f"{principal.label} may not manage API tokens")
 
 
 async def _page(request: Request, *, created: Any = None, status: int = 200) -> Response:
@@ -40,13 +32,12 @@ async def _page(request: Request, *, created: Any = None, status: int = 200) -> 
 
 
 async def listing(request: Request) -> Response:
-    _may("GET", "/api/v1/tokens")
+    require(Action.MANAGE_ACCESS)  # a POST's action is action_form's (ui/actions.py ROUTE_ACTIONS)
     return await _page(request)
 
 
 async def create(request: Request) -> Response:
     """The capability's own rules (a bad name, no scope, an expiry out of bounds) are its error page."""
-    _may("POST", "/api/v1/tokens")
     form = await action_form(request)
     days = form.get("expires_days", "").strip() or str(DEFAULT_DAYS)
     created = await request.app.state.console.app().tokens.create(
@@ -56,7 +47,6 @@ async def create(request: Request) -> Response:
 
 async def revoke(request: Request) -> Response:
     """Destructive (whatever holds the token stops working): asks first (ui/actions.py)."""
-    _may("POST", "/api/v1/tokens/{token}/revoke")
     form = await action_form(request)
     token_id = request.path_params["token_id"]
     tokens = request.app.state.console.app().tokens
