@@ -9,9 +9,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dataloader.exceptions import EncryptionOff
-from dataloader.model.principal import Action
 from dataloader.ui import render
-from dataloader.ui.actions import action_form, require, to
+from dataloader.ui.actions import action_form, to
 
 NAV = ("Keys", "/keys")
 OFF = "Encryption at rest is off on this node: nothing to rotate (set DL_ENCRYPTION_KEYS)."
