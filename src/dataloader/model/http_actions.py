@@ -115,6 +115,9 @@ HTTP_ACTIONS: dict[tuple[str, str], Action] = {
     ("GET", "/api/v1/archive/jobs/{job_id}"): _R,
     # the audit trail (api/v1/audit_router.py): who did what is for those allowed to read it
     ("GET", "/api/v1/audit"): Action.READ_AUDIT,
+    # encryption keys (api/v1/encryption_router.py)
+    ("GET", "/api/v1/encryption"): _M,
+    ("POST", "/api/v1/encryption/rotate"): _M,
 }
 
 # The one route whose credential is its own path (a workflow's wait token), not a bearer.
