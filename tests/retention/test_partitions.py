@@ -271,8 +271,9 @@ async def test_a_retry_racing_the_drop_waits_for_it(fresh_pool):
     from dataloader.storage.queries import sql
 
     async with pool.acquire() as conn, conn.transaction():
-        locked = await conn.fetchval(sql("retention/journal_lock_expired"), old.name, old.range_from,
-                                     old.range_to, *params)
+        statuses, ages, queues, queue_statuses, queue_ages, floor = params
+        locked = await conn.fetchval(sql("retention/journal_lock_expired"), statuses, ages, queues, queue_statuses,
+                                     queue_ages, floor, old.name, old.range_from, old.range_to)
         assert locked == 1
         other = await pool.acquire()
         try:
