@@ -408,3 +408,18 @@ async def test_a_workflow_resumes_after_its_old_journal_partition_was_dropped(fr
             await app.signal_workflow(run_id, "go", {"paid": 1})
             assert await app.workflows.result(run_id, timeout=20) == {"first": {"paid": 1}, "second": None}
     assert await probe_counts(pool, run_id) == {"started": 1}
+
+
+async def test_a_status_the_policy_keeps_for_ever_keeps_its_rows(fresh_pool):
+    """A policy with no age for failed jobs keeps them whatever their age (RetentionPolicy.age is
+    None): an ancient failed job's rows survive the drop; a succeeded one's go."""
+    pool = fresh_pool
+    old = await _age_partition(pool, 8)
+    assert old.range_to is not None
+    inside = (datetime.now(UTC) - old.range_to).total_seconds() + 3600
+    failed = await add_job(pool, status="failed", finished_ago=inside, picked_ago=inside + 5)
+    gone = await add_job(pool, status="succeeded", finished_ago=inside, picked_ago=inside + 5)
+    dropped = await parts.drop_due(pool, RetentionPolicy({"succeeded": 7 * DAY}), datetime.now(UTC))
+    assert old.name in [d.partition.name for d in dropped] and all(d.error is None for d in dropped)
+    assert await exists(pool, failed) == (True, 3)
+    assert await exists(pool, gone) == (True, 0)
