@@ -37,10 +37,9 @@ from dataloader.model.ids import job_id_of, new_id
 from dataloader.model.job import Chain, Job, JobEvent, JobPage, JobStatus
 from dataloader.model.job_filter import JobFilter
 from dataloader.model.queue_depth import QueueDepth
-from dataloader.retention.partitions import partition_status
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport
-from dataloader.retention.shards import errors_shards, prune_shards, rollup_shards, stats_shards
+from dataloader.retention.shards import errors_shards, partitions_shards, prune_shards, rollup_shards, stats_shards
 from dataloader.storage.database import Database
 from dataloader.workers.pipelines.registry import PipelineRegistry, registry
 
@@ -254,18 +253,14 @@ class App:
     async def prune(self, *, older_than: float | timedelta | str | None = None,
                     statuses: Sequence[JobStatus | str] | None = None, queues: Sequence[str] | None = None,
                     dry_run: bool = False, batch_size: int | None = None) -> PruneReport:
-        """Delete finished jobs (with their journal rows) now, as the pruner does on its period.
-        Without `older_than`, by the configured policy; with it (seconds, a timedelta or "7d"), that
-        age for `statuses` (default: every finished status). `dry_run` only counts."""
+        """Delete finished jobs (with their journal rows) now, as the pruner does: by the configured policy, or with
+        `older_than` (seconds, a timedelta or "7d") that age for `statuses` (default: all finished). dry_run counts."""
         return await prune_shards(self._managers.pools(), self.settings, older_than=older_than, statuses=statuses,
                                   batch_size=batch_size, dry_run=dry_run, queues=queues)
 
     async def retention_partitions(self) -> dict[str, Any]:
-        """The journal's partitions (docs/retention.md): whether it is partitioned, the interval,
-        the horizon after which a partition goes, each partition's range, row estimate and size,
-        and the next drop. With shards, the first database's, the others' under "shards"."""
-        reports = [await partition_status(pool, self.settings) for pool in self._managers.pools()]
-        return reports[0] if len(reports) == 1 else {**reports[0], "shards": reports[1:]}
+        """The journal's partitions, their ranges, row estimates and the next drop (docs/patterns.md)."""
+        return await partitions_shards(self._managers.pools(), self.settings)
 
     async def rollup_stats(self) -> int:
         """Roll up the jobs finished up to now - DL_STATS_LAG_SEC (what the leader does every

@@ -156,8 +156,9 @@ def due_partitions(existing: Sequence[JournalPartition], now: datetime,
                   key=lambda p: p.range_to or now)
 
 
-def policy_parameters(policy: RetentionPolicy, floor_sec: float | None) -> tuple[object, ...]:
-    """The policy as journal_expired.sql's parameters $4-$9: default statuses and ages, the
+def policy_parameters(policy: RetentionPolicy, floor_sec: float | None
+                      ) -> tuple[list[str], list[float], list[str], list[str], list[float], float]:
+    """The policy as journal_expired.sql's parameters $1-$6: default statuses and ages, the
     per-queue overrides as three parallel arrays, and the floor (the stats rollup's lag)."""
     statuses = [s for s in FINISHED_STATUS_NAMES if s in policy.ages]
     overrides = [(q, s, a) for q, ages in sorted(policy.queues.items()) for s, a in sorted(ages.items())]

@@ -14,6 +14,7 @@ import asyncpg
 from dataloader.config import Settings
 from dataloader.model.job import FINISHED_STATUS_NAMES, JobStatus
 from dataloader.retention.archive import Archive, archive_of
+from dataloader.retention.partitions import partition_status
 from dataloader.retention.policy import RetentionPolicy
 from dataloader.retention.pruner import PruneReport, prune
 from dataloader.retention.rollup import read_errors, read_stats, rollup
@@ -95,3 +96,10 @@ async def errors_shards(pools: Sequence[asyncpg.Pool], *, queue: str | None, sin
         return reports[0]
     errors = sorted((e for r in reports for e in r["errors"]), key=lambda e: -e["jobs"])
     return {**reports[0], "errors": errors[:limit]}
+
+
+async def partitions_shards(pools: Sequence[asyncpg.Pool], settings: Settings) -> dict[str, Any]:
+    """The journal's partitions of the first database (retention/partitions.py), the other shards'
+    under "shards" (each database has its own journal)."""
+    reports = [await partition_status(pool, settings) for pool in pools]
+    return reports[0] if len(reports) == 1 else {**reports[0], "shards": reports[1:]}

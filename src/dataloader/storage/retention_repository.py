@@ -66,16 +66,15 @@ async def journal_partitions(pool: asyncpg.Pool | asyncpg.Connection) -> list[as
     return list(await pool.fetch(sql("retention/journal_partitions")))
 
 
-async def _locks_in_a_gap(conn: asyncpg.Connection, statements: Sequence[str], attempts: int,
-                         pause_sec: float) -> None:
-    """Take NOWAIT locks (`statements`, names of queries) in a savepoint, again after `pause_sec`
-    when one is held by someone else, at most `attempts` times; LockNotAvailableError after that.
-    The caller's transaction (what it staged before) survives a failed attempt."""
+async def _in_a_gap(conn: asyncpg.Connection, take: Callable[[], Awaitable[object]], attempts: int,
+                   pause_sec: float) -> None:
+    """Run `take` (NOWAIT lock statements) in a savepoint, again after `pause_sec` when a lock is
+    held by someone else, at most `attempts` times; LockNotAvailableError after that. The
+    caller's transaction (what it staged before) survives a failed attempt."""
     for attempt in range(attempts):
         try:
             async with conn.transaction():  # a savepoint
-                for name in statements:
-                    await conn.execute(sql(name))
+                await take()
             return
         except asyncpg.LockNotAvailableError:
             if attempt == attempts - 1:
@@ -88,26 +87,32 @@ async def attach_journal_partition(pool: asyncpg.Pool, name: str, start: datetim
     """Create and attach the partition `name` for [start, end); False when it exists.
     LockNotAvailableError when no gap between writers came in `attempts` tries."""
     async with pool.acquire() as conn, conn.transaction():
+        async def take() -> None:
+            await conn.execute(sql("retention/journal_lock_for_attach"))
+            await conn.execute(sql("retention/journal_lock_default"))
+
         await conn.execute(sql("retention/journal_lock_timeout"), lock_timeout)
-        await _locks_in_a_gap(conn, ["retention/journal_lock_for_attach", "retention/journal_lock_default"],
-                              attempts, pause_sec)
+        await _in_a_gap(conn, take, attempts, pause_sec)
         return bool(await conn.fetchval(sql("retention/journal_attach_partition"), name, start, end))
 
 
 async def drop_journal_partition(pool: asyncpg.Pool, name: str, start: datetime | None, end: datetime,
-                                 rules: Sequence[object], lock_timeout: str, *, attempts: int = 20,
-                                 pause_sec: float = 0.05) -> tuple[int, int]:
+                                 rules: tuple[list[str], list[float], list[str], list[str], list[float], float],
+                                 lock_timeout: str, *, attempts: int = 20, pause_sec: float = 0.05) -> tuple[int, int]:
     """Drop the partition `name` ([start, end)) in one transaction, keeping the rows of the jobs
-    the policy keeps (`rules`: the tail of journal_expired.sql, $4-$9): lock the expired jobs that
-    could come back, stage the survivors (the one read of the partition, before any table lock),
-    then take the journal's lock in a gap between writers, drop and put them back. Returns
-    (rows staged, rows kept)."""
+    the policy keeps (`rules`: journal_expired.sql's $1-$6): lock the expired jobs that could come
+    back, stage the survivors (the one read of the partition, before any table lock), then take
+    the journal's lock in a gap between writers, drop and put them back. Returns (rows staged,
+    rows kept)."""
+    statuses, ages, queues, queue_statuses, queue_ages, floor = rules
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(sql("retention/journal_lock_timeout"), lock_timeout)
-        await conn.fetchval(sql("retention/journal_lock_expired"), name, start, end, *rules)
+        await conn.fetchval(sql("retention/journal_lock_expired"), statuses, ages, queues, queue_statuses, queue_ages,
+                            floor, name, start, end)
         await conn.execute(sql("retention/journal_stage_table"))
-        staged = await conn.fetchval(sql("retention/journal_stage_survivors"), name, start, end, *rules)
-        await _locks_in_a_gap(conn, ["retention/journal_lock_for_drop"], attempts, pause_sec)
+        staged = await conn.fetchval(sql("retention/journal_stage_survivors"), statuses, ages, queues,
+                                     queue_statuses, queue_ages, floor, name, start, end)
+        await _in_a_gap(conn, lambda: conn.execute(sql("retention/journal_lock_for_drop")), attempts, pause_sec)
         kept = await conn.fetchval(sql("retention/journal_drop_partition"), name)
         return int(staged), int(kept)
 
