@@ -50,7 +50,7 @@ async def test_a_forged_post_of_every_action_is_refused_exactly_when_the_role_la
     queue = f"forge-{role.value}-{uuid.uuid4().hex[:6]}"
     job_id = await enqueue(users_db, "dl.noop", queue=queue)
     values = {"job_id": str(job_id), "operation_id": str(uuid.uuid4()), "ns": "ns", "process_id": "p",
-              "name": "nobody", "run_id": str(uuid.uuid4())}
+              "name": "nobody", "run_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
     async with users_console(dsn) as client:
         await add_user(client, "someone", role)
         csrf = await sign_in(client, "someone")

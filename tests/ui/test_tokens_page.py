@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
+from dataloader.model.principal import Role
 from tests.ui.conftest import console_client, csrf_of
+from tests.ui.users_support import add_user, sign_in, users_console, users_db  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -60,12 +61,13 @@ async def test_bad_input_is_its_error_page_and_writes_nothing(no_tokens: asyncpg
     assert await no_tokens.fetchval("SELECT count(*) FROM dl_api_tokens") == 0
 
 
-async def test_a_principal_without_manage_access_is_refused(no_tokens: asyncpg.Pool, dsn: str) -> None:
-    operator = Principal.with_role(PrincipalKind.USER, "olga", Role.OPERATOR)
-    async with console_client(dsn) as client:
-        csrf = csrf_of((await client.get("/ui/")).text)
-        with acting_as(operator):
-            listed = await client.get("/ui/tokens")
-            created = await client.post("/ui/tokens", data={"csrf": csrf, "name": "nope", "scope": "admin"})
+async def test_a_principal_without_manage_access_is_refused(no_tokens: asyncpg.Pool, users_db: asyncpg.Pool,  # noqa: F811
+                                                           dsn: str) -> None:
+    """An operator signed in to the console (its guard puts the user's role in force) may not."""
+    async with users_console(dsn) as client:
+        await add_user(client, "olga", Role.OPERATOR)
+        csrf = await sign_in(client, "olga")
+        listed = await client.get("/ui/tokens")
+        created = await client.post("/ui/tokens", data={"csrf": csrf, "name": "nope", "scope": "admin"})
     assert listed.status_code == 403 and created.status_code == 403, (listed.text[-500:], created.text[-500:])
     assert await no_tokens.fetchval("SELECT count(*) FROM dl_api_tokens") == 0
