@@ -16,8 +16,11 @@ from dataloader import App, InvalidJobRequest, Queue, Workflow, workflow
 from dataloader.model.payload_crypto import MASKED
 from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from dataloader.testing import drain
+from tests.api.v1.conftest import client_for
+from tests.api.v1.test_access import acting_app
 from tests.encryption.conftest import settings_for
 from tests.support.api_apps import api_for
+from tests.ui.users_support import PASSWORD, empty_users, sign_in, users_db  # noqa: F401 (fixture)
 
 SECRET = "iban-DE02120300000000202051"
 VIEWER = Principal.with_role(PrincipalKind.USER, "vera", Role.VIEWER)
@@ -73,26 +76,38 @@ async def test_a_workflow_and_a_process_round_trip_and_their_tables_hold_no_clea
     assert SECRET not in stored and stored.count('"$dl_enc": 1') >= 9, stored
 
 
-async def test_a_viewer_sees_masks_in_every_face_and_may_not_manage_keys(enc_app: App, edb: asyncpg.Pool):
+async def test_a_viewer_sees_masks_in_every_face_and_may_not_manage_keys(enc_app: App, users_db: asyncpg.Pool):  # noqa: F811
+    """Python acts for the principal in force; the API for the one its guard resolves (`acting_app`
+    plays a console user's role, which no bearer carries); the console for the user signed in."""
     job = await enc_app.enqueue("enc.echo", {"card": SECRET, "tenant": "acme"}, queue="mask")
     await drain(enc_app, "mask", timeout=10)
+    with acting_as(VIEWER):
+        seen = await enc_app.get(job.id)
+        assert (seen.args, seen.result, seen.progress) == (MASKED, MASKED, MASKED)
+    async with client_for(acting_app(enc_app, VIEWER)) as http:
+        status = (await http.get(f"/api/v1/jobs/{job.id}/status")).json()
+        assert status["result"] == MASKED and status["progress"] == MASKED
+        refused = await http.get("/api/v1/encryption")
+        assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+        assert (await http.post("/api/v1/encryption/rotate")).status_code == 403
+    async with client_for(acting_app(enc_app, OPERATOR)) as http:  # may read payloads, may not manage keys
+        assert (await http.get(f"/api/v1/jobs/{job.id}/status")).json()["result"] != MASKED
+        assert (await http.get("/api/v1/encryption")).status_code == 403
+    with acting_as(OPERATOR):
+        assert (await enc_app.get(job.id)).args["card"] == SECRET
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api_for(enc_app)), base_url="http://t") as http:
-        with acting_as(VIEWER):
-            seen = await enc_app.get(job.id)
-            assert (seen.args, seen.result, seen.progress) == (MASKED, MASKED, MASKED)
-            status = (await http.get(f"/api/v1/jobs/{job.id}/status")).json()
-            assert status["result"] == MASKED and status["progress"] == MASKED
-            page = (await http.get(f"/ui/jobs/{job.id}")).text
-            assert SECRET not in page and MASKED in page
-            refused = await http.get("/api/v1/encryption")
-            assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
-            assert (await http.post("/api/v1/encryption/rotate")).status_code == 403
-            assert (await http.get("/ui/keys")).status_code == 403
-        with acting_as(OPERATOR):  # may read payloads, may not manage keys
-            assert (await enc_app.get(job.id)).args["card"] == SECRET
-            assert SECRET in (await http.get(f"/ui/jobs/{job.id}")).text
-            assert (await http.get("/api/v1/encryption")).status_code == 403
-        body = (await http.get("/api/v1/encryption")).json()  # the library's principal: an admin
+        await enc_app.users.create("vera", PASSWORD, Role.VIEWER)
+        await enc_app.users.create("otto", PASSWORD, Role.OPERATOR)
+        await sign_in(http, "vera")
+        page = (await http.get(f"/ui/jobs/{job.id}")).text
+        assert SECRET not in page and MASKED in page
+        assert (await http.get("/ui/keys")).status_code == 403
+        await sign_in(http, "otto")
+        assert SECRET in (await http.get(f"/ui/jobs/{job.id}")).text
+        assert (await http.get("/ui/keys")).status_code == 403
+    await empty_users(users_db)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api_for(enc_app)), base_url="http://t") as http:
+        body = (await http.get("/api/v1/encryption")).json()  # the open API's principal: an admin
         assert body["enabled"] and body["current"] == "k1" and body["stale"] == 0
         assert body["keys"][0]["envelopes"] >= 1 and "key" not in str(body["keys"][0]).lower().replace("kid", "")
         assert body["clear_fields"] == {"*": ["tenant"], "enc.echo": ["region"]}
