@@ -1,6 +1,6 @@
 """The audit trail through each face: HTTP and console changes are recorded with their face and the
-principal in force (the access model's middleware sets it per request; here the test does), the CLI
-acts as `cli:<OS user>`, and every face reads the trail with the one filter and its one validation
+principal the face resolved (an API token's, a signed-in console user's), the CLI acts as
+`cli:<OS user>`, and every face reads the trail with the one filter and its one validation
 (bad input: 422 in the error shape, a 422 page, one line and exit 2)."""
 
 from __future__ import annotations
@@ -8,28 +8,43 @@ from __future__ import annotations
 import getpass
 import json
 
-from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
-from tests.api.v1.conftest import client_for
+import httpx
+import pytest
+
+from dataloader.model.principal import Role
 from tests.audit.conftest import rows
 from tests.support.api_apps import api_for
 from tests.support.cli import run
-from tests.ui.conftest import TOKEN, console_client, signed_in
-
-BOB = Principal.with_role(PrincipalKind.TOKEN, "ci-deploy", Role.OPERATOR, address="192.0.2.7")
+from tests.ui.users_support import add_user, sign_in, users_console, users_db  # noqa: F401 (fixture)
 
 
-async def test_http_changes_are_recorded_with_their_face_and_read_back_filtered(audit_app, trail, name):
+@pytest.fixture
+async def api_tokens(trail, audit_app):
+    """A token left behind would close the API for every later test: none before, none after."""
+    await trail.execute("DELETE FROM dl_api_tokens")
+    audit_app.tokens.forget()
+    yield audit_app.tokens
+    await trail.execute("DELETE FROM dl_api_tokens")
+    audit_app.tokens.forget()
+
+
+async def test_http_changes_are_recorded_with_their_face_and_read_back_filtered(audit_app, trail, name, api_tokens):
     job = await audit_app.enqueue("test.async_sleep", {}, queue=name)
-    async with client_for(api_for(audit_app)) as client:
-        with acting_as(BOB):
-            assert (await client.post(f"/api/v1/jobs/{job.id}/cancel")).status_code == 200
-            assert (await client.post(f"/api/v1/queues/{name}/pause")).status_code == 200
-            refused = await client.post(f"/api/v1/jobs/{job.id}/cancel")
-            assert refused.status_code == 409
+    ci = await api_tokens.create(name="ci-deploy", scopes=["operate"])
+    auditor = await api_tokens.create(name="auditor", scopes=["admin"])
+    transport = httpx.ASGITransport(app=api_for(audit_app), client=("192.0.2.7", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dataloader.test",
+                                 headers={"Authorization": f"Bearer {ci.secret}"}) as client:
+        assert (await client.post(f"/api/v1/jobs/{job.id}/cancel")).status_code == 200
+        assert (await client.post(f"/api/v1/queues/{name}/pause")).status_code == 200
+        refused = await client.post(f"/api/v1/jobs/{job.id}/cancel")
+        assert refused.status_code == 409
         found = [(r["action"], r["outcome"], r["face"], r["actor"], r["address"]) for r in await rows(trail)]
         assert found == [("job.cancel", "ok", "http", "token:ci-deploy", "192.0.2.7"),
                          ("queue.pause", "ok", "http", "token:ci-deploy", "192.0.2.7"),
                          ("job.cancel", "refused", "http", "token:ci-deploy", "192.0.2.7")]
+        assert (await client.get("/api/v1/audit")).status_code == 403  # reading the trail needs read_audit
+        client.headers["Authorization"] = f"Bearer {auditor.secret}"
 
         page = (await client.get("/api/v1/audit", params={"action": "job", "outcome": "ok"})).json()
         assert [(e["action"], e["target"]) for e in page["entries"]] == [("job.cancel", f"job:{job.id}")]
@@ -48,17 +63,17 @@ async def test_http_changes_are_recorded_with_their_face_and_read_back_filtered(
             assert bad.status_code == 422 and bad.json()["error"] == code, (params, bad.text)
 
 
-async def test_a_console_change_is_recorded_as_the_console_and_its_page_searches(dsn, trail, name):
-    async with console_client(dsn, api_token=TOKEN) as client:
-        csrf = await signed_in(client)
-        with acting_as(BOB):
-            done = await client.post("/ui/queues/pause", data={"queue": name, "csrf": csrf, "back": "/ui/"})
+async def test_a_console_change_is_recorded_as_the_console_and_its_page_searches(dsn, trail, name, users_db):  # noqa: F811
+    async with users_console(dsn) as client:
+        await add_user(client, "bob", Role.ADMIN)
+        csrf = await sign_in(client, "bob")
+        done = await client.post("/ui/queues/pause", data={"queue": name, "csrf": csrf, "back": "/ui/"})
         assert done.status_code == 303
         [row] = await rows(trail)
         assert (row["action"], row["target_id"], row["face"], row["actor"]) == (
-            "queue.pause", name, "console", "token:ci-deploy")
+            "queue.pause", name, "console", "user:bob")
         page = await client.get("/ui/audit", params={"action": "queue.pause", "target": f"queue:{name}"})
-        assert page.status_code == 200 and f"queue:{name}" in page.text and "token:ci-deploy" in page.text
+        assert page.status_code == 200 and f"queue:{name}" in page.text and "user:bob" in page.text
         none = await client.get("/ui/audit", params={"action": "schedule.delete"})
         assert none.status_code == 200 and "No audit row matches." in none.text
         bad = await client.get("/ui/audit", params={"since": "yesterday"})
