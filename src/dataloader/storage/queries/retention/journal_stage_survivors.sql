@@ -16,6 +16,9 @@ WITH keep AS (
       AND NOT (
 -- @include retention/journal_expired
       )
+    -- the foreign key's lock, taken now, before the journal's table lock: putting the rows back
+    -- under that lock then never waits on a job row another transaction holds
+    FOR KEY SHARE OF j
 ), staged AS (
     INSERT INTO dl_journal_survivors (event_id, job_id, queue, ts, kind, payload)
     SELECT e.event_id, e.job_id, e.queue, e.ts, e.kind, e.payload
