@@ -4,7 +4,7 @@ each test, and helpers that read it back."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
@@ -12,6 +12,7 @@ import pytest
 
 from dataloader.app import App
 from dataloader.config import Settings
+from dataloader.processes.registry import processors
 
 MODULES = "tests.support.pipelines,tests.support.observers,tests.workflows.flows"
 
@@ -36,9 +37,13 @@ async def audit_app(dsn: str) -> AsyncIterator[App]:
 
 
 @pytest.fixture
-def name() -> str:
-    """A fresh name for what a test creates (queues, schedules, observers, processes)."""
-    return f"a{uuid.uuid4().hex[:10]}"
+def name() -> Iterator[str]:
+    """A fresh name for what a test creates (queues, schedules, observers, processes). A processor
+    registered under it is unregistered afterwards: the registry is the process's, and a later
+    test's `running()` would serve its `process:<name>` queue too."""
+    ns = f"a{uuid.uuid4().hex[:10]}"
+    yield ns
+    processors.unregister(ns)
 
 
 async def rows(pool: asyncpg.Pool) -> list[dict[str, Any]]:
