@@ -11,7 +11,8 @@ import json
 import httpx
 import pytest
 
-from dataloader.model.principal import Role
+from dataloader.exceptions import Forbidden
+from dataloader.model.principal import Principal, PrincipalKind, Role, acting_as
 from tests.audit.conftest import rows
 from tests.support.api_apps import api_for
 from tests.support.cli import run
@@ -104,4 +105,13 @@ async def test_the_cli_refuses_a_bad_filter_with_one_line_and_exit_2(cli_env):
         assert len(line) == 1 and ("validation_error" in line[0] or "invalid_cursor" in line[0]), result.stderr
 
 
-
+async def test_only_a_principal_allowed_read_audit_reads_the_trail_on_any_face(audit_app, dsn, trail, users_db):  # noqa: F811
+    with acting_as(Principal.with_role(PrincipalKind.USER, "olga", Role.OPERATOR)):
+        with pytest.raises(Forbidden, match="may not read the audit trail"):
+            await audit_app.audit.search()
+    async with users_console(dsn) as client:
+        await add_user(client, "vera", Role.VIEWER)
+        await sign_in(client, "vera")
+        refused = await client.get("/ui/audit")
+        assert refused.status_code == 403 and "may not read the audit trail" in refused.text
+        assert 'href="/ui/audit"' not in (await client.get("/ui/")).text  # nor shown in its navigation

@@ -13,7 +13,9 @@ from typing import Any
 
 import asyncpg
 
+from dataloader.exceptions import Forbidden
 from dataloader.model.audit import AuditEntry, AuditFilter, AuditPage, encode_cursor
+from dataloader.model.principal import Action, allows, current_principal
 from dataloader.storage import audit_repository
 
 
@@ -25,6 +27,9 @@ class AuditTrail:
         """Rows newest first, `limit` at a time (default 100, at most 500); pass the page's
         `next_cursor` as `cursor` for the next one. Keywords: actor, action, target, outcome,
         since, until, limit, cursor (model/audit.py `AuditFilter`)."""
+        principal = current_principal()
+        if not allows(principal, Action.READ_AUDIT):  # here, so every face refuses alike
+            raise Forbidden(f"{principal.label} may not read the audit trail (needs {Action.READ_AUDIT.value})")
         f = AuditFilter.of(filter, **fields)
         # one row more than asked says whether another page exists, without a count
         found: list[list[AuditEntry]] = [await audit_repository.search(pool, f, f.limit + 1) for pool in self.pools]

@@ -88,7 +88,8 @@ def can_of(request: Request) -> Can:
 
 
 # Pages only an admin's navigation shows (their routes refuse everybody else anyway).
-ADMIN_PAGES = {"/users": Action.MANAGE_ACCESS}
+ADMIN_PAGES = {"/users": Action.MANAGE_ACCESS, "/tokens": Action.MANAGE_ACCESS, "/keys": Action.MANAGE_ACCESS,
+               "/audit": Action.READ_AUDIT}
 
 
 def base_context(request: Request) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dataloader.exceptions import DataloaderError
+from dataloader.exceptions import DataloaderError, Forbidden
 from dataloader.model.audit import AuditFilter
 from dataloader.ui import render
 
@@ -31,6 +31,8 @@ async def show(request: Request) -> Response:
         f = AuditFilter.of({k: v for k, v in values.items() if v}, limit=PAGE_SIZE,
                            cursor=query.get("cursor") or None)
         page = await app.audit.search(f)
+    except Forbidden:
+        raise  # the console's 403 page, as for every action the role lacks
     except DataloaderError as exc:  # the filter the model refuses: said on the page, with the form
         problem = f"{exc.code}: {exc}"
     next_query = urlencode({**{k: v for k, v in values.items() if v}, "cursor": page.next_cursor}) \
