@@ -36,6 +36,7 @@ from dataloader.model.api_token import (
 from dataloader.model.clock import SYSTEM_CLOCK, Clock
 from dataloader.model.ids import new_id
 from dataloader.model.principal import Principal, current_principal
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.token_repository import ApiTokenRepository
 
 log = logging.getLogger("dataloader.tokens")
@@ -92,10 +93,12 @@ class TokenManager:
             raise InvalidApiToken("give a TokenSpec or its fields, not both")
         secret = new_secret()
         by = created_by if created_by is not None else current_principal().label
-        token = await self.repo.insert(new_id(), spec.name, secret_hash(secret), [s.value for s in spec.scopes],
-                                       spec.expires_in_sec, by)
-        if token is None:
-            raise ApiTokenExists(f"a token named {spec.name!r} exists and is not revoked (revoke it first)")
+        details = {"scopes": [s.value for s in spec.scopes], "expires_in_sec": spec.expires_in_sec}
+        async with audited(self.repo, "token.create", "token", spec.name, details) as change:  # never the secret
+            token = await change.repo.insert(new_id(), spec.name, secret_hash(secret), details["scopes"],
+                                             spec.expires_in_sec, by)
+            if token is None:
+                raise ApiTokenExists(f"a token named {spec.name!r} exists and is not revoked (revoke it first)")
         self._any_live = (self.clock.monotonic() + self.cache_sec, True)
         log.info("api token created", extra={"token": token.name, "token_id": str(token.id),
                                               "scopes": [s.value for s in token.scopes], "by": by})
@@ -118,9 +121,10 @@ class TokenManager:
         """Revoke a token (by id, or by name): refused by this node's next request, by every other
         node within LOOKUP_CACHE_SEC. Revoking a revoked token changes nothing."""
         token = await self.get(ref)
-        revoked = await self.repo.revoke(token.id)
-        if revoked is None:  # deleted by hand in between
-            raise ApiTokenNotFound(f"no API token {str(ref)!r}")
+        async with audited(self.repo, "token.revoke", "token", token.name, {"token_id": str(token.id)}) as change:
+            revoked = await change.repo.revoke(token.id)
+            if revoked is None:  # deleted by hand in between
+                raise ApiTokenNotFound(f"no API token {str(ref)!r}")
         self._drop(revoked.id)
         self._any_live = None
         log.info("api token revoked", extra={"token": revoked.name, "token_id": str(revoked.id),

@@ -16,6 +16,7 @@ from dataloader.exceptions import LastAdmin, UserExists, UserNotFound
 from dataloader.model import user as rules
 from dataloader.model.principal import Role
 from dataloader.model.user import User
+from dataloader.storage.audit_repository import audited
 from dataloader.storage.console_session_repository import ConsoleSessionRepository
 from dataloader.storage.user_repository import Change, UserRepository
 from dataloader.users.passwords import Passwords
@@ -31,9 +32,11 @@ class UserManager:
 
     async def create(self, name: str, password: str, role: Role | str = Role.VIEWER) -> User:
         name, password, given_role = rules.user_name(name), rules.password(password), rules.role(role)
-        created = await self.repo.insert(name, await self.passwords.hash(password), given_role)
-        if created is None:
-            raise UserExists(f"a user named {name!r} exists")
+        hashed = await self.passwords.hash(password)  # before the transaction: argon2 takes its time
+        async with audited(self.repo, "user.create", "user", name, {"role": given_role.value}) as change:
+            created = await change.repo.insert(name, hashed, given_role)
+            if created is None:
+                raise UserExists(f"a user named {name!r} exists")
         return created
 
     async def get(self, name: str) -> User:
@@ -46,23 +49,33 @@ class UserManager:
         return await self.repo.list()
 
     async def set_role(self, name: str, role: Role | str) -> User:
-        return _changed(name, await self.repo.set_role(rules.user_name(name), rules.role(role)), "demote")
+        name, given_role = rules.user_name(name), rules.role(role)
+        async with audited(self.repo, "user.set_role", "user", name, {"role": given_role.value}) as change:
+            return _changed(name, await change.repo.set_role(name, given_role), "demote")
 
     async def set_password(self, name: str, password: str) -> User:
         """A new password; every session of the user ends (they sign in again with it)."""
         name, password = rules.user_name(name), rules.password(password)
-        return _changed(name, await self.repo.set_password(name, await self.passwords.hash(password)), "")
+        hashed = await self.passwords.hash(password)
+        async with audited(self.repo, "user.set_password", "user", name) as change:  # never the password
+            return _changed(name, await change.repo.set_password(name, hashed), "")
 
     async def disable(self, name: str) -> User:
         """Refuses sign-in and ends every session of the user at once; the name stays taken."""
-        return _changed(name, await self.repo.set_disabled(rules.user_name(name), True), "disable")
+        name = rules.user_name(name)
+        async with audited(self.repo, "user.disable", "user", name) as change:
+            return _changed(name, await change.repo.set_disabled(name, True), "disable")
 
     async def enable(self, name: str) -> User:
-        return _changed(name, await self.repo.set_disabled(rules.user_name(name), False), "")
+        name = rules.user_name(name)
+        async with audited(self.repo, "user.enable", "user", name) as change:
+            return _changed(name, await change.repo.set_disabled(name, False), "")
 
     async def delete(self, name: str) -> None:
         """The user and every session of theirs (the last enabled admin only when nobody else is left)."""
-        _changed(name, await self.repo.delete(rules.user_name(name)), "delete")
+        name = rules.user_name(name)
+        async with audited(self.repo, "user.delete", "user", name) as change:
+            _changed(name, await change.repo.delete(name), "delete")
 
     async def authenticate(self, name: str, password: str) -> User | None:
         """The user when `password` is theirs and they are enabled, else None (an unknown name, a
