@@ -47,6 +47,10 @@ async def test_rotation_under_concurrent_enqueue_loses_nothing_and_leaves_no_old
             assert job.args == {"n": n, "secret": f"s{n}"}
         again = await only_new.keys.rotate()
         assert again.total_rewritten == 0 and again.examined >= 360  # resumable: what is current is skipped
+    # each rotation is in the audit trail, after its batches, with what it did
+    rotations = await edb.fetch("SELECT target_id, details FROM dl_audit WHERE action = 'keys.rotate' ORDER BY ts")
+    assert [r["target_id"] for r in rotations][-2:] == ["k2", "k2"]
+    assert rotations[-1]["details"]["examined"] >= 360 and rotations[-1]["details"]["unreadable"] == {}
 
 
 async def test_a_job_under_a_missing_key_fails_alone_and_names_the_key(edb: asyncpg.Pool, dsn: str):

@@ -27,6 +27,7 @@ from dataloader import metrics
 from dataloader.exceptions import EncryptionKeyMissing, EncryptionOff, Forbidden, ValidationFailed
 from dataloader.model import payload_crypto
 from dataloader.model.principal import Action, allows, current_principal
+from dataloader.storage import audit_repository
 from dataloader.storage.encryption_repository import PAYLOADS, EncryptionRepository
 
 log = logging.getLogger("dataloader.encryption")
@@ -174,4 +175,6 @@ class KeyManager:
                 log.info("payloads re-encrypted", extra={"payload": payload.name, "rewritten": done,
                                                          "kid": ring.current})
         report.unreadable = dict(unreadable)
+        await audit_repository.record_after(self.repos[0].pool, "keys.rotate", "key", ring.current, {
+            "examined": report.examined, "rewritten": report.rewritten, "unreadable": report.unreadable})
         return report

@@ -147,11 +147,18 @@ async def record_refused(runner: Any, action: str, target_kind: str | None, targ
         counted(action, Outcome.REFUSED)
 
 
+async def record_after(pool: asyncpg.Pool, action: str, target_kind: str | None, target_id: str | None,
+                       details: Mapping[str, Any]) -> None:
+    """An action whose batches commit one by one (a key rotation): its row follows them, with what
+    they did."""
+    await record(pool, action, target_kind, target_id, details)
+    counted(action, Outcome.OK)
+
+
 async def record_prune(pool: asyncpg.Pool, details: Mapping[str, Any]) -> None:
     """A prune asked for by hand (`app.prune`, `dataloader jobs prune`): its batches commit one by
     one (a long delete must not hold its locks), so its row is written after them, with the count."""
-    await record(pool, "jobs.prune", "jobs", None, details)
-    counted("jobs.prune", Outcome.OK)
+    await record_after(pool, "jobs.prune", "jobs", None, details)
 
 
 @asynccontextmanager
