@@ -49,8 +49,10 @@ async def test_pause_a_schedule_and_trigger_one_now(python, subprocess_env, db, 
 async def test_an_observer_moves_live_after_its_node_is_killed(python, subprocess_env, db, dsn, tmp_path):
     await db.execute(EVENTS_DDL)
     await db.execute("DELETE FROM dl_observers; DELETE FROM dl_nodes")
+    # dead after 5 s of silence, not 2: a full run on two cores once held a live node's heartbeats
+    # that long, it was taken for dead and its observer moved before the kill
     fast = {"DL_PIPELINE_MODULES": "tests.support.pipelines,tests.support.observers", "DL_NODE_HEARTBEAT_SEC": "0.3",
-            "DL_NODE_DEAD_AFTER_SEC": "2", "DL_OBSERVER_STOP_GRACE_SEC": "1", "DL_OBSERVER_CAPACITY": "4"}
+            "DL_NODE_DEAD_AFTER_SEC": "5", "DL_OBSERVER_STOP_GRACE_SEC": "1", "DL_OBSERVER_CAPACITY": "4"}
     async with serve(python, subprocess_env, tmp_path, extra_env=fast, name="node-a") as a, \
             serve(python, subprocess_env, tmp_path, extra_env=fast, name="node-b") as b:
         headers = {"Authorization": f"Bearer {a.token}"}
