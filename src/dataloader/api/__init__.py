@@ -15,7 +15,6 @@ from pydantic import BaseModel
 
 from dataloader.api import metric_router, os_router
 from dataloader.api.access import guard_routes, openapi_security, resolve
-from dataloader.api.face import FaceMiddleware
 from dataloader.api.middleware import (
     ApiGuardMiddleware,
     OneSegmentPaths,
@@ -221,7 +220,6 @@ def create_app(settings: Settings, *, context: App | None = None,
         # DL_API_TOKEN), reading and acting through the same App as the routes above.
         app.mount("/ui", console_app(settings, lambda: runtime.app, throttle), name="ui")
     app.add_middleware(OneSegmentPaths)  # innermost: only routing reads the path it rewrites
-    app.add_middleware(FaceMiddleware)  # the audit trail's face: console under /ui, http elsewhere
     # Added last = outermost: the request id must be set before anything else logs.
     async def who(method: str, path: str, authorization: str | None, address: str | None) -> Principal:
         return await resolve(runtime, method, path, authorization, address)

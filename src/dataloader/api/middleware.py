@@ -1,7 +1,8 @@
 """HTTP middleware (pure ASGI, so context variables set here reach the route and its log lines).
 
 `RequestContextMiddleware` (outermost): request id (X-Request-ID in, or a new one; echoed back),
-one access log line and the HTTP metrics per request, and the last-resort handler that turns an
+one access log line and the HTTP metrics per request, the face the audit trail names (console under
+/ui, http elsewhere), and the last-resort handler that turns an
 unexpected exception into a logged 500 JSON body.
 
 `ApiGuardMiddleware` (every request: the API, the console at /ui, the probes): the raw body size
@@ -34,6 +35,7 @@ from dataloader.api.v1.utils import escape_segment, flat_routes, safe_text
 from dataloader.auth_throttle import AuthThrottle
 from dataloader.logger.context_vars import ClientState, client_var, request_id_var
 from dataloader.logger.utils import mask
+from dataloader.model.audit import Face, through
 from dataloader.model.principal import Principal, acting_as
 from dataloader.storage.db import is_connection_error
 
@@ -103,8 +105,12 @@ class RequestContextMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
+        path = scope.get("path", "")
+        # the audit trail's face (model/audit.py): the console under /ui, the HTTP API elsewhere
+        face = Face.CONSOLE if path == "/ui" or path.startswith("/ui/") else Face.HTTP
         try:
-            await self.app(scope, receive, send_with_id)
+            with through(face):
+                await self.app(scope, receive, send_with_id)
         except Exception as exc:
             if client.gone:
                 # What the cancel of a request left behind (a statement interrupted, its connection
