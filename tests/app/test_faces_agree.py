@@ -261,6 +261,13 @@ READS: list[tuple[str, Any, tuple[str, str], list[str], str]] = [
      ["jobs", "list", "--status", "bogus"], "validation_error"),
     ("list with a bad cursor", lambda app: app.list(cursor="nope"), ("GET", "/api/v1/jobs?cursor=nope"),
      ["jobs", "list", "--cursor", "nope"], "invalid_cursor"),
+    # the access faces (docs/security.md): the same refusals, whichever face is asked
+    ("revoke no such token", lambda app: app.tokens.revoke(MISSING), ("POST", f"/api/v1/tokens/{MISSING}/revoke"),
+     ["tokens", "revoke", MISSING], "api_token_not_found"),
+    ("disable no such user", lambda app: app.users.disable("nobody"), ("POST", "/api/v1/users/nobody/disable"),
+     ["users", "disable", "nobody"], "user_not_found"),
+    ("audit since a word", lambda app: app.audit.search(since="yesterday"), ("GET", "/api/v1/audit?since=yesterday"),
+     ["audit", "list", "--since", "yesterday"], "validation_error"),
 ]
 
 
