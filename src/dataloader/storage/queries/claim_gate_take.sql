@@ -19,7 +19,8 @@ gate AS MATERIALIZED (
 ), locked AS MATERIALIZED (
     SELECT r.job_id
     FROM verdict r
-    WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
+    -- dl_take_key (0044): the lock, then the running-key check again in a snapshot taken after it
+    WHERE CASE WHEN r.key_rank = 1 AND r.held IS NULL THEN dl_take_key(r.lock_key) ELSE false END
 ), claimed AS (
 -- @include claim_mark_running
 ), journal AS (

@@ -38,6 +38,9 @@
 WITH fence AS MATERIALIZED (
     -- the claim fence (0029; claim_filters.sql): taken once, before the walk
     SELECT dl_claim_fence($1) AS paused_tasks
+), finishing AS (
+    -- no attempt ends in this statement (claim_take.sql; step_succeeded_claim.sql names its own)
+    SELECT NULL::uuid[] AS jobs, NULL::int[] AS attempts
 ), candidate AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q

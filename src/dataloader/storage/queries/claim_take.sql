@@ -3,7 +3,9 @@
 -- the key's advisory lock, mark the ones that got it running, and journal their 'picked' rows (with
 -- the claiming session's backend pid: the session that holds the key, see running_picked_by.sql).
 -- claim_jobs.sql's header says why each part has its shape. $1 queue (every candidate is of it),
--- $2 worker. Defines ranked (the candidates, key_rank), locked, claimed, journal.
+-- $2 worker. The including statement defines `finishing` (jobs, attempts: the attempts it ends
+-- itself, NULLs for none), which dl_take_key leaves out of its running-key check. Defines ranked
+-- (the candidates, key_rank), locked, claimed, journal.
 ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.lock_key
                                    ORDER BY c.priority, c.available_at, c.created_at) AS key_rank
@@ -11,7 +13,11 @@ ranked AS (
 ), locked AS MATERIALIZED (
     SELECT r.job_id
     FROM ranked r
-    WHERE CASE WHEN r.key_rank = 1 THEN pg_try_advisory_lock(hashtext(r.lock_key)) ELSE false END
+    -- dl_take_key (0044): the key's advisory lock, then the running-key check again in a snapshot
+    -- taken after it (the walk's snapshot can predate a holder that committed and then lost its session)
+    WHERE CASE WHEN r.key_rank = 1
+               THEN dl_take_key(r.lock_key, (SELECT f.jobs FROM finishing f), (SELECT f.attempts FROM finishing f))
+               ELSE false END
 ), claimed AS (
 -- @include claim_mark_running
 ), journal AS (

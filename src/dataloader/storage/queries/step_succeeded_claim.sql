@@ -45,6 +45,9 @@ WITH input AS (
 ), fence AS MATERIALIZED (
     -- the claim fence (0029; claim_filters.sql): taken once, before the walk
     SELECT dl_claim_fence($1) AS paused_tasks
+), finishing AS (
+    -- the attempts this statement ends: their keys are free once it is done (claim_take.sql)
+    SELECT $3::uuid[] AS jobs, $4::int[] AS attempts
 ), candidate AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
