@@ -110,7 +110,9 @@ class Browser:
         path = artifacts_dir() / f"{safe}.png"
         # caret="initial": hiding the caret sets `caret-color: transparent !important` on inputs; a
         # live swap then settling that style attribute broke the console's CSP (style-src 'self')
-        await self.page.screenshot(path=str(path), full_page=True, caret="initial")
+        # timeout: a screenshot is an artifact, not a check of speed; a full page of the suite's database
+        # (every test's queues) took over 15 s to capture on a loaded 2-core machine
+        await self.page.screenshot(path=str(path), full_page=True, caret="initial", timeout=60_000)
         self.shots.append(path)
         return path
 
