@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from dataloader import App, ValidationFailed, WorkflowFailed
+from tests.conftest import wait_until
 from tests.support.api_apps import api_for
 from tests.support.cli import run as cli
 
@@ -24,7 +25,13 @@ async def _fails_for_deadline(app: App, run_id) -> str:
 
 async def test_a_sleeping_run_wakes_for_its_deadline_and_fails(app: App, dsn: str):
     async with app.running():
-        run_id = await app.workflows.start("t.sleep", {"dsn": dsn, "seconds": 3600}, deadline=1.5)
+        # a deadline the run reaches asleep: 1.5 s was sometimes over before a loaded machine had run
+        # the first step, and the run failed without having slept
+        run_id = await app.workflows.start("t.sleep", {"dsn": dsn, "seconds": 3600}, deadline=6)
+
+        async def asleep() -> bool:
+            return [s.kind for s in (await app.workflows.get(run_id)).steps] == ["step", "sleep"]
+        await wait_until(asleep, timeout=6, message="the run to be asleep before its deadline")
         await _fails_for_deadline(app, run_id)
     run = await app.workflows.get(run_id)
     assert run.status == "failed" and run.deadline_at is not None
