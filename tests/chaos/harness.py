@@ -303,6 +303,14 @@ class ChaosRun:
                 slot.start()
         await asyncio.gather(*(self._wait_ready(s) for s in self.slots if not s.ready()))
 
+    async def _every_slot_ready(self) -> None:
+        """Until every node is ready (or twice the start timeout has passed: the checks then tell)."""
+        deadline = time.monotonic() + self.cfg.node_start_timeout_sec * 2
+        while True:
+            if all(s.ready() for s in self.slots) or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.05)
+
     async def _ready_slot(self, exclude: set[int] | None = None) -> NodeSlot:
         """A random ready node (not in `exclude` unless it is the only one)."""
         deadline = time.monotonic() + self.cfg.node_start_timeout_sec * 2
@@ -337,7 +345,11 @@ class ChaosRun:
             # the restart and the SIGTERM get a slot of their own, so the next kill does not
             # immediately take away the node whose recovery they should exercise
             if k == restart_at:
-                before = {s.current.name for s in self.slots if s.current is not None and s.alive()}
+                # every node up first: a node still starting when the server goes away exits ("start-up
+                # failed: database_unavailable") and comes back as a new incarnation, so a failover
+                # during both nodes' starts (a loaded CI run) left no node that could show it rode through
+                await self._every_slot_ready()
+                before = {s.current.name for s in self.slots if s.current is not None and s.ready()}
                 started = time.time()
                 await self._restart_postgres(t0)
                 await self._first_claim_by(before, since=started)
