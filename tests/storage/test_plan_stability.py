@@ -385,3 +385,89 @@ async def test_a_finish_on_a_burst_in_an_unanalyzed_table_finds_rows_by_key_only
         await conn.close()
     # (the step's claim half walks ix_dl_jobs_claim_order by design, in its order, up to 16 rows)
     assert "ix_dl_jobs_fair" not in plan and "ix_dl_jobs_running_lease" not in plan, plan
+
+
+
+@pytest.fixture(scope="module")
+async def churned_database(pg_server) -> AsyncIterator[str]:
+    """What autovacuum leaves on a busy queue that is drained for a moment: 20,000 jobs went queued,
+    running and succeeded, then VACUUM ANALYZE, with 20 jobs queued. The statistics see almost no
+    queued or running row, and the partial indexes of those two statuses keep their pages (a few
+    hundred) for a handful of entries, so a probe of them by lock_key is costed at ~90, and a walk
+    of ix_dl_jobs_status_queue's queued or running part at ~10 (bench/sustained.py's state)."""
+    async for url in _fresh_database(pg_server, analyzed=False):
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                """INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, max_attempts, lease_ttl_sec)
+                   SELECT gen_random_uuid(), 'q', 't', '{}'::jsonb, 'done-' || g, 3, 60
+                   FROM generate_series(1, 20000) g""")
+            await conn.execute("UPDATE dl_jobs SET status = 'running', attempt = 1, started_at = now(), "
+                               "lease_expires_at = now() + interval '1 minute'")
+            await conn.execute("UPDATE dl_jobs SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL")
+            await conn.execute(
+                """INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, max_attempts, lease_ttl_sec)
+                   SELECT gen_random_uuid(), 'q', 't', '{}'::jsonb, 'new-' || g, 3, 60 FROM generate_series(1, 20) g""")
+            await conn.execute("VACUUM ANALYZE dl_jobs")
+        finally:
+            await conn.close()
+        yield url
+
+
+# a lock_key probe as EXPLAIN prints it: `lock_key = <something>` other than the walk's own key term
+_KEY_PROBE = re.compile(r"\(?lock_key = ")
+HOT_PATH = ["claim_jobs", "claim_limited_jobs", "claim_jobs_fair", "step_succeeded_claim", "finish_jobs",
+            "finish_succeeded"]
+
+
+@pytest.mark.parametrize("statement", HOT_PATH)
+async def test_the_hot_paths_lock_key_probes_stay_on_their_index_after_a_drained_queue_was_analyzed(
+        churned_database, statement):
+    """Every probe by lock_key of the claims and finishes (does a job of this key run? which queues
+    wait for the keys freed?) is an index condition of ix_dl_jobs_key_live. Said with plain status
+    comparisons, the generic plans on these statistics walked ix_dl_jobs_status_queue's queued or
+    running part filtered by lock_key: in a sustained run at 2,100 jobs/s every finish and claim
+    candidate read every job queued since the last vacuum (0.5 s a statement), and the drain fell
+    to 20-130 jobs/s for 20-60 s after every other autovacuum of dl_jobs (migration 0045)."""
+    text = step_claim_sql(16) if statement == "step_succeeded_claim" else statement_text(statement)
+    conn = await connect(churned_database, server_settings={"plan_cache_mode": "force_generic_plan"})
+    try:
+        await conn.execute(f"PREPARE hot AS {text}")
+        n = parameter_count(text)
+        plan = [r[0] for r in await conn.fetch(f"EXPLAIN (COSTS OFF) EXECUTE hot({', '.join(['NULL'] * n)})")]
+    finally:
+        await conn.close()
+    probes = []
+    for i, line in enumerate(plan):
+        if (m := _SCAN.search(line)) and m.group(3) == "dl_jobs":
+            terms = [d for d in _details(plan, i) if _KEY_PROBE.search(d)]
+            if terms:
+                probes.append((m.group(2), terms))
+    assert probes, "\n".join(plan)
+    astray = [(index, terms) for index, terms in probes
+              if index != "ix_dl_jobs_key_live" or not any(t.startswith("Index Cond") for t in terms)]
+    assert astray == [], "\n".join(plan)
+
+
+async def test_dl_take_key_probes_by_key_after_a_drained_queue_was_analyzed(churned_database):
+    """The claim's check after the lock (0044's dl_take_key, a plpgsql function whose query is
+    planned generically after five calls) reads a few buffers, not the running part of
+    ix_dl_jobs_status_queue: 20,000 jobs ran there since the vacuum that the walk would read."""
+    conn = await connect(churned_database, server_settings={"plan_cache_mode": "force_generic_plan"})
+    rolled_back = conn.transaction()  # the module's other tests plan on the database as it was
+    await rolled_back.start()
+    try:
+        await conn.execute("UPDATE dl_jobs SET status = 'running', attempt = 1, lease_expires_at = now() "
+                           "WHERE lock_key LIKE 'done-%'")  # their running versions: 20,000 entries to walk
+        await conn.execute("UPDATE dl_jobs SET status = 'succeeded' WHERE lock_key LIKE 'done-%'")
+        buffers = []
+        for n in range(8):
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT dl_take_key('new-{n + 1}'), "
+                f"pg_advisory_unlock(hashtext('new-{n + 1}'))"))
+            found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
+            buffers.append(int(found.group(1)) + int(found.group(2) or 0) if found else 0)
+    finally:
+        await rolled_back.rollback()
+        await conn.close()
+    assert max(buffers[5:]) < 50, buffers

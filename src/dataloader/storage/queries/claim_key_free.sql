@@ -10,13 +10,17 @@
       -- of 0.02 ms; bench/hot_key.py's 2.8x and 3.8x runs). Parked rows are never candidates.
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r
-          -- `status > 'queued'` within ('queued', 'running') is 'running' (the enum's order), said
-          -- so that only ix_dl_jobs_lock_key_active (predicate: those two) can serve the probe, not
-          -- ix_dl_jobs_running_lease (predicate status = 'running'). While another session holds
-          -- the xmin horizon, a VACUUM counts that index's entries as 0 live rows though it still
-          -- holds one per job run since (none removable); planned as a full scan of it (estimated
-          -- cheaper by a hair), each candidate's probe read all of them: 504 buffers instead of 3
-          -- after 10,000 jobs (bench/xmin_claim.py; docs/scaling.md "A held xmin horizon").
-          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
-          ORDER BY r.lock_key, r.status OFFSET 0
+          -- `status > 'queued'` within ('queued', 'running') is 'running' (the enum's order), each
+          -- said as `(...) IS TRUE` so that only ix_dl_jobs_key_live (0045; predicate: the first
+          -- term) can serve the probe, by lock_key: no index of the plain status column can take
+          -- such a term as its condition. Said as plain comparisons, ix_dl_jobs_running_lease
+          -- (while another session held the xmin horizon: 504 buffers per probe instead of 3,
+          -- bench/xmin_claim.py) and ix_dl_jobs_status_queue (after an ANALYZE of a drained queue:
+          -- every entry of every job run since the last vacuum, bench/sustained.py) were walked
+          -- instead, filtering by lock_key. No ORDER BY: ordered by status, the probe would let
+          -- ix_dl_jobs_status_queue (status first) serve it as an ordered walk of every row, which
+          -- an empty analyzed table costs like the probe. OFFSET 0 keeps it a probe per candidate.
+          WHERE r.lock_key = q.lock_key || '' AND (r.status IN ('queued', 'running')) IS TRUE
+            AND (r.status > 'queued') IS TRUE
+          OFFSET 0
       )

@@ -52,14 +52,17 @@ WITH input AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
 -- @include claim_filters
-      -- claim_key_free.sql's running-key check (its `|| ''`, `status > 'queued'` and OFFSET 0 for the
+      -- claim_key_free.sql's running-key check (its `|| ''`, `IS TRUE` terms and OFFSET 0 for the
       -- same reasons), but a row this statement finishes does not count: its key is free once the
-      -- statement is done
+      -- statement is done. That exclusion is a filter on the probe's few rows (NOT IN, a hashed
+      -- subplan of the input): as an anti-join, an empty analyzed table planned it as a merge
+      -- with a walk of dl_jobs_pkey in job_id order, every row.
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r
-          WHERE r.lock_key = q.lock_key || '' AND r.status IN ('queued', 'running') AND r.status > 'queued'
-            AND NOT EXISTS (SELECT 1 FROM input i WHERE i.job_id = r.job_id AND i.attempt = r.attempt)
-          ORDER BY r.lock_key, r.status OFFSET 0
+          WHERE r.lock_key = q.lock_key || '' AND (r.status IN ('queued', 'running')) IS TRUE
+            AND (r.status > 'queued') IS TRUE
+            AND (r.job_id, r.attempt) NOT IN (SELECT i.job_id, i.attempt FROM input i)
+          OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
     LIMIT {limit}
