@@ -91,11 +91,12 @@ async def sample(conn: asyncpg.Connection, t0: float, phase: str, claims: list[f
     return row
 
 
-async def produce(app: App, rate: float, stop: asyncio.Event, counter: list[int]) -> None:
+async def produce(app: App, rate: float, stop: asyncio.Event, counter: list[int], queue: str = QUEUE) -> None:
+    """No-op jobs into `queue` at `rate` per second, a batch every 100 ms, until `stop`; counts them."""
     batch = max(1, int(rate / 10))
     next_at = time.monotonic()
     while not stop.is_set():
-        await app.enqueue_many([{"task": "dl.noop", "queue": QUEUE} for _ in range(batch)])
+        await app.enqueue_many([{"task": "dl.noop", "queue": queue} for _ in range(batch)])
         counter[0] += batch
         next_at += batch / rate
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))

@@ -53,6 +53,7 @@ import psutil
 
 from bench import procs
 from bench.pg import fresh_database, read_settings, start_server
+from bench.queue_health import produce
 from bench.systems import DATALOADER
 from dataloader import App, Settings
 from dataloader.retention import partitions as parts
@@ -203,16 +204,6 @@ async def reshape_legacy(conn: asyncpg.Connection, interval: timedelta) -> None:
                        end, end + interval)
 
 
-async def produce(app: App, rate: float, stop: asyncio.Event, counter: list[int]) -> None:
-    batch = max(1, round(rate / 10))
-    next_at = time.monotonic()
-    while not stop.is_set():
-        await app.enqueue_many([{"task": "dl.noop", "queue": QUEUE} for _ in range(batch)])
-        counter[0] += batch
-        next_at += batch / rate
-        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-
-
 async def retention_loop(retention: Retention, stop: asyncio.Event) -> None:
     while not stop.is_set():
         await retention.round()
@@ -289,7 +280,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 retention = Retention(retention_pool, args.mode, args.keep, interval)
                 stop = asyncio.Event()
                 enqueued = [0]
-                tasks = [asyncio.create_task(produce(app, args.rate, stop, enqueued)),
+                tasks = [asyncio.create_task(produce(app, args.rate, stop, enqueued, QUEUE)),
                          asyncio.create_task(retention_loop(retention, stop))]
                 me = psutil.Process()
                 t0 = time.monotonic()
