@@ -55,13 +55,15 @@ WITH input AS (
       -- claim_key_free.sql's running-key check (its `|| ''`, `IS TRUE` terms and OFFSET 0 for the
       -- same reasons), but a row this statement finishes does not count: its key is free once the
       -- statement is done. That exclusion is a filter on the probe's few rows (NOT IN, a hashed
-      -- subplan of the input): as an anti-join, an empty analyzed table planned it as a merge
-      -- with a walk of dl_jobs_pkey in job_id order, every row.
+      -- subplan of the input, its NULLs left out so that a NULL can never hide a running job): as
+      -- an anti-join, an empty analyzed table planned it as a merge with a walk of dl_jobs_pkey in
+      -- job_id order, every row.
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r
           WHERE r.lock_key = q.lock_key || '' AND (r.status IN ('queued', 'running')) IS TRUE
             AND (r.status > 'queued') IS TRUE
-            AND (r.job_id, r.attempt) NOT IN (SELECT i.job_id, i.attempt FROM input i)
+            AND (r.job_id, r.attempt) NOT IN (SELECT i.job_id, i.attempt FROM input i
+                                              WHERE i.job_id IS NOT NULL AND i.attempt IS NOT NULL)
           OFFSET 0
       )
     ORDER BY q.priority ASC, q.available_at ASC, q.created_at ASC
