@@ -57,7 +57,7 @@ VALUES_PARAMETER_LIMIT = 32_767  # asyncpg's bind-parameter limit: multi-row VAL
 # The index entries a queued, unkeyed job writes (the partial indexes whose predicate a new job
 # does not meet get none); the primary key stays in every variant (the journal's FK needs it).
 JOB_INDEXES_WITH_ENTRIES = ("dl_jobs_idempotency_key_key", "ix_dl_jobs_claim", "ix_dl_jobs_claim_order",
-                            "ix_dl_jobs_created", "ix_dl_jobs_fair", "ix_dl_jobs_lock_key_active",
+                            "ix_dl_jobs_created", "ix_dl_jobs_fair", "ix_dl_jobs_key_live",
                             "ix_dl_jobs_status_queue")
 JOURNAL_INDEXES = ("dl_job_events_pkey", "ix_dl_job_events_job")
 

@@ -27,7 +27,11 @@ async def test_fresh_database_gets_the_spec_schema_and_engine_indexes(empty_db):
     try:
         indexes = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes")}
         assert {"ix_dl_jobs_claim", "ix_dl_jobs_running_lease", "ix_dl_jobs_status_queue",
-                "ix_dl_jobs_lock_key_active", "ix_dl_jobs_claim_order"} <= indexes
+                "ix_dl_jobs_key_live", "ix_dl_jobs_claim_order"} <= indexes
+        # one index by lock_key (0046): every job takes an entry in each index of its status
+        assert "ix_dl_jobs_lock_key_active" not in indexes
+        dl_jobs_indexes = await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE tablename = 'dl_jobs'")
+        assert dl_jobs_indexes == 15, await conn.fetch("SELECT indexdef FROM pg_indexes WHERE tablename = 'dl_jobs'")
         triggers = {r["tgname"] for r in await conn.fetch("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
         # those of workflows (0030), chain joins (0032) and step jobs (0036) let every other row pass on their WHEN
         assert triggers == {"dl_jobs_notify_ins", "dl_jobs_notify_upd", "dl_workflow_child_end", "dl_workflow_requeue",

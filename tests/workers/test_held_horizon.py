@@ -7,7 +7,7 @@ that ran since. A VACUUM (ANALYZE) then records 0 running rows, so both look emp
 and the claim's "does this lock_key run already?" probe was planned as a walk of one of them with a
 filter on lock_key: every candidate of every claim read all those entries (bench/xmin_claim.py:
 8,443 buffers and 11-40 ms per claim after 20,000 jobs instead of 483 and 1.4-3.8 ms). The probe
-must stay an index condition on lock_key (ix_dl_jobs_key_live, 0045) in all three claims."""
+must stay an index condition on lock_key (ix_dl_jobs_key_live, 0045, 0046) in all three claims."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@
 -- claim of this queue while the key runs. key_parked_behind tells it that the key's finish hands
 -- the key over (parked jobs, or a backlog about to be parked), so it claims in the finish's step.
 -- Both come from ONE probe per claimed job (the `key` lateral below: the key's queued rows of
--- ix_dl_jobs_lock_key_active, unparked first, at most 16); on the common path (a key with no
+-- ix_dl_jobs_key_live, unparked first, at most 16); on the common path (a key with no
 -- other queued job) it finds only the claimed job itself.
 --
 -- {limit} is replaced by an integer, one prepared statement per batch size: with a parameter

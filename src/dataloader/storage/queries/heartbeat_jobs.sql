@@ -28,6 +28,7 @@ WITH beat AS (
 SELECT b.job_id, b.cancel_requested,
        (SELECT count(*) FROM (
            SELECT 1 FROM dl_jobs w
-           WHERE w.lock_key = b.lock_key AND w.status = 'queued' AND NOT w.key_parked AND w.available_at <= now()
+           WHERE w.lock_key = b.lock_key AND (w.status IN ('queued', 'running')) IS TRUE AND NOT COALESCE(w.status = 'running', false)
+             AND NOT w.key_parked AND w.available_at <= now()
            LIMIT 16) backlog) >= 16 AS key_backlog
 FROM beat b;

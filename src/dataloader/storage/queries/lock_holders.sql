@@ -9,7 +9,7 @@ WITH same_key AS (
     FROM dl_jobs r
     -- parked jobs (0017) are never claimed, so they are not read (nor locked: a hot key has many)
     WHERE r.lock_key = $2 AND r.job_id <> $1
-      AND (r.status = 'running' OR (r.status = 'queued' AND NOT r.key_parked))
+      AND (r.status IN ('queued', 'running')) IS TRUE AND (COALESCE(r.status = 'running', false) OR NOT r.key_parked)
     FOR SHARE
 )
 SELECT (SELECT count(*) FROM same_key WHERE status = 'running') AS running_holders,

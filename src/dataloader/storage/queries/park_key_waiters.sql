@@ -19,7 +19,8 @@ WITH holder AS (
     WHERE j.job_id = ANY (ARRAY(
         SELECT w.job_id
         FROM dl_jobs w, holder
-        WHERE w.lock_key = holder.lock_key AND w.status = 'queued' AND NOT w.key_parked
+        WHERE w.lock_key = holder.lock_key AND (w.status IN ('queued', 'running')) IS TRUE AND NOT COALESCE(w.status = 'running', false)
+          AND NOT w.key_parked
           AND w.available_at <= now()
         LIMIT $3
         FOR UPDATE OF w SKIP LOCKED))

@@ -80,12 +80,14 @@ WITH RECURSIVE expired AS (
     SELECT k.lock_key
     FROM parked_key k
     WHERE k.lock_key IS NOT NULL
-      AND (SELECT 1 FROM dl_jobs r WHERE r.lock_key = k.lock_key AND r.status = 'running' LIMIT 1) IS NULL
+      AND (SELECT 1 FROM dl_jobs r WHERE r.lock_key = k.lock_key
+                             AND (r.status IN ('queued', 'running')) IS TRUE AND COALESCE(r.status = 'running', false) LIMIT 1) IS NULL
 ), unparked AS (
     SELECT CASE WHEN EXISTS (SELECT 1 FROM stranded)
                   OR EXISTS (SELECT 1 FROM reaped r CROSS JOIN LATERAL (
                                  SELECT 1 FROM dl_jobs p
-                                 WHERE p.lock_key = r.lock_key AND p.status = 'queued' AND p.key_parked LIMIT 1) p)
+                                 WHERE p.lock_key = r.lock_key AND (p.status IN ('queued', 'running')) IS TRUE AND NOT COALESCE(p.status = 'running', false)
+                                   AND p.key_parked LIMIT 1) p)
                 THEN dl_unpark_key_heads(ARRAY(SELECT lock_key FROM reaped UNION SELECT lock_key FROM stranded))
                 ELSE 0 END AS woken
 )

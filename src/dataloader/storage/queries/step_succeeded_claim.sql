@@ -52,7 +52,7 @@ WITH input AS (
     SELECT q.job_id, q.queue, q.task, q.lock_key, q.priority, q.available_at, q.created_at
     FROM dl_jobs q
 -- @include claim_filters
-      -- claim_key_free.sql's running-key check (its `|| ''`, `IS TRUE` terms and OFFSET 0 for the
+      -- claim_key_free.sql's running-key check (its `|| ''`, status terms and OFFSET 0 for the
       -- same reasons), but a row this statement finishes does not count: its key is free once the
       -- statement is done. That exclusion is a filter on the probe's few rows (NOT IN, a hashed
       -- subplan of the input, its NULLs left out so that a NULL can never hide a running job): as
@@ -61,7 +61,7 @@ WITH input AS (
       AND NOT EXISTS (
           SELECT 1 FROM dl_jobs r
           WHERE r.lock_key = q.lock_key || '' AND (r.status IN ('queued', 'running')) IS TRUE
-            AND (r.status > 'queued') IS TRUE
+            AND COALESCE(r.status = 'running', false)
             AND (r.job_id, r.attempt) NOT IN (SELECT i.job_id, i.attempt FROM input i
                                               WHERE i.job_id IS NOT NULL AND i.attempt IS NOT NULL)
           OFFSET 0

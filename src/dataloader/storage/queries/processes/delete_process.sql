@@ -8,7 +8,7 @@ WITH waiting AS (
 ), jobs AS (
     UPDATE dl_jobs
     SET status = 'canceled', error = 'process removed', finished_at = now()
-    WHERE lock_key = $3 AND status = 'queued'
+    WHERE lock_key = $3 AND (status IN ('queued', 'running')) IS TRUE AND NOT COALESCE(status = 'running', false)
     RETURNING job_id, queue
 ), journal AS (
     INSERT INTO dl_job_events (job_id, queue, kind, payload)

@@ -10,7 +10,8 @@ SELECT t.task_id, t.task_type, t.args, t.history_range, t.idempotency_key, t.sta
        p.timer_type, p.timer_at,
        t.task_type IN ('timeout', 'remove') AND EXISTS (
            SELECT 1 FROM dl_jobs j
-           WHERE j.lock_key = $2 AND j.status = 'queued' AND j.priority <= $3 AND j.job_id <> t.task_id
+           WHERE j.lock_key = $2 AND (j.status IN ('queued', 'running')) IS TRUE AND NOT COALESCE(j.status = 'running', false)
+             AND j.priority <= $3 AND j.job_id <> t.task_id
        ) AS caller_pending,
        CASE WHEN t.history_range IS NULL THEN (
            SELECT COALESCE(jsonb_agg(jsonb_build_array(e.event_id, e.ts, e.payload, e.metadata, e.task_id)

@@ -4,7 +4,8 @@
 -- A task that has just ended may hold it a few more milliseconds (its worker releases the key
 -- after the finish commits): the caller bounds this wait with lock_timeout.
 WITH running AS (
-    SELECT EXISTS (SELECT 1 FROM dl_jobs WHERE lock_key = $1 AND status = 'running') AS yes
+    SELECT EXISTS (SELECT 1 FROM dl_jobs WHERE lock_key = $1
+                                     AND (status IN ('queued', 'running')) IS TRUE AND COALESCE(status = 'running', false)) AS yes
 )
 SELECT running.yes AS running,
        CASE WHEN running.yes THEN NULL ELSE pg_advisory_xact_lock(hashtext($1))::text END AS taken
