@@ -24,6 +24,11 @@ async def _token_of(wdb: asyncpg.Pool, run_id) -> str:
                                                  str(run_id)), timeout=20, message="the token to be handed out")
 
 
+
+async def _suspended(app: App, run_id) -> bool:
+    return (await app.workflows.get(run_id)).status == "queued"
+
+
 async def test_a_third_party_completes_the_token_over_http_without_the_api_token(wdb: asyncpg.Pool, dsn: str):
     async with App(workflow_settings(dsn, api_token=API_TOKEN)) as app, app.running():
         transport = httpx.ASGITransport(app=create_app(app.settings, context=app))
@@ -75,7 +80,10 @@ async def test_python_and_cli_faces_complete_once_and_an_ended_run_refuses(app: 
 
         third = await app.workflows.start("t.approval", {"dsn": dsn})
         late = await _token_of(wdb, third)
-        await app.workflows.cancel(third)
+        # the token is handed out just before the run suspends on it: a cancel of the still running
+        # run ends it only at its next await, and a completion in between is stored (a loaded CI run)
+        await wait_until(lambda: _suspended(app, third), timeout=20, message="the run to wait on its token")
+        assert (await app.workflows.cancel(third)).status == "canceled"
         with pytest.raises(WorkflowFinished):
             await app.workflows.complete_token(late, "too late")
     signals = await wdb.fetchval("SELECT count(*) FROM dl_workflow_signals WHERE run_id = $1", third)
