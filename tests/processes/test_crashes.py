@@ -33,11 +33,13 @@ async def _running_call(pdb, ns: str, pid: str) -> bool:
         "WHERE t.ns = $1 AND t.process_id = $2 AND t.task_type = 'call' AND j.status = 'running'", ns, pid))
 
 
-async def _kill_mid_call(app, pdb, workers, ns: str) -> tuple[asyncio.Task, object]:
+async def _kill_mid_call(app, pdb, workers, ns: str, sleep: float = 2.5) -> tuple[asyncio.Task, object]:
+    """`sleep`: the call's length. A test whose call must never end must make it outlast any poll:
+    at 2.5 s a loaded machine's poll saw it running so late that it had finished before the kill."""
     first = workers(queues={"plain": 1}, **WORKER)
     await first.wait_ready()
     await app.processes.init(ns, "k1", {}, timeout=60)
-    call = asyncio.create_task(app.processes.call(ns, "k1", {"n": 1, "sleep": 2.5}, timeout=60))
+    call = asyncio.create_task(app.processes.call(ns, "k1", {"n": 1, "sleep": sleep}, timeout=60))
     await wait_until(lambda: _running_call(pdb, ns, "k1"), timeout=30)
     first.kill()  # SIGKILL: no goodbye, its lease runs out
     second = workers(queues={"plain": 1}, **WORKER)
@@ -68,7 +70,7 @@ async def _has(read, count: int) -> bool:
 
 
 async def test_kill_9_mid_task_with_on_lost_error_parks_the_process(app, pdb, workers, local_processors):
-    call, _ = await _kill_mid_call(app, pdb, workers, "zombie")
+    call, _ = await _kill_mid_call(app, pdb, workers, "zombie", sleep=60)  # the kill always cuts it
     with pytest.raises(ProcessTaskFailed, match="zombie detected"):
         await asyncio.wait_for(call, 60)
     process = await app.processes.get("zombie", "k1")
@@ -114,7 +116,7 @@ async def test_a_process_a_dead_node_parked_restarts_from_its_error_on_a_live_no
                                                                                   local_processors):
     """Recovery after a real kill -9 (issue 11): the process the dead node's task parked in error is
     restarted from that task; the surviving worker process runs it again, once."""
-    call, _ = await _kill_mid_call(app, pdb, workers, "zombie")
+    call, _ = await _kill_mid_call(app, pdb, workers, "zombie", sleep=60)  # the kill always cuts it
     with pytest.raises(ProcessTaskFailed, match="zombie detected"):
         await asyncio.wait_for(call, 60)
     result = await app.processes.restart("zombie", "k1", "error")
