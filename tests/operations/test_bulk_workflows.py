@@ -17,11 +17,13 @@ import pytest
 
 from dataloader import App
 from dataloader.exceptions import ValidationFailed
-from dataloader.storage.operation_repository import OperationRepository
+from dataloader.storage.operation_repository import TRANSIENT, OperationRepository
 from dataloader.workflows.bulk import bulk_run_changer
 from tests.conftest import wait_until
 from tests.workflows.conftest import workflow_settings
 from tests.workflows.flows import FIXED_DDL, PROBE_DDL, QUEUE
+
+TRANSIENT_TRIES = 5
 
 FAST = {"heartbeat_sec": 0.3, "reaper_period_sec": 0.5, "poll_fallback_sec": 1}
 FAST_RUNNER = {"operations_period_sec": 0.1, "operations_lease_sec": 2}
@@ -85,8 +87,20 @@ async def work_one_batch(pool: asyncpg.Pool, operation_id: uuid.UUID, owner: str
     repo = OperationRepository(pool)
     claimed = await repo.claim(owner, 30)
     assert claimed is not None and claimed["operation_id"] == operation_id
+    return await _batch(repo, operation_id, owner, claimed["lease_epoch"])
+
+
+async def _batch(repo: OperationRepository, operation_id: uuid.UUID, owner: str, epoch: int):
+    """One batch; a transient error rolled it back whole and it is tried again, as the runner does
+    after its pause (a full suite's run saw a deadlock between a batch's cancel and another
+    transaction updating the same running jobs, whose multi-row updates lock in id order)."""
     change = bulk_run_changer(max_args_bytes=256 * 1024, default_lease_ttl_sec=60)
-    return await repo.run_workflow_batch(operation_id, owner, claimed["lease_epoch"], 30, change)
+    for _ in range(TRANSIENT_TRIES - 1):
+        try:
+            return await repo.run_workflow_batch(operation_id, owner, epoch, 30, change)
+        except TRANSIENT:
+            continue
+    return await repo.run_workflow_batch(operation_id, owner, epoch, 30, change)
 
 
 async def test_a_dry_run_counts_by_status_with_a_sample_and_writes_nothing(app, bdb, dsn):
@@ -166,8 +180,7 @@ async def work_one_batch_again(pool: asyncpg.Pool, operation_id: uuid.UUID, owne
     """The next batch under the lease the first batch renewed (the same owner and epoch)."""
     repo = OperationRepository(pool)
     epoch = await pool.fetchval("SELECT lease_epoch FROM dl_operations WHERE operation_id = $1", operation_id)
-    change = bulk_run_changer(max_args_bytes=256 * 1024, default_lease_ttl_sec=60)
-    return await repo.run_workflow_batch(operation_id, owner, epoch, 30, change)
+    return await _batch(repo, operation_id, owner, epoch)
 
 
 async def test_bulk_restart_from_a_step_over_50_failed_runs_resumes_each_there(app, bdb, dsn):

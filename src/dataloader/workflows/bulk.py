@@ -8,7 +8,10 @@ nothing was done twice).
   (a queued one at once, a running one at its next await; each end counts down its parent's join
   in the same transaction, as every end does). Before it, the jobs of the run's tree are locked
   deepest first, the order a child's end takes them, so a child ending meanwhile and the cancel
-  wait for each other in turn instead of deadlocking. A run that has ended is skipped.
+  wait for each other in turn instead of deadlocking. A statement that updates several of the
+  tree's running jobs at once (a node's heartbeat: in id order) can still deadlock with it: that
+  is a transient error, the batch rolls back whole and is tried again (run_workflow_batch). A run
+  that has ended is skipped.
 - `workflow_restart` (`{"from_step": name}`, or `{}`: from the start):
   `WorkflowManager.restart(run, from_step=name)`. A run not ended (queued, running) or that
   succeeded is skipped (looked at first: a run still waiting has not recorded the step yet); one
