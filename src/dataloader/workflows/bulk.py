@@ -9,7 +9,7 @@ nothing was done twice).
   in the same transaction, as every end does). Before it, the jobs of the run's tree are locked
   deepest first, the order a child's end takes them, so a child ending meanwhile and the cancel
   wait for each other in turn instead of deadlocking. A statement that updates several of the
-  tree's running jobs at once (a node's heartbeat: in id order) can still deadlock with it: that
+  tree's running jobs at once, in id order (a node's heartbeat, say) can still deadlock with it: that
   is a transient error, the batch rolls back whole and is tried again (run_workflow_batch). A run
   that has ended is skipped.
 - `workflow_restart` (`{"from_step": name}`, or `{}`: from the start):
