@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.api.v1.conftest import table_counts
@@ -87,6 +87,7 @@ async def test_trigger_never_5xx_on_raw_bytes(client, raw, content_type):
 
 
 @FUZZ
+@example(segment=".", suffix="status", params={})  # a dot segment: found by the fuzz in a full run
 @given(segment=st.text(max_size=60) | st.uuids().map(str),
        suffix=st.sampled_from(["status", "cancel", "events"]),
        params=st.dictionaries(st.sampled_from(["after", "limit", "x"]), st.text(max_size=12), max_size=3))
@@ -94,7 +95,10 @@ async def test_job_paths_never_5xx(client, segment, suffix, params):
     method = "POST" if suffix == "cancel" else "GET"
     response = await client.request(method, f"/api/v1/jobs/{quote(segment, safe='')}/{suffix}", params=params)
     assert response.status_code < 500, (segment, response.text)
-    assert response.status_code in (200, 404, 409, 422), response.text
+    # "." and ".." are dot segments, which the client resolves (RFC 3986 5.2.4): `jobs/./status`
+    # is sent as `jobs/status`, a job path with no GET, whose honest answer is 405.
+    allowed = (200, 404, 409, 422, 405) if segment in (".", "..") else (200, 404, 409, 422)
+    assert response.status_code in allowed, response.text
 
 
 @FUZZ
