@@ -154,7 +154,10 @@ async def _build_schema(conn: asyncpg.Connection, v: Variant) -> None:
             is_pkey = name in ("dl_jobs_pkey",)
             if not is_pkey and ("all-indexes" in v.leave_out or name in v.leave_out):
                 continue
-            ddl = row["indexdef"].replace(f" INDEX {name} ON public.{table} ", f" INDEX {name} ON {s}.{target} ")
+            # the journal is partitioned (0039): its indexes are defined `ON ONLY` the parent
+            ddl = row["indexdef"]
+            for parent in (f"public.{table}", f"ONLY public.{table}"):
+                ddl = ddl.replace(f" INDEX {name} ON {parent} ", f" INDEX {name} ON {s}.{target} ")
             await conn.execute(ddl)
             if is_pkey:
                 await conn.execute(f"ALTER TABLE {s}.jobs ADD CONSTRAINT {name} PRIMARY KEY USING INDEX {name}")
