@@ -423,3 +423,39 @@ async def test_a_status_the_policy_keeps_for_ever_keeps_its_rows(fresh_pool):
     assert old.name in [d.partition.name for d in dropped] and all(d.error is None for d in dropped)
     assert await exists(pool, failed) == (True, 3)
     assert await exists(pool, gone) == (True, 0)
+
+
+async def test_delete_mode_drops_a_partition_past_the_horizon_once_it_is_empty(fresh_pool):
+    """DL_JOURNAL_PARTITIONS_DROP=false: the cascade empties an old partition row by row, and the
+    duty then drops it (an emptied range keeps its indexes' pages for ever, bench/sustained.py's
+    delete run). A partition with a row stays, whatever its statistics say; one whose statistics
+    still count rows is not read until vacuum has passed."""
+    pool = fresh_pool
+    old = await _age_partition(pool, 8)
+    assert old.range_from is not None and old.range_to is not None
+    inside = (datetime.now(UTC) - old.range_to).total_seconds() + 3600
+    failed = await add_job(pool, status="failed", finished_ago=inside, picked_ago=inside + 10)  # kept 30 days
+    rows = await exists(pool, failed)
+    assert rows[1] > 0
+    await pool.execute(f'ANALYZE "{old.name}"')
+    policy = RetentionPolicy.from_settings(Settings(db_dsn="postgresql://x/y"))
+    duty = parts.JournalPartitioner(pool, policy, parts.PartitionSettings(drop=False))
+
+    async def names() -> set[str]:
+        return {p.name for p in await parts.list_partitions(pool)}
+
+    tick = await duty.tick()
+    # the legacy partition (empty in a fresh database, never analyzed) is past the horizon too: it goes
+    assert [d.partition.name for d in tick.dropped] == ["dl_job_events_p_legacy"]
+    assert old.name in await names() and await exists(pool, failed) == rows
+    await pool.execute("DELETE FROM dl_jobs WHERE job_id = $1", failed)  # the pruner's cascade
+    assert (await duty.tick()).dropped == [] and old.name in await names()  # its statistics still count rows
+    await pool.execute(f'VACUUM "{old.name}"')
+    # statistics that say empty while a row is there: the look finds it, the partition stays
+    other = await add_job(pool, status="failed", finished_ago=inside, picked_ago=inside + 10)
+    assert (await exists(pool, other))[1] > 0
+    assert (await duty.tick()).dropped == [] and old.name in await names()
+    await pool.execute("DELETE FROM dl_jobs WHERE job_id = $1", other)
+    tick = await duty.tick()
+    assert [d.partition.name for d in tick.dropped] == [old.name] and tick.dropped[0].error is None
+    assert old.name not in await names()

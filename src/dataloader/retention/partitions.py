@@ -19,6 +19,11 @@ partitions a job's rows are in before deleting it (`JournalFloor`), at most one 
 hour past the job's age, so the cascade finds nothing in the common case and the pruner is never
 stopped by a duty that is not running.
 
+With DL_JOURNAL_PARTITIONS_DROP=false (delete mode) no partition goes with its rows: the pruner's
+cascade deletes the journal row by row, as before 0039, and the duty drops a partition past the
+horizon only once it holds no row (`drop_emptied`), since an emptied range takes no new row and
+would keep its indexes' pages for ever.
+
 The archival hook: `before_drop(partition)` is awaited before each drop with the partition's
 name and [range_from, range_to) (range_from None: from the beginning); it may export the rows. If
 it raises, that partition is not dropped this time (retried at the next tick).
@@ -273,6 +278,36 @@ async def drop_due(pool: asyncpg.Pool, policy: RetentionPolicy, now: datetime, *
     return results
 
 
+async def drop_emptied(pool: asyncpg.Pool, now: datetime, horizon: float | None, *, lock_timeout_sec: float = 0.5,
+                       clock: Clock = SYSTEM_CLOCK) -> list[DropResult]:
+    """Delete mode (DL_JOURNAL_PARTITIONS_DROP=false): the pruner's cascade empties a partition past
+    the horizon row by row, but an emptied partition keeps its indexes' pages for ever (a range in
+    the past takes no new row to reuse them: bench/sustained.py's delete run grew the journal's
+    indexes by one partition's worth each interval). Drop every partition past the horizon that
+    holds no row; one with rows (of jobs still kept) stays until the pruner has emptied it. A
+    partition whose statistics still count rows is not read (vacuum has not passed since it was
+    emptied, and the look would read every dead row)."""
+    results = []
+    for partition in due_partitions(await list_partitions(pool), now, horizon):
+        if partition.rows_estimate:
+            continue
+        result = DropResult(partition)
+        started = clock.monotonic()
+        try:
+            dropped = await retention_repository.drop_empty_journal_partition(pool, partition.name,
+                                                                              _pg_duration(lock_timeout_sec))
+        except Exception as exc:  # a lock timeout: retried at the next tick
+            result.error = f"{type(exc).__name__}: {exc}"
+            log.warning("empty journal partition not dropped", extra={"partition": partition.name,
+                                                                       "error": result.error})
+            results.append(result)
+            break
+        result.seconds = clock.monotonic() - started
+        if dropped:
+            results.append(result)
+    return results
+
+
 def _pg_duration(seconds: float) -> str:
     return f"{max(int(seconds * 1000), 1)}ms"
 
@@ -336,6 +371,9 @@ class JournalPartitioner(PeriodicService):
             floor = await stats_lag_floor(self.pool) if self.settings.wait_for_stats else None
             tick.dropped = await drop_due(self.pool, self.policy, now, floor_sec=floor, before_drop=self.before_drop,
                                           lock_timeout_sec=self.settings.lock_timeout_sec, clock=self.clock)
+        elif horizon is not None:
+            tick.dropped = await drop_emptied(self.pool, now, horizon, lock_timeout_sec=self.settings.lock_timeout_sec,
+                                              clock=self.clock)
         if tick.created or tick.dropped or tick.skipped:
             log.info("journal partitions", extra={
                 "created": tick.created, "skipped": tick.skipped,

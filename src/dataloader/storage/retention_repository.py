@@ -117,6 +117,25 @@ async def drop_journal_partition(pool: asyncpg.Pool, name: str, start: datetime 
         return int(staged), int(kept)
 
 
+async def drop_empty_journal_partition(pool: asyncpg.Pool, name: str, lock_timeout: str, *, attempts: int = 20,
+                                       pause_sec: float = 0.05) -> bool:
+    """Drop the partition `name` if it holds no row (False, and nothing changed, if it holds one):
+    looked at first without a table lock, then again under the journal's lock, taken in a gap
+    between writers as a drop with rows takes it. No row is staged: there is none to keep."""
+    async with pool.acquire() as conn:
+        probe = await conn.fetchval(sql("retention/journal_partition_probe"), name)
+        if probe is None or not await conn.fetchval(probe):
+            return False
+        async with conn.transaction():
+            await conn.execute(sql("retention/journal_lock_timeout"), lock_timeout)
+            await _in_a_gap(conn, lambda: conn.execute(sql("retention/journal_lock_for_drop")), attempts, pause_sec)
+            if not await conn.fetchval(probe):
+                return False
+            await conn.execute(sql("retention/journal_stage_table"))  # empty: dl_journal_drop_partition reads it
+            await conn.fetchval(sql("retention/journal_drop_partition"), name)
+            return True
+
+
 async def journal_partition_rows(pool: asyncpg.Pool, name: str, start: datetime | None, end: datetime,
                                  prefetch: int = 2000) -> AsyncIterator[asyncpg.Record]:
     """journal_partition_rows.sql through a cursor in a read-only transaction of its own: the rows
