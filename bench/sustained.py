@@ -16,7 +16,9 @@ engine's own functions: every 10 s it creates the journal's partitions ahead
   drop    drops the partitions wholly older than `--keep` (`partitions.drop_due`) and runs the
           pruner (`pruner.prune`) with the journal floor, so the jobs go after their journal rows
           went by DROP (the shipped default, at days instead of minutes);
-  delete  runs the pruner only, the journal by ON DELETE CASCADE (DL_JOURNAL_PARTITIONS_DROP=false).
+  delete  runs the pruner, the journal by ON DELETE CASCADE (DL_JOURNAL_PARTITIONS_DROP=false), and
+          then drops the partitions past `--keep` that the cascade emptied (`partitions.drop_emptied`,
+          as the duty does in that mode).
 
 The product's shortest retention is an hour and its narrowest partition an hour: compressed here so
 that a half-hour run holds ten retention periods.
@@ -187,6 +189,14 @@ class Retention:
                              journal_floor=await self.floor(now))
         out["pruned"] = report.total
         out["prune_sec"] = round(time.perf_counter() - t, 3)
+        if self.mode == "delete":  # the duty's delete mode: a partition the cascade emptied goes
+            t = time.perf_counter()
+            for d in await parts.drop_emptied(self.pool, now, self.keep):
+                if d.error:
+                    out.setdefault("errors", []).append(d.error)
+                else:
+                    out["dropped"] += 1
+            out["drop_sec"] = round(time.perf_counter() - t, 3)
         out["sec"] = round(time.perf_counter() - t0, 3)
         self.rounds.append(out)
         return out
