@@ -520,3 +520,66 @@ async def test_a_hot_keys_probes_read_its_running_entries_only(empty_database):
     assert total, plan
     # the walk pays 3 pages per hot candidate (the probe's root, branch and leaf); 0045's 5
     assert int(total.group(1)) + int(total.group(2) or 0) < 4 * hot, plan
+
+
+@pytest.fixture(scope="module")
+async def backlogged_database(pg_server) -> AsyncIterator[str]:
+    """A queue with a history and a backlog, analyzed: 40,000 finished jobs and 10,000 queued (a
+    fifth of them delayed, a tenth parked behind their key), 20 running; the live rows a fifth of
+    the table, as on a database that keeps a week of history with a backlog of a day."""
+    async for url in _fresh_database(pg_server, analyzed=False):
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                """INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, max_attempts, lease_ttl_sec, status,
+                                        attempt, started_at, finished_at, available_at, key_parked)
+                   SELECT gen_random_uuid(), 'q' || (g % 3), 't', '{}'::jsonb, 'k-' || g, 3, 60,
+                          CASE WHEN g % 5 = 0 THEN 'queued' ELSE 'succeeded' END::dl_status,
+                          CASE WHEN g % 5 = 0 THEN 0 ELSE 1 END,
+                          CASE WHEN g % 5 <> 0 THEN now() END, CASE WHEN g % 5 <> 0 THEN now() END,
+                          now() + CASE WHEN g % 25 = 0 THEN interval '1 hour' ELSE interval '0' END,
+                          g % 50 = 5
+                   FROM generate_series(1, 50000) g""")
+            await conn.execute(
+                """INSERT INTO dl_jobs (job_id, queue, task, args, lock_key, max_attempts, lease_ttl_sec, status,
+                                        attempt, started_at, lease_expires_at)
+                   SELECT gen_random_uuid(), 'q1', 't', '{}'::jsonb, 'r-' || g, 3, 60, 'running', 1, now(),
+                          now() + interval '1 minute'
+                   FROM generate_series(1, 20) g""")
+            await conn.execute("VACUUM ANALYZE dl_jobs")
+        finally:
+            await conn.close()
+        yield url
+
+
+# the operator's counts of live jobs, exempt above because they read what they count: they may
+# read the live jobs' entries, never the finished history beside them
+LIVE_COUNTS = ["flow/list_queues", "flow/queue_use", "flow/scaling_inputs", "queue_depths"]
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
+@pytest.mark.parametrize("statement", LIVE_COUNTS)
+async def test_the_live_counts_read_the_live_jobs_not_the_history(backlogged_database, statement, plan_cache_mode):
+    """The overview and the dl_queue_desired_workers scrape count each queue's queued, runnable and
+    running jobs. The scaling signal's filter on key_parked and available_at had no index of
+    the live rows to read, so it walked dl_jobs whole: 450 ms of the overview's 750 on 4 M jobs
+    (bench/console_pages.py), at every scrape. Each count reads the live rows' index entries only."""
+    text = statement_text(statement)
+    conn = await connect(backlogged_database, server_settings={"plan_cache_mode": plan_cache_mode})
+    try:
+        await conn.execute(f"PREPARE live AS {text}")
+        # the scrape's form (every queue) where there is one; queue_use is of one queue
+        arguments = {0: "", 1: "('q1')", 2: "(NULL, 60)"}[parameter_count(text)]
+        plan = [r[0] for r in await conn.fetch(f"EXPLAIN (COSTS OFF) EXECUTE live{arguments}")]
+    finally:
+        await conn.close()
+    # what visits dl_jobs' heap: on a table whose live rows are spread over every page, a visit per
+    # live row reads the table whole. A count reads index entries only (its visibility map set by
+    # the vacuum); a probe under a Limit (the loose scan of queues) and the running leases' index
+    # (bounded by the slots of all nodes) may visit rows.
+    heap = re.compile(r"(Seq Scan|Bitmap Heap Scan|(?<!Bitmap )Index Scan)(?: Backward)? (?:using (\w+) )?on dl_jobs\b")
+    astray = [line.strip() for i, line in enumerate(plan)
+              if (m := heap.search(line)) and m.group(2) not in BOUNDED_INDEXES
+              and not (m.group(1) == "Index Scan" and plan[i - 1].strip().endswith("Limit"))]
+    assert any(" on dl_jobs" in line for line in plan), "\n".join(plan)
+    assert astray == [], "\n".join(plan)

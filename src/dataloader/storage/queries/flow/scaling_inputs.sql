@@ -8,30 +8,49 @@
 -- The age is a float8 difference of epochs, so an extreme stored time gives Infinity, not an
 -- "interval out of range" error (the function reads it as 0).
 -- $1 queue (NULL: all), $2 window in seconds.
-WITH live AS (
-    SELECT queue,
-           count(*) FILTER (WHERE status = 'running') AS running,
-           count(*) FILTER (WHERE status = 'queued' AND available_at <= now() AND NOT key_parked) AS runnable,
-           date_part('epoch', now()) - date_part('epoch', min(available_at)
-               FILTER (WHERE status = 'queued' AND available_at <= now() AND NOT key_parked)) AS oldest_age_sec
+WITH RECURSIVE queued_queues AS (
+    -- a loose scan of ix_dl_jobs_claim: one probe per queue with queued jobs (delayed or parked
+    -- included), so a queue whose jobs all wait keeps its row (0 runnable) without a count of them
+    (SELECT queue FROM dl_jobs
+     WHERE status = 'queued' AND ($1::text IS NULL OR queue = $1::text)
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM dl_jobs j
+            WHERE j.status = 'queued' AND j.queue > q.queue AND ($1::text IS NULL OR j.queue = $1::text)
+            ORDER BY j.queue LIMIT 1)
+    FROM queued_queues q
+    WHERE q.queue IS NOT NULL
+), runnable AS (
+    -- index-only on ix_dl_jobs_claim_order (queued, not parked), whose columns hold all it reads:
+    -- a filter on key_parked or available_at over every live row made this a walk of the table
+    SELECT queue, count(*) AS runnable,
+           date_part('epoch', now()) - date_part('epoch', min(available_at)) AS oldest_age_sec
     FROM dl_jobs
-    WHERE status IN ('queued', 'running') AND ($1::text IS NULL OR queue = $1::text)
+    WHERE status = 'queued' AND NOT key_parked AND available_at <= now()
+      AND ($1::text IS NULL OR queue = $1::text)
+    GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running
+    FROM dl_jobs
+    WHERE status = 'running' AND ($1::text IS NULL OR queue = $1::text)
     GROUP BY queue
 ), named AS (
-    SELECT queue FROM live
+    SELECT queue FROM queued_queues WHERE queue IS NOT NULL
+    UNION SELECT queue FROM running
     UNION SELECT queue FROM dl_queue_flow WHERE $1::text IS NULL OR queue = $1::text
     UNION SELECT $1::text WHERE $1::text IS NOT NULL
 )
 SELECT n.queue,
-       COALESCE(l.runnable, 0)::bigint AS runnable,
-       COALESCE(l.running, 0)::bigint AS running,
-       l.oldest_age_sec::float8 AS oldest_age_sec,
+       COALESCE(w.runnable, 0)::bigint AS runnable,
+       COALESCE(r.running, 0)::bigint AS running,
+       w.oldest_age_sec::float8 AS oldest_age_sec,
        (SELECT count(*) FROM dl_jobs d
         WHERE d.queue = n.queue AND d.status IN ('succeeded', 'failed', 'canceled', 'lost')
           AND d.finished_at > now() - make_interval(secs => $2::float8))::bigint AS finished_recently,
        COALESCE(f.paused, false) AS paused,
        f.concurrency
 FROM named n
-LEFT JOIN live l ON l.queue = n.queue
+LEFT JOIN runnable w ON w.queue = n.queue
+LEFT JOIN running r ON r.queue = n.queue
 LEFT JOIN dl_queue_flow f ON f.queue = n.queue
 ORDER BY n.queue;
