@@ -66,7 +66,8 @@ async def fill(dsn: str, jobs: int, processes: int, spacing: float) -> None:
                    CASE WHEN s.status <> 'queued' THEN __CREATED__ END,
                    CASE WHEN s.status IN ('succeeded', 'failed', 'canceled')
                         THEN __CREATED__ + interval '1 second' END,
-                   CASE WHEN s.status = 'failed' THEN 'RuntimeError: boom ' || (g % 20) || E'\\n  at step ' || g END,
+                   CASE WHEN s.status = 'failed'
+                        THEN 'RuntimeError: boom ' || ((g / 20) % 20) || E'\\n  at step ' || g END,
                    CASE WHEN s.status = 'failed' AND (g / 20) % 10 = 0 THEN now() END
             FROM generate_series(1, $1::int) g
             CROSS JOIN LATERAL (SELECT CASE WHEN g % 20 < 12 THEN 'succeeded' WHEN g % 20 < 16 THEN 'failed'
@@ -146,12 +147,14 @@ def pages(job_id: str, operation_id: str, process_id: str) -> dict[str, str]:
         "jobs (no filter)": "/ui/jobs",
         "jobs queue+failed": "/ui/jobs?queue=q1&status=failed",
         "jobs error text": "/ui/jobs?error=*boom+7*&status=failed",
+        "jobs error text, no match": "/ui/jobs?error=*no+such+error*&status=failed",
         "jobs lock_key prefix": "/ui/jobs?lock_key_prefix=key:123",
         "jobs args contain": "/ui/jobs?args_contains=%7B%22customer%22%3A+42%7D",
         "jobs held, last 2h": "/ui/jobs?held=yes&created_from=2h",
         "job": f"/ui/jobs/{job_id}",
         "jobs count: queue+failed": "/ui/jobs/count?queue=q1&status=failed",
         "jobs count: error text": "/ui/jobs/count?error=*boom+7*&status=failed",
+        "jobs count: error text, no match": "/ui/jobs/count?error=*no+such+error*&status=failed",
         "errors (1h, the default)": "/ui/errors",
         "errors (24h)": "/ui/errors?window=24h",
         "bulk dry run (failed of q1)": "/ui/bulk?queue=q1&status=failed&kind=requeue&count=1",
@@ -173,6 +176,7 @@ def pages(job_id: str, operation_id: str, process_id: str) -> dict[str, str]:
 SEARCHES = {
     "API: search queue+failed": {"queues": ["q1"], "statuses": ["failed"]},
     "API: search error text": {"error": "*boom 7*", "statuses": ["failed"]},
+    "API: search error text, no match": {"error": "*no such error*", "statuses": ["failed"]},
     "API: search args contain": {"args_contains": {"customer": 42}},
 }
 

@@ -31,7 +31,7 @@ step one autocommit statement, as ours is:
                        probe, the claim fence, the journal payloads, the table size, dl_take_key's
                        check against the finishing jobs (a plain advisory lock instead);
   pgqueuer             `Queries.dequeue(B)` and `Queries.log_jobs` of the batch on PgQueuer's own
-                       tables, in its own process and venv (bench/peers/pgqueuer_drain_floor.py).
+                       tables, in its own process and venv (bench/peers/pgqueuer_floor.py, drain).
 
 Every round drains once with every variant, in an order rotated per round; each drain starts from
 N freshly inserted jobs (one lock_key each), VACUUM ANALYZEd, untimed. Figures: medians over the
@@ -44,14 +44,11 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -59,7 +56,6 @@ from unittest.mock import patch
 import asyncpg
 
 from bench import floor, peers_venv
-from bench.pg import start_server
 from bench.step_statement import migrated_database
 from dataloader.storage import queue_connection
 from dataloader.storage.db import connect
@@ -281,7 +277,7 @@ async def _run(admin_dsn: str, jobs: int, batch: int, rounds: int, only: str | N
         if any(v.shape == "pgqueuer" for v in chosen):
             peers_venv.ensure()
             runner.pgqueuer = subprocess.Popen(  # noqa: ASYNC220 (a pipe read line by line in a thread)
-                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_drain_floor.py"), dsn],
+                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn, "drain"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert runner.pgqueuer.stdout is not None
             json.loads(await asyncio.to_thread(runner.pgqueuer.stdout.readline))
@@ -329,21 +325,8 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default=None, help="only the variants whose name contains this")
     args = parser.parse_args()
-    if args.dsn:
-        os.environ["BENCH_DSN"] = args.dsn
-    server = start_server()
-    try:
-        result = await _run(server.admin_dsn, args.jobs, args.batch, args.rounds, args.only)
-    finally:
-        server.stop()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,  # noqa: ASYNC221
-                            text=True).stdout.strip()
-    result["info"].update({"dataloader": commit, "server": server.kind, "machine": platform.node(),
-                           "argv": sys.argv[1:]})
-    _print(result)
-    out = ROOT / "bench" / "results" / f"drain-floor-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nwrote {out.relative_to(ROOT)}")
+    await floor.run_and_record(args.dsn, lambda dsn: _run(dsn, args.jobs, args.batch, args.rounds, args.only),
+                               printer=_print, name="drain-floor")
 
 
 if __name__ == "__main__":

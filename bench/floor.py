@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,7 +302,7 @@ async def _run(admin_dsn: str, sizes: list[int], rounds: int, only: str | None) 
         if any(v.shape == "pgqueuer" for v in chosen):
             peers_venv.ensure()
             runner.pgqueuer = subprocess.Popen(  # noqa: ASYNC220 (a pipe read line by line in a thread)
-                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn],
+                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn, "enqueue"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert runner.pgqueuer.stdout is not None
             json.loads(await asyncio.to_thread(runner.pgqueuer.stdout.readline))
@@ -350,6 +351,27 @@ def _print(result: dict[str, Any]) -> None:
               f"{row['client_cpu_us_per_row']:.1f} | {row['db_cpu_us_per_row']:.1f} |")
 
 
+async def run_and_record(dsn: str | None, run: Callable[[str], Awaitable[dict[str, Any]]], *,
+                         printer: Callable[[dict[str, Any]], None], name: str) -> None:
+    """Start the server (`dsn`, else BENCH_DSN, else embedded), `run` on it, stamp the result with
+    the commit, server and machine, print it and write bench/results/<name>-<UTC>.json."""
+    if dsn:
+        os.environ["BENCH_DSN"] = dsn
+    server = start_server()
+    try:
+        result = await run(server.admin_dsn)
+    finally:
+        server.stop()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,  # noqa: ASYNC221
+                            text=True).stdout.strip()
+    result["info"].update({"dataloader": commit, "server": server.kind, "machine": platform.node(),
+                           "argv": sys.argv[1:]})
+    printer(result)
+    out = ROOT / "bench" / "results" / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None, help="a server on this machine (default: BENCH_DSN, else embedded)")
@@ -357,21 +379,8 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default=None, help="only the variants whose name contains this")
     args = parser.parse_args()
-    if args.dsn:
-        os.environ["BENCH_DSN"] = args.dsn
-    server = start_server()
-    try:
-        result = await _run(server.admin_dsn, [int(x) for x in args.sizes.split(",")], args.rounds, args.only)
-    finally:
-        server.stop()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,  # noqa: ASYNC221
-                            text=True).stdout.strip()
-    result["info"].update({"dataloader": commit, "server": server.kind, "machine": platform.node(),
-                           "argv": sys.argv[1:]})
-    _print(result)
-    out = ROOT / "bench" / "results" / f"floor-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nwrote {out.relative_to(ROOT)}")
+    sizes = [int(x) for x in args.sizes.split(",")]
+    await run_and_record(args.dsn, lambda dsn: _run(dsn, sizes, args.rounds, args.only), printer=_print, name="floor")
 
 
 if __name__ == "__main__":
