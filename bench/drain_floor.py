@@ -55,7 +55,7 @@ from unittest.mock import patch
 
 import asyncpg
 
-from bench import floor, peers_venv
+from bench import floor
 from bench.step_statement import migrated_database
 from dataloader.storage import queue_connection
 from dataloader.storage.db import connect
@@ -275,12 +275,7 @@ async def _run(admin_dsn: str, jobs: int, batch: int, rounds: int, only: str | N
                 await _build(control, v)
         runner = Runner(control, dsn, jobs, batch)
         if any(v.shape == "pgqueuer" for v in chosen):
-            peers_venv.ensure()
-            runner.pgqueuer = subprocess.Popen(  # noqa: ASYNC220 (a pipe read line by line in a thread)
-                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn, "drain"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            assert runner.pgqueuer.stdout is not None
-            json.loads(await asyncio.to_thread(runner.pgqueuer.stdout.readline))
+            runner.pgqueuer = await floor.start_pgqueuer(dsn, "drain")
         try:
             warm = Runner(control, dsn, max(batch * 4, 64), batch, runner.pgqueuer)
             for v in chosen:  # a warm-up of every statement (plans, caches), not recorded

@@ -300,12 +300,7 @@ async def _run(admin_dsn: str, sizes: list[int], rounds: int, only: str | None) 
         runner = Runner(control, work, dsn)
         runner.app = await dataloader.App(dataloader.Settings(db_dsn=dsn, workers=[], db_pool_extra=2)).open()
         if any(v.shape == "pgqueuer" for v in chosen):
-            peers_venv.ensure()
-            runner.pgqueuer = subprocess.Popen(  # noqa: ASYNC220 (a pipe read line by line in a thread)
-                [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn, "enqueue"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            assert runner.pgqueuer.stdout is not None
-            json.loads(await asyncio.to_thread(runner.pgqueuer.stdout.readline))
+            runner.pgqueuer = await start_pgqueuer(dsn, "enqueue")
         try:
             for v in chosen:  # a warm-up of every statement (plans, caches), not recorded
                 await runner.one(v, 100)
@@ -349,6 +344,17 @@ def _print(result: dict[str, Any]) -> None:
     for row in result["table"]:
         print(f"| {row['variant']} | {row['n']:,} | {row['rows_per_s']:,.0f} | {row['wall_us_per_row']:.1f} | "
               f"{row['client_cpu_us_per_row']:.1f} | {row['db_cpu_us_per_row']:.1f} |")
+
+
+async def start_pgqueuer(dsn: str, mode: str) -> subprocess.Popen[str]:
+    """peers/pgqueuer_floor.py in `mode` (enqueue or drain) on `dsn`, in the peers venv, once it is ready."""
+    peers_venv.ensure()
+    peer = subprocess.Popen(  # noqa: ASYNC220 (a pipe read line by line in a thread)
+        [str(peers_venv.PYTHON), str(ROOT / "bench" / "peers" / "pgqueuer_floor.py"), dsn, mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert peer.stdout is not None
+    json.loads(await asyncio.to_thread(peer.stdout.readline))
+    return peer
 
 
 async def run_and_record(dsn: str | None, run: Callable[[str], Awaitable[dict[str, Any]]], *,

@@ -8,19 +8,9 @@
 -- The age is a float8 difference of epochs, so an extreme stored time gives Infinity, not an
 -- "interval out of range" error (the function reads it as 0).
 -- $1 queue (NULL: all), $2 window in seconds.
-WITH RECURSIVE queued_queues AS (
-    -- a loose scan of ix_dl_jobs_claim: one probe per queue with queued jobs (delayed or parked
-    -- included), so a queue whose jobs all wait keeps its row (0 runnable) without a count of them
-    (SELECT queue FROM dl_jobs
-     WHERE status = 'queued' AND ($1::text IS NULL OR queue = $1::text)
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status = 'queued' AND j.queue > q.queue AND ($1::text IS NULL OR j.queue = $1::text)
-            ORDER BY j.queue LIMIT 1)
-    FROM queued_queues q
-    WHERE q.queue IS NOT NULL
-), runnable AS (
+WITH RECURSIVE
+-- @include queued_queues_walk
+, runnable AS (
     -- index-only on ix_dl_jobs_claim_order (queued, not parked), whose columns hold all it reads:
     -- a filter on key_parked or available_at over every live row made this a walk of the table
     SELECT queue, count(*) AS runnable,

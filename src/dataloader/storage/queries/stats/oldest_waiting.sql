@@ -1,23 +1,14 @@
 -- The oldest waiting (queued and due) job of each queue, or of queue $1 only. The queues come from
--- a loose scan of ix_dl_jobs_claim_order and each queue's oldest from one probe of
+-- a loose scan (queued_queues_walk) and each queue's oldest from one probe of
 -- ix_dl_jobs_claim (queue, available_at) WHERE status = 'queued': a few index reads per queue
 -- whatever the backlog. "Oldest" is by available_at (the time the job became due); the age is
 -- clamped like queue_stats.sql so no stored time can overflow.
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM dl_jobs
-     WHERE status = 'queued' AND ($1::text IS NULL OR queue = $1::text)
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM dl_jobs j
-            WHERE j.status = 'queued' AND j.queue > q.queue AND $1::text IS NULL
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-)
+WITH RECURSIVE
+-- @include queued_queues_walk
 SELECT q.queue, o.job_id, o.task, o.available_at,
        extract(epoch FROM now() - GREATEST(LEAST(GREATEST(o.available_at, o.created_at), now()),
                                            timestamptz '1970-01-01 00:00:00+00'))::float8 AS age_sec
-FROM queues q
+FROM queued_queues q
 JOIN LATERAL (
     SELECT j.job_id, j.task, j.available_at, j.created_at
     FROM dl_jobs j
