@@ -148,6 +148,8 @@ def pages(job_id: str, operation_id: str, process_id: str) -> dict[str, str]:
         "jobs queue+failed": "/ui/jobs?queue=q1&status=failed",
         "jobs error text": "/ui/jobs?error=*boom+7*&status=failed",
         "jobs error text, no match": "/ui/jobs?error=*no+such+error*&status=failed",
+        "jobs of an error group, 24 h (the errors page's link)":
+            "/ui/jobs?queue=q2&status=failed&status=lost&error=RuntimeError:+boom+7*&finished_from=24h",
         "jobs lock_key prefix": "/ui/jobs?lock_key_prefix=key:123",
         "jobs args contain": "/ui/jobs?args_contains=%7B%22customer%22%3A+42%7D",
         "jobs held, last 2h": "/ui/jobs?held=yes&created_from=2h",

@@ -116,7 +116,12 @@ _NO_TIMES = {"run_count": 0, "run_sum": 0.0, "run_max": None, "wait_count": 0, "
 async def read_errors(pool: asyncpg.Pool, *, queue: str | None, since: datetime, limit: int = 20) -> dict[str, Any]:
     """Failures grouped by error text in the hours from `since` (floored to the hour) on."""
     since = hour_floor(since)
-    rows = await stats_repository.read_errors(pool, queue, since, limit)
+    # one snapshot for the watermark and the groups, so a rollup committing between them neither
+    # hides nor doubles a failure (as read_stats reads its unrolled part)
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        state = await stats_repository.watermark(conn)
+        tail_from = max(state["watermark"] or since, since)
+        rows = await stats_repository.read_errors(conn, queue, since, limit, tail_from)
     return stats_rules.errors_report(rows, since=since)
 
 

@@ -62,8 +62,11 @@ async def oldest_waiting(conn: Runner, queue: str | None) -> list[asyncpg.Record
     return await conn.fetch(sql("stats/oldest_waiting"), queue)
 
 
-async def read_errors(conn: Runner, queue: str | None, since: datetime, limit: int) -> list[asyncpg.Record]:
-    return await conn.fetch(sql("stats/read_errors"), queue, since, limit)
+async def read_errors(conn: Runner, queue: str | None, since: datetime, limit: int,
+                      tail_from: datetime) -> list[asyncpg.Record]:
+    """The error groups from `since`: the rolled-up hours and, from `tail_from` (the watermark read
+    in the same snapshot, or `since` when later), the failures not rolled up yet."""
+    return await conn.fetch(sql("stats/read_errors"), queue, since, limit, tail_from)
 
 
 async def prune_rollup(conn: Runner, before: datetime) -> int:
