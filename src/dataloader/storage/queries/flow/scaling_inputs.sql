@@ -34,9 +34,18 @@ SELECT n.queue,
        COALESCE(w.runnable, 0)::bigint AS runnable,
        COALESCE(r.running, 0)::bigint AS running,
        w.oldest_age_sec::float8 AS oldest_age_sec,
-       (SELECT count(*) FROM dl_jobs d
-        WHERE d.queue = n.queue AND d.status IN ('succeeded', 'failed', 'canceled', 'lost')
-          AND d.finished_at > now() - make_interval(secs => $2::float8))::bigint AS finished_recently,
+       -- one range of ix_dl_jobs_finished (queue, status, finished_at) per finished status: with
+       -- the statuses as one IN list, PostgreSQL 15 walked all of a queue's finished jobs (35 ms a
+       -- queue on 4 M jobs)
+       (SELECT count(*)
+        FROM unnest(ARRAY['succeeded', 'failed', 'canceled', 'lost']::dl_status[]) AS s(status)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM dl_jobs d
+            WHERE d.queue = n.queue AND d.status = s.status
+              AND d.status IN ('succeeded', 'failed', 'canceled', 'lost')
+              AND d.finished_at > now() - make_interval(secs => $2::float8)
+            OFFSET 0
+        ) recent)::bigint AS finished_recently,
        COALESCE(f.paused, false) AS paused,
        f.concurrency
 FROM named n
