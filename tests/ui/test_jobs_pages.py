@@ -58,3 +58,16 @@ async def test_search_filters_pages_and_masks(db, dsn):
         assert "&#34;password&#34;: &#34;***&#34;" in job.text
         missing = await client.get(f"/ui/jobs/{uuid.uuid4()}")
         assert missing.status_code == 404 and "job_not_found" in missing.text
+
+
+async def test_an_error_text_search_without_a_time_range_says_how_to_bound_it(db, dsn):
+    queue = f"hint-{uuid.uuid4().hex[:8]}"
+    await enqueue(db, "dl.noop", queue=queue)
+    async with console_client(dsn) as client:
+        unbounded = await client.get("/ui/jobs", params={"queue": queue, "error": "*boom*", "status": "failed"})
+        assert unbounded.status_code == 200 and 'id="text-search-hint"' in unbounded.text
+        for bound in ({"created_from": "2h"}, {"finished_from": "24h"}):
+            bounded = await client.get("/ui/jobs", params={"queue": queue, "error": "*boom*", **bound})
+            assert bounded.status_code == 200 and 'id="text-search-hint"' not in bounded.text
+        plain = await client.get("/ui/jobs", params={"queue": queue})
+        assert 'id="text-search-hint"' not in plain.text
