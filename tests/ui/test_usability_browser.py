@@ -27,6 +27,12 @@ async def test_phone_width_and_keyboard(python, subprocess_env, db, tmp_path):
                 overflow = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
                 assert overflow <= 1, f"{path} is {overflow}px wider than a phone's screen"
                 await seen.shot(path.strip("/").replace("/", "-").split("?")[0] or "overview")
+            # an error-text search with no time range says how to bound it, and the hint fits a phone too
+            await page.goto(f"{service.base_url}/ui/jobs?queue=phone&error=*boom*&status=failed")
+            await page.locator("#text-search-hint").wait_for(state="visible")
+            overflow = await page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 1, f"the text-search hint makes the jobs page {overflow}px wider than a phone's screen"
+            await seen.shot("jobs-text-search")
             # a queue's name stays one word on a phone (issue 34: it broke mid-word)
             await page.goto(f"{service.base_url}/ui/")
             for name in (page.locator('tr[data-queue="reconciliation"] th a'), page.locator("table.nodes tbody th")):
