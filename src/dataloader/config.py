@@ -283,6 +283,9 @@ class Settings(BaseSettings):
     default_lease_ttl_sec: int = Field(default=60, gt=0, le=7 * 24 * 3600)
     reaper_period_sec: float = Field(default=10, gt=0, le=3600)
     claim_backoff_sec: float = Field(default=15, ge=0, le=24 * 3600)
+    # Jobs a queue worker may hold claimed beyond its concurrency while its jobs run shorter than a
+    # claim takes (workers/claim_ahead.py, docs/workers.md "Claiming ahead"); 0: never.
+    claim_ahead: int = Field(default=32, ge=0, le=1000)
 
     # Additions (not in 003): documented in README.
     data_dir: Path = Field(default_factory=lambda: default_data_dir())

@@ -69,6 +69,18 @@ CLAIM_SKIPPED = Counter(
     ["queue", "reason"],
 )
 RUNNING_JOBS = Gauge("dl_running_jobs", "Attempts running in this process", ["queue"])
+CLAIMED_AHEAD = Gauge(
+    "dl_claimed_ahead_jobs",
+    "Jobs this process claimed beyond its queue's concurrency and has not started yet (DL_CLAIM_AHEAD)",
+    ["queue"],
+)
+CLAIM_AHEAD_RETURNED = Counter(
+    "dl_claim_ahead_returned_total",
+    "Jobs claimed ahead and given back unstarted: shutdown, waited (a heartbeat period without a free "
+    "slot), cancel (a cancel was asked for), lease_lost, reconnect (the control connection was lost), "
+    "queue_changed (limits or fair share were set)",
+    ["queue", "reason"],
+)
 JOBS_PARKED = Counter(
     "dl_jobs_parked_total",
     "Jobs parked behind a lock_key this worker holds (out of the claim's walk until the key is free)",

@@ -78,6 +78,8 @@ class Attempt:
         self._past_limit_task: asyncio.Task[None] | None = None  # see `_limit_reached`
         # When (monotonic) the worker stops it unless a heartbeat renewed its lease (lease_guard.py).
         self.fence_at = math.inf
+        # How long its pipeline ran (None: it did not run to an outcome): feeds claim_ahead.py.
+        self.ran_sec: float | None = None
 
     # -- stop requests (from the worker's heartbeat, a cancel notification, or the manager) -------
 
@@ -179,6 +181,7 @@ class Attempt:
         try:
             elapsed = time.perf_counter() - started
             self._metrics.run.observe(elapsed)
+            self.ran_sec = elapsed
             interrupted = task.cancelled() or self._abandoned
             raised = None if interrupted else task.exception()
             d = self._decide(pipeline, interrupted, raised,
@@ -219,6 +222,7 @@ class Attempt:
             await self._time_out(pipeline, task, limit)
             elapsed = time.perf_counter() - started
             self._metrics.run.observe(elapsed)
+            self.ran_sec = elapsed
             await self._conclude(pipeline, task, elapsed)
         except Exception:
             self.log.exception("attempt crashed")
@@ -270,6 +274,7 @@ class Attempt:
             await self._time_out(pipeline, task, limit)  # type: ignore[arg-type]
         elapsed = time.perf_counter() - started
         self._metrics.run.observe(elapsed)
+        self.ran_sec = elapsed
         await self._conclude(pipeline, task, elapsed)
 
     async def _time_out(self, pipeline: Pipeline, task: asyncio.Task[Any], limit: float) -> None:

@@ -92,6 +92,9 @@ class ControlConnection:
         self._running = running
         self._owned: OwnedConnection | None = None
         self._locks_lost = False
+        # how many times the ledger was rebuilt on a new connection (only the running attempts'
+        # locks are retaken: the queue worker puts back the jobs it claimed ahead)
+        self.relocks = 0
 
     async def get(self) -> OwnedConnection:
         """The connection for one step: the held one if its session is alive, else a new one with
@@ -121,6 +124,7 @@ class ControlConnection:
             if locked and not alive:  # taken although fenced off: give it back at once
                 await QueueConnection(conn).unlock(self._running[job_id].job.lock_key)
         self._locks_lost = False
+        self.relocks += 1
         self.ledger.clear()
         for job_id, (alive, locked) in results.items():
             attempt = self._running[job_id]

@@ -178,9 +178,7 @@ class WorkerManager:
             log.warning("ignored malformed cancel notification", extra={"payload": payload[:100]})
             return
         for worker in self.workers.values():
-            attempt = worker.running.get(job_id)
-            if attempt is not None:
-                attempt.request_stop("cancel")
+            worker.cancel(job_id)
 
     def _wake_all(self) -> None:
         for worker in self.workers.values():

@@ -29,15 +29,17 @@ from dataloader.storage.queue_connection import (
     ClaimBatch,
     ClaimedJob,
     FinishRequest,
+    FinishResult,
     QueueConnection,
     SkippedCandidate,
     can_finish_with_claim,
 )
 from dataloader.workers.attempt import Attempt
+from dataloader.workers.claim_ahead import AheadJob, ClaimAhead
 from dataloader.workers.completer import Completer
 from dataloader.workers.control import ControlConnection
 from dataloader.workers.env import EngineEnv
-from dataloader.workers.heartbeat import HeartbeatSchedule
+from dataloader.workers.heartbeat import HeartbeatSchedule, heartbeat_period
 from dataloader.workers.lease_guard import LeaseGuard
 from dataloader.workers.wakeup import DueTimer
 
@@ -81,12 +83,20 @@ class QueueWorker:
         self.timer = DueTimer(env.settings.poll_fallback_sec, on_fire=self._timer_fired, clock=env.clock)
         self.running: dict[uuid.UUID, Attempt] = {}
         self.control = ControlConnection(queue, env.pool, env.quarantine, self.running)
-        self.completer = Completer(queue, self.running, on_submit=self._wake_up, on_requeued=self.timer.schedule_in,
+        # Jobs claimed beyond the concurrency, not started yet (claim_ahead.py), in claim order.
+        self._ahead: dict[uuid.UUID, AheadJob] = {}
+        self.claim_ahead = ClaimAhead(env.settings.claim_ahead)
+        self._in_step = False
+        # Finishes of jobs claimed ahead and given back unstarted, not yet written (they have no slot).
+        self._returns_pending = 0
+        self._relocks_seen = 0
+        self.completer = Completer(queue, self.running, on_submit=self._submitted, on_requeued=self.timer.schedule_in,
                                    hold=HoldRule.for_queue(env.settings, queue))
         self.heartbeats = HeartbeatSchedule(env.settings.heartbeat_sec, env.clock)
         self.lease_guard = LeaseGuard(queue, self.running, env.clock)
         # this queue's series, looked up once (labels() per job was a tenth of a drain's CPU)
         self._running_jobs = metrics.RUNNING_JOBS.labels(queue)
+        self._claimed_ahead = metrics.CLAIMED_AHEAD.labels(queue)
         self._claim_seconds = metrics.CLAIM_SECONDS.labels(queue)
         self._finish_seconds = metrics.FINISH_SECONDS.labels(queue)
         # When the current step began (monotonic): the leases it writes start after that.
@@ -143,8 +153,27 @@ class QueueWorker:
     def _wake_up(self) -> None:
         self._wake.set()
 
+    def _submitted(self) -> None:
+        """An attempt's finish was submitted: its slot is free. While a step is in flight, a job
+        claimed ahead takes it at once (it runs while the database works); otherwise the loop's
+        next step starts it, after sending its statement."""
+        self._wake.set()
+        if self._in_step and self._ahead:
+            self._start_ahead()
+
+    def cancel(self, job_id: uuid.UUID) -> None:
+        """A cancel was asked for (its NOTIFY): stop the attempt, or give the job back if it was
+        claimed ahead and has not started (the release ends it `canceled`: finish_jobs.sql)."""
+        attempt = self.running.get(job_id)
+        if attempt is not None:
+            attempt.request_stop("cancel")
+        elif (ahead := self._ahead.get(job_id)) is not None:
+            self._give_back(ahead, "cancel")
+
     async def stop_claiming(self) -> None:
         self._claiming = False
+        for ahead in list(self._ahead.values()):
+            self._give_back(ahead, "shutdown")
         self._wake.set()
 
     def stop_running(self, reason: str = "shutdown") -> None:
@@ -167,6 +196,9 @@ class QueueWorker:
                 self._wake.clear()
                 try:
                     conn = await self.control.get()
+                    if self._ahead and self.control.relocks != self._relocks_seen:
+                        self._relocks_seen = self.control.relocks
+                        self._give_back_unlocked()
                     await self._step(conn)
                 except Exception as exc:
                     self.control.drop()
@@ -196,6 +228,17 @@ class QueueWorker:
         Claimed jobs whose lock_key turned out busy are settled after the commit, in statements of
         their own, so the step's row locks are never held while waiting on another worker."""
         self._step_started = self.clock.monotonic()
+        # Jobs claimed ahead take the free slots first: their pipelines run while this step's
+        # statement is in flight (they are tasks, run once the step awaits the database).
+        if self._ahead:
+            self._start_ahead()
+        self._in_step = True
+        try:
+            await self._step_in_flight(conn)
+        finally:
+            self._in_step = False
+
+    async def _step_in_flight(self, conn: OwnedConnection) -> None:
         self.completer.begin_step()
         self._busy = []
         self._reentrant = []
@@ -221,8 +264,14 @@ class QueueWorker:
             renewed, self._renewed = self._renewed, []
             self.lease_guard.renewed(renewed, self._step_started)
         claimed, self._claimed = self._claimed, []
-        for job in claimed:
-            self._start(job)
+        if claimed and self._claiming and self.claim_ahead.is_open:
+            # started by the next step, once its statement is sent, or as slots free meanwhile
+            for job in claimed:
+                self._ahead[job.job_id] = AheadJob(job, self._step_started, self._step_started)
+            self._claimed_ahead.set(len(self._ahead))
+        else:
+            for job in claimed:
+                self._start(job, self._step_started)
         reentrant, self._reentrant = self._reentrant, []
         for job in reentrant:
             await self._settle_reentrant(conn, job)
@@ -265,17 +314,58 @@ class QueueWorker:
         elapsed = time.perf_counter() - started
         self._finish_seconds.observe(elapsed)
         self._claim_seconds.observe(elapsed)
+        self.claim_ahead.claimed(elapsed)
         await self.completer.written(conn, ledger, batch, requests, results)
         await self._take_claimed(queue_conn, claimed, generation, want)
 
     def _has_work_now(self) -> bool:
-        return bool(self.completer) or self._want_claim() or self.heartbeats.due() or bool(self._to_park)
+        return (bool(self.completer) or self._want_claim() or self.heartbeats.due() or bool(self._to_park)
+                or (bool(self._ahead) and self._busy_slots() < self.concurrency))
 
     def _busy_slots(self) -> int:
         """Attempts still executing. One whose finish is waiting to be written has stopped
         executing: its slot is free, so the step that writes its finish can claim its successor
-        (one commit for both)."""
-        return len(self.running) - len(self.completer)
+        (one commit for both). (A job given back unstarted never had a slot.)"""
+        return len(self.running) - (len(self.completer) - self._returns_pending)
+
+    def _ahead_allowance(self) -> int:
+        """Jobs that may wait claimed beyond the concurrency: none for a limited or fair queue (a
+        job waiting here would hold a slot of the queue's limit, or a tenant's turn, unused)."""
+        return 0 if self._limited or self._fair else self.claim_ahead.allowance()
+
+    def _start_ahead(self) -> None:
+        while self._ahead and self._busy_slots() < self.concurrency:
+            ahead = self._ahead.pop(next(iter(self._ahead)))
+            self._start(ahead.job, ahead.lease_from)
+        self._claimed_ahead.set(len(self._ahead))
+
+    def _give_back_unlocked(self) -> None:
+        """The control connection was replaced: its session held the lock_keys of the jobs claimed
+        ahead too, and only running attempts' are retaken (control.py `_relock`). Put those jobs
+        back rather than start them without their lock."""
+        ledger = self.control.ledger
+        for ahead in list(self._ahead.values()):
+            if ledger.holder(ahead.job.lock_hash) != ahead.job.job_id:
+                self._give_back(ahead, "reconnect")
+
+    def _give_back(self, ahead: AheadJob, why: str) -> None:
+        """Put a job claimed ahead back unstarted: back to `queued` in its place in line, its attempt
+        not counted and its lock_key released (finish_jobs.sql's release, reason 'claimed_ahead'; a
+        cancel asked for meanwhile ends it `canceled`; a lease already lost only unlocks)."""
+        job = ahead.job
+        del self._ahead[job.job_id]
+        self._claimed_ahead.set(len(self._ahead))
+        self._returns_pending += 1
+        metrics.CLAIM_AHEAD_RETURNED.labels(self.queue, why).inc()
+
+        def written(_: FinishResult) -> None:
+            self._returns_pending -= 1
+            self._holds_parked.discard(job.job_id)
+            self._to_park.pop(job.job_id, None)
+
+        self.completer.submit_later(FinishRequest(
+            job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=True,
+            reason="claimed_ahead", lock_hash=job.lock_hash), written)
 
     def _hands_over_a_parked_key(self) -> bool:
         """A finish about to be written frees a key with parked jobs behind it: its statement
@@ -293,7 +383,7 @@ class QueueWorker:
                    if (attempt := self.running.get(job_id)) is not None)
 
     def _want_claim(self) -> bool:
-        return (self._claiming and self._busy_slots() < self.concurrency
+        return (self._claiming and self._busy_slots() + len(self._ahead) < self.concurrency + self._ahead_allowance()
                 and self._work_generation != self._settled_generation)
 
     # -- claim -------------------------------------------------------------------------------------
@@ -304,11 +394,14 @@ class QueueWorker:
         queue_conn = QueueConnection(conn)
         started = time.perf_counter()
         batch = await queue_conn.claim(self.queue, self.env.worker_name, want, limited=self._limited, fair=self._fair)
-        self._claim_seconds.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._claim_seconds.observe(elapsed)
+        self.claim_ahead.claimed(elapsed)
         await self._take_claimed(queue_conn, batch, generation, want)
 
     def _claim_size(self) -> int:
-        return min(self.concurrency - self._busy_slots(), MAX_CLAIM_BATCH)
+        free = self.concurrency + self._ahead_allowance() - self._busy_slots() - len(self._ahead)
+        return min(free, MAX_CLAIM_BATCH)
 
     async def _take_claimed(self, queue_conn: QueueConnection, batch: ClaimBatch, generation: int, want: int) -> None:
         """What a claim statement answered: the claimed jobs (started once the step committed), the
@@ -338,6 +431,11 @@ class QueueWorker:
                     # The queue's limits or fair share were set (the claim used left it out) or
                     # cleared: claim again at once with the statement that fits.
                     self._limited, self._fair = due.limited, due.fair
+                    if self._limited or self._fair:
+                        # claimed by the plain claim's order and outside the limits: they go back,
+                        # for the gate or the tenants' turns to decide
+                        for ahead in list(self._ahead.values()):
+                            self._give_back(ahead, "queue_changed")
                     self._hint_work()
                 if due.due_in is not None:
                     self.timer.schedule_in(due.due_in)
@@ -368,7 +466,7 @@ class QueueWorker:
         only while the attempt runs: its finish, on this same connection, unparks the key's head."""
         job_id, job = next(iter(self._to_park.items()))
         attempt = self.running.get(job_id)
-        if attempt is None or attempt.job is not job:
+        if (attempt is None or attempt.job is not job) and job_id not in self._ahead:
             del self._to_park[job_id]
             return
         parked = await QueueConnection(conn).park_key_waiters(job.job_id, job.attempt, PARK_BATCH)
@@ -428,13 +526,14 @@ class QueueWorker:
 
     # -- attempts ----------------------------------------------------------------------------------
 
-    def _start(self, job: ClaimedJob) -> None:
+    def _start(self, job: ClaimedJob, lease_from: float) -> None:
+        """`lease_from`: when (monotonic) the step that claimed the job, or last renewed its lease, began."""
         attempt = Attempt(job, self.env, self.completer.submit)
         self.running[job.job_id] = attempt
         self._limit_slots_held += job.frees_on_finish
         self._running_jobs.inc()
         self.heartbeats.started(self._lease_ttls())
-        self.lease_guard.claimed(attempt, self._step_started)
+        self.lease_guard.claimed(attempt, lease_from)
         try:
             # No attempt task per job (Attempt.start): its pipeline task and callbacks.
             rest = attempt.start(self.completer.submit_later, self._attempt_ended)
@@ -459,6 +558,8 @@ class QueueWorker:
 
     def _attempt_ended(self, attempt: Attempt) -> None:
         self._running_jobs.dec()
+        if attempt.ran_sec is not None:
+            self.claim_ahead.ran(attempt.ran_sec)
         self._limit_slots_held -= attempt.job.frees_on_finish
         # Only if it is still this attempt: when a fenced-off attempt's refused finish was
         # written in the step that claimed the job again, the next attempt of the same job is
@@ -474,10 +575,12 @@ class QueueWorker:
     # -- heartbeat ---------------------------------------------------------------------------------
 
     def _lease_ttls(self) -> Iterator[int]:
-        return (a.job.lease_ttl_sec for a in self.running.values())
+        yield from (a.job.lease_ttl_sec for a in self.running.values())
+        yield from (a.job.lease_ttl_sec for a in self._ahead.values())
 
     async def _heartbeat(self, conn: OwnedConnection) -> None:
         attempts = [(a.job.job_id, a.job.attempt) for a in self.running.values()]
+        attempts += [(a.job.job_id, a.job.attempt) for a in self._ahead.values()]
         started = time.perf_counter()
         alive = await QueueConnection(conn).heartbeat_and_backlog(attempts)
         metrics.HEARTBEAT_SECONDS.labels(self.queue).observe(time.perf_counter() - started)
@@ -491,6 +594,8 @@ class QueueWorker:
         for job_id, _ in attempts:
             attempt = self.running.get(job_id)
             if attempt is None:
+                if (ahead := self._ahead.get(job_id)) is not None:
+                    self._renew_ahead(ahead, alive.get(job_id))
                 continue
             if job_id not in alive:
                 if job_id not in finishing:
@@ -502,3 +607,24 @@ class QueueWorker:
                 attempt.request_stop("cancel")
             elif key_backlog:
                 self._to_park[job_id] = attempt.job
+
+    def _renew_ahead(self, ahead: AheadJob, state: tuple[bool, bool] | None) -> None:
+        """The heartbeat's answer for a job claimed ahead: renewed, or given back if its lease was
+        lost, a cancel was asked for, or it has waited a heartbeat period for a slot already (the
+        jobs ahead of it turned out long: another node may run it sooner)."""
+        if state is None:
+            self._give_back(ahead, "lease_lost")
+            return
+        cancel_requested, key_backlog = state
+        if cancel_requested:
+            self._give_back(ahead, "cancel")
+        elif (waited := self._step_started - ahead.claimed_at) >= heartbeat_period(
+                self.env.settings.heartbeat_sec, (ahead.job.lease_ttl_sec,)):
+            # the attempts in the slots have run at least this long: claim for free slots only
+            # until short runs reopen it (else the next claim would take the job back at once)
+            self.claim_ahead.ran(waited)
+            self._give_back(ahead, "waited")
+        else:
+            ahead.lease_from = self._step_started
+            if key_backlog:
+                self._to_park[ahead.job.job_id] = ahead.job

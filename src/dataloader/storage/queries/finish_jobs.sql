@@ -57,11 +57,13 @@ WITH input AS (
     SET status = t.new_status,
         attempt = CASE WHEN t.outcome = 'release' THEN j.attempt - 1 ELSE j.attempt END,
         started_at = CASE WHEN t.outcome = 'release' AND j.attempt = 1 THEN NULL ELSE j.started_at END,
-        available_at = CASE WHEN t.new_status = 'queued' AND t.outcome = 'release' AND t.reason = 'lock_busy'
-                                 AND t.delay_sec = 0
+        available_at = CASE WHEN t.new_status = 'queued' AND t.outcome = 'release'
+                                 AND t.reason IN ('lock_busy', 'claimed_ahead') AND t.delay_sec = 0
                             -- put back at once because its key's holder (a job of ours whose
-                            -- ctx.transaction() committed, lock not yet released) is finishing:
-                            -- it keeps its place in line, so jobs of one key run in order
+                            -- ctx.transaction() committed, lock not yet released) is finishing, or
+                            -- given back unstarted by a worker that claimed it ahead
+                            -- (workers/claim_ahead.py): it keeps its place in line, so jobs of one
+                            -- key run in order
                             THEN LEAST(j.available_at, now())
                             WHEN t.new_status = 'queued'
                             -- clamped (a year; NaN counts as 0) so no delay can overflow the interval
