@@ -67,6 +67,32 @@ def test_a_limit_of_zero_never_claims_ahead():
     assert gate.allowance() == 0 and not gate.is_open
 
 
+@pytest.mark.unit
+async def test_giving_back_during_a_step_starts_nothing_and_frees_no_slot():
+    """A stop (or a switch to limits) while a step is in flight gives back every job claimed ahead:
+    a give-back's own submit must not start the next job claimed ahead in a free slot (it would be
+    started and given back at once), and a job given back never counts as a slot's finish."""
+    from dataloader.config import Settings
+    from dataloader.storage.queue_connection import ClaimedJob
+    from dataloader.workers.claim_ahead import AheadJob
+    from dataloader.workers.env import EngineEnv
+    from dataloader.workers.queue_worker import QueueWorker
+
+    env = EngineEnv(pool=None, repo=None, registry=None, settings=Settings(db_dsn="postgresql://unused/x"),
+                    worker_name="unit")  # type: ignore[arg-type]
+    worker = QueueWorker("q", 2, env)
+    jobs = [ClaimedJob(job_id=uuid.uuid4(), queue="q", task="t", args={}, lock_key=f"k{i}", partition_key="",
+                       lease_ttl_sec=60, attempt=1, max_attempts=3, wait_sec=0.0, lock_hash=i) for i in range(3)]
+    for job in jobs:
+        worker._ahead[job.job_id] = AheadJob(job, 0.0, 0.0)
+    worker._in_step = True  # the stop comes from another task while the step awaits the database
+    await worker.stop_claiming()
+    assert worker.running == {} and worker._ahead == {}
+    assert [r.job_id for r, _ in worker.completer._pending] == [j.job_id for j in jobs]
+    assert all(r.outcome == "release" and r.reason == "claimed_ahead" for r, _ in worker.completer._pending)
+    assert worker._busy_slots() == 0  # three finishes pending, none of them a slot's
+
+
 # -- the worker ------------------------------------------------------------------------------------
 
 def _queue() -> str:

@@ -89,6 +89,7 @@ class QueueWorker:
         self._in_step = False
         # Finishes of jobs claimed ahead and given back unstarted, not yet written (they have no slot).
         self._returns_pending = 0
+        self._giving_back = False  # a give-back's own submit frees no slot: it starts nothing
         self._relocks_seen = 0
         self.completer = Completer(queue, self.running, on_submit=self._submitted, on_requeued=self.timer.schedule_in,
                                    hold=HoldRule.for_queue(env.settings, queue))
@@ -158,7 +159,7 @@ class QueueWorker:
         claimed ahead takes it at once (it runs while the database works); otherwise the loop's
         next step starts it, after sending its statement."""
         self._wake.set()
-        if self._in_step and self._ahead:
+        if self._in_step and self._ahead and not self._giving_back:
             self._start_ahead()
 
     def cancel(self, job_id: uuid.UUID) -> None:
@@ -353,7 +354,8 @@ class QueueWorker:
         not counted and its lock_key released (finish_jobs.sql's release, reason 'claimed_ahead'; a
         cancel asked for meanwhile ends it `canceled`; a lease already lost only unlocks)."""
         job = ahead.job
-        del self._ahead[job.job_id]
+        if self._ahead.pop(job.job_id, None) is None:
+            return  # started or given back meanwhile
         self._claimed_ahead.set(len(self._ahead))
         self._returns_pending += 1
         metrics.CLAIM_AHEAD_RETURNED.labels(self.queue, why).inc()
@@ -363,9 +365,13 @@ class QueueWorker:
             self._holds_parked.discard(job.job_id)
             self._to_park.pop(job.job_id, None)
 
-        self.completer.submit_later(FinishRequest(
-            job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=True,
-            reason="claimed_ahead", lock_hash=job.lock_hash), written)
+        self._giving_back = True
+        try:
+            self.completer.submit_later(FinishRequest(
+                job_id=job.job_id, attempt=job.attempt, outcome="release", lock_key=job.lock_key, unlock=True,
+                reason="claimed_ahead", lock_hash=job.lock_hash), written)
+        finally:
+            self._giving_back = False
 
     def _hands_over_a_parked_key(self) -> bool:
         """A finish about to be written frees a key with parked jobs behind it: its statement
