@@ -58,7 +58,8 @@ async def _journal_limits(db, queue: str, **limits) -> dict:
 
 
 async def _probe_rows(db, job_id, attempt: int | None = None):
-    rows = await db.fetch("SELECT attempt, pid, chunk, note, at FROM test_probe WHERE job_id = $1 ORDER BY id", job_id)
+    rows = await db.fetch("SELECT attempt, pid, chunk, note, at, began FROM test_probe WHERE job_id = $1 ORDER BY id",
+                          job_id)
     return [r for r in rows if attempt is None or r["attempt"] == attempt]
 
 
@@ -107,7 +108,9 @@ async def test_a_holder_frozen_past_its_lease_loses_its_slot_and_stops_at_once_w
     assert {r["pid"] for r in new} == {other.pid}
     woken = [r for r in old if r["at"] > resumed_at]
     stopped_after = (old[-1]["at"] - resumed_at).total_seconds()
-    ran_with_new = [r for r in woken if r["chunk"] is not None]
+    # begun by the handler after the resume (a chunk it began just before the SIGSTOP reaches the
+    # server only after the SIGCONT: its `at` is late, its `began` is not)
+    ran_with_new = [r for r in woken if r["chunk"] is not None and r["began"] > resumed_at]
     print(f"frozen holder after SIGCONT: {len(ran_with_new)} chunk(s) begun, stopped {stopped_after * 1000:.0f} ms "
           f"after the resume, while the new holder ran {new[0]['at']} .. {new[-1]['at']}")
     # what the slot's two holders did at once: the frozen one ran nothing until the resume, then

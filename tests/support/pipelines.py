@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 import warnings
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -429,7 +430,10 @@ CREATE TABLE IF NOT EXISTS test_probe (
     pid int NOT NULL,
     chunk int,               -- NULL on the row that says how the run ended
     note text,
-    at timestamptz NOT NULL DEFAULT clock_timestamp()
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- the handler's own clock when it began the chunk: a SIGSTOP can land after that but before
+    -- its INSERT is sent, so `at` (when the server wrote it) may come after the SIGCONT
+    began timestamptz
 )
 """
 
@@ -446,8 +450,9 @@ async def probed_chunks(ctx: JobContext):
     note = "completed"
 
     async def probe(chunk: int | None, text: str | None = None) -> None:
-        await conn.execute("INSERT INTO test_probe (job_id, attempt, pid, chunk, note) VALUES ($1, $2, $3, $4, $5)",
-                           ctx.job_id, ctx.attempt, os.getpid(), chunk, text)
+        began = datetime.now(UTC)
+        await conn.execute("INSERT INTO test_probe (job_id, attempt, pid, chunk, note, began) "
+                           "VALUES ($1, $2, $3, $4, $5, $6)", ctx.job_id, ctx.attempt, os.getpid(), chunk, text, began)
 
     try:
         for i in range(int(ctx.args.get("chunks", 1)) if ctx.attempt == 1 else 3):
