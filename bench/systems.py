@@ -88,9 +88,6 @@ class Dataloader(System):
             "DL_LOG_LEVEL": "WARNING",
             "DL_PIPELINE_MODULES": "bench.drivers.dl_pipelines",
         })
-        # Claiming ahead is off by default (docs/architecture.md "Claiming ahead"); the drain's
-        # short jobs are what it is for, so the bench turns it on (BENCH_WORKER_DL_CLAIM_AHEAD=0: off).
-        env["DL_CLAIM_AHEAD"] = "64"
         # A setting to try on the workers only: BENCH_WORKER_DL_CLAIM_LANES=1 sets DL_CLAIM_LANES=1.
         env.update({k.removeprefix("BENCH_WORKER_"): v for k, v in os.environ.items()
                     if k.startswith("BENCH_WORKER_DL_")})

@@ -284,8 +284,8 @@ class Settings(BaseSettings):
     reaper_period_sec: float = Field(default=10, gt=0, le=3600)
     claim_backoff_sec: float = Field(default=15, ge=0, le=24 * 3600)
     # Jobs a queue worker may hold claimed beyond its concurrency while its jobs run shorter than a
-    # claim takes (workers/claim_ahead.py, docs/architecture.md "Claiming ahead"); 0 (the default): never.
-    claim_ahead: int = Field(default=0, ge=0, le=1000)
+    # claim takes (workers/claim_ahead.py, docs/architecture.md "Claiming ahead"); 0: never.
+    claim_ahead: int = Field(default=64, ge=0, le=1000)
 
     # Additions (not in 003): documented in README.
     data_dir: Path = Field(default_factory=lambda: default_data_dir())

@@ -105,7 +105,9 @@ async def test_a_worker_whose_sessions_are_killed_never_reuses_a_connection_nor_
                 last = run
     for w in ws:
         log = w.log()
-        if "database unreachable" not in log:
+        # a killed control connection shows as either line, depending on whether the next step or the
+        # replacement found it dead first
+        if "database unreachable" not in log and "reconnected and retook lock_keys" not in log:
             problems.append(f"the kills never reached worker {w.pid}")
         problems += [f"worker {w.pid} used a connection it no longer owned: {line}"
                      for line in log.splitlines() if any(m in line for m in MISUSE)]

@@ -105,6 +105,16 @@ async def next_xid(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
 
 
+async def sessions_of_the_server(pool: asyncpg.Pool) -> list[tuple[object, ...]]:
+    """Every other client session of the server, in any database: what may have taken an id when
+    `next_xid` moved (the id is the whole server's)."""
+    rows = await pool.fetch(
+        "SELECT datname, application_name, state, backend_xid::text, left(query, 160) AS query, "
+        "clock_timestamp() - state_change AS since FROM pg_stat_activity "
+        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY state_change DESC")
+    return [tuple(r.values()) for r in rows]
+
+
 class TablesAt:
     """`tables_content` with its last reading kept while the next transaction id stays put: reading
     every dl_* table costs the server more the longer the worker's session has run, and a run of
