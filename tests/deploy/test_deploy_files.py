@@ -102,7 +102,7 @@ def test_documented_defaults_are_the_real_defaults(monkeypatch):
     for env in names:
         monkeypatch.delenv(env, raising=False)
     defaults = Settings()
-    checked = 0
+    checked = stated = 0
     for env, field_name in names.items():
         field = Settings.model_fields[field_name]
         if field.default_factory is not None:
@@ -115,8 +115,16 @@ def test_documented_defaults_are_the_real_defaults(monkeypatch):
         parsed = getattr(Settings(), field_name)
         monkeypatch.delenv(env)
         assert parsed == getattr(defaults, field_name), f"{env}={value} is not the default"
+        # the words above the line, where they name a plain default, name the same one
+        said = re.search(r"Default: ([\w.-]+)\.?$", " ".join(doc[env][1]).rstrip())
+        if said is not None and re.fullmatch(r"-?\d+(\.\d+)?|true|false", said.group(1)):
+            monkeypatch.setenv(env, said.group(1))
+            words = getattr(Settings(), field_name)
+            monkeypatch.delenv(env)
+            assert words == getattr(defaults, field_name), f"{env}'s comment says Default: {said.group(1)}"
+            stated += 1
         checked += 1
-    assert checked >= 10
+    assert checked >= 10 and stated >= 10
 
 
 def test_workers_json_examples_parse_and_include_the_spec_example():
