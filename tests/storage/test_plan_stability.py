@@ -453,10 +453,18 @@ async def test_the_hot_paths_lock_key_probes_stay_on_their_index_after_a_drained
     assert astray == [], "\n".join(plan)
 
 
-async def test_dl_take_key_probes_by_key_after_a_drained_queue_was_analyzed(churned_database):
-    """The claim's check after the lock (0044's dl_take_key, a plpgsql function whose query is
-    planned generically after five calls) reads a few buffers, not the running part of
-    ix_dl_jobs_status_queue: 20,000 jobs ran there since the vacuum that the walk would read."""
+TAKE_ONE_KEY = "SELECT dl_take_key('{key}'), pg_advisory_unlock(hashtext('{key}'))"
+# the claims' call (0047): a few keys at once, each given back after
+TAKE_KEYS = ("SELECT dl_take_keys(ARRAY['{key}', '{key}-b', '{key}-c']), pg_advisory_unlock(hashtext('{key}')), "
+             "pg_advisory_unlock(hashtext('{key}-b')), pg_advisory_unlock(hashtext('{key}-c'))")
+
+
+@pytest.mark.parametrize("call", [TAKE_ONE_KEY, TAKE_KEYS], ids=["dl_take_key", "dl_take_keys"])
+async def test_dl_take_key_probes_by_key_after_a_drained_queue_was_analyzed(churned_database, call: str):
+    """The claim's check after the lock (0044's dl_take_key, the gate's; 0047's dl_take_keys, the
+    other claims': plpgsql functions whose query is planned generically after five calls) reads a
+    few buffers, not the running part of ix_dl_jobs_status_queue: 20,000 jobs ran there since the
+    vacuum that the walk would read."""
     conn = await connect(churned_database, server_settings={"plan_cache_mode": "force_generic_plan"})
     rolled_back = conn.transaction()  # the module's other tests plan on the database as it was
     await rolled_back.start()
@@ -467,8 +475,7 @@ async def test_dl_take_key_probes_by_key_after_a_drained_queue_was_analyzed(chur
         buffers = []
         for n in range(8):
             plan = "\n".join(r[0] for r in await conn.fetch(
-                f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT dl_take_key('new-{n + 1}'), "
-                f"pg_advisory_unlock(hashtext('new-{n + 1}'))"))
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + call.format(key=f"new-{n + 1}")))
             found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
             buffers.append(int(found.group(1)) + int(found.group(2) or 0) if found else 0)
     finally:
