@@ -28,8 +28,8 @@ step one autocommit statement, as ours is:
   ours without X       diagnostics, not alternatives: our statement with one part cut out (its
                        semantics lost), to show where our cost above the floor goes: the finish's
                        wake-up of a freed key's waiters, its unpark probe, the claim's key-backlog
-                       probe, the claim fence, the journal payloads, the table size, dl_take_key's
-                       check against the finishing jobs (a plain advisory lock instead);
+                       probe, the claim fence, the journal payloads, the table size, dl_take_keys'
+                       check after the locks (plain advisory locks instead);
   pgqueuer             `Queries.dequeue(B)` and `Queries.log_jobs` of the batch on PgQueuer's own
                        tables, in its own process and venv (bench/peers/pgqueuer_floor.py, drain).
 
@@ -143,9 +143,10 @@ CUTS: dict[str, tuple[str, str]] = {
                              r"pg_backend_pid\(\))?\)", "(CASE WHEN $2::text = '' THEN '{}' ELSE '{}' END)::jsonb"),
     "the table size": (re.escape("(SELECT (pg_relation_size('dl_jobs'::regclass) / "
                                  "current_setting('block_size')::int)::int)"), "0"),
-    "dl_take_key's finishing check": (re.escape("dl_take_key(r.lock_key, (SELECT f.jobs FROM finishing f), "
-                                                "(SELECT f.attempts FROM finishing f))"),
-                                      "pg_try_advisory_lock(hashtext(r.lock_key))"),
+    "dl_take_keys' check after the locks": (
+        re.escape("dl_take_keys(ARRAY(SELECT r.lock_key FROM ranked r WHERE r.key_rank = 1),\n"
+                  "                        (SELECT f.jobs FROM finishing f), (SELECT f.attempts FROM finishing f))"),
+        "ARRAY(SELECT r.lock_key FROM ranked r WHERE r.key_rank = 1 AND pg_try_advisory_lock(hashtext(r.lock_key)))"),
 }
 
 
