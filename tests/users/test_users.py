@@ -11,6 +11,7 @@ import pytest
 from dataloader import App, LastAdmin, Settings, UserExists, UserNotFound, ValidationFailed
 from dataloader.model import user as rules
 from dataloader.model.principal import Role
+from tests.conftest import wait_until
 from tests.ui.users_support import CHEAP_HASH, empty_users
 
 
@@ -82,6 +83,37 @@ async def test_two_admins_demoting_each_other_at_once_leave_one(app):
     assert sorted(type(r).__name__ for r in results) == ["LastAdmin", "User"], results
     admins = [u.name for u in await app.users.list() if u.role is Role.ADMIN]
     assert len(admins) == 1
+
+
+@pytest.mark.parametrize(("held", "demoted"), [("a1", "a2"), ("a2", "a1")])
+async def test_a_role_change_locks_the_users_in_name_order(app, db, held: str, demoted: str):
+    """The two demotions above deadlocked now and then (CI, 2026-12-04): one locked the other admin's
+    row first, the other its own. Every change that guards the last admin locks the users it reads
+    in name order, whichever it changes: with one admin's row held elsewhere, a demotion of the
+    other waiting on it holds a1's row and not a2's, both ways round."""
+    await app.users.create("a1", "long enough pass", "admin")
+    await app.users.create("a2", "long enough pass", "admin")
+    holder = await db.acquire()
+    held_tx = holder.transaction()
+    await held_tx.start()
+    demote = None
+    try:
+        await holder.execute("SELECT 1 FROM dl_users WHERE name = $1 FOR UPDATE", held)
+        demote = asyncio.create_task(app.users.set_role(demoted, "viewer"))
+        await wait_until(lambda: db.fetchval(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid()"), timeout=10, message="the demotion to wait on the held row")
+        async with db.acquire() as probe, probe.transaction():
+            a1_free = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM dl_users WHERE name = 'a1' "
+                                           "FOR UPDATE SKIP LOCKED)")
+            a2_free = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM dl_users WHERE name = 'a2' "
+                                           "FOR UPDATE SKIP LOCKED)")
+        # a1 before a2: while waiting, the demotion holds a1 (its own or the held one) and not a2
+        assert (a1_free, a2_free) == (False, held == "a1"), (held, demoted, a1_free, a2_free)
+    finally:
+        await held_tx.rollback()
+        await db.release(holder)
+    assert demote is not None and (await demote).role is Role.VIEWER
 
 
 async def test_a_weaker_hash_is_remade_at_the_next_sign_in(app, db):

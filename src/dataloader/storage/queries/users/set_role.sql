@@ -5,7 +5,8 @@
 WITH
 -- @include users/admins_left
 , target AS (
-    SELECT name, role, disabled FROM dl_users WHERE name = $1 FOR UPDATE
+    -- every row of locked_users is read here, so all of them are locked, in their order
+    SELECT name, role, disabled FROM locked_users WHERE name = $1
 ), refused AS (
     SELECT 1 FROM target
     WHERE target.role = 'admin' AND NOT target.disabled AND $2 <> 'admin'
