@@ -55,7 +55,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RestartFn = Callable[[], Awaitable[str]]
 
 # requeue reasons that hand an attempt back without counting it (finish_jobs.sql: outcome release)
-NOT_COUNTED_REASONS = {"shutdown", "lock_busy", "lease_lost"}
+# claimed_ahead: a job claimed beyond the concurrency and given back unstarted (a shutdown, a reconnect,
+# a lost lease, a wait past a heartbeat period; docs/architecture.md "Claiming ahead")
+NOT_COUNTED_REASONS = {"shutdown", "lock_busy", "lease_lost", "claimed_ahead"}
 # the reaper's two ways to take a dead node's attempt back: its lease ran out, or a node on its
 # machine saw its pid gone (jobs/reaper.py)
 TAKEN_BACK_REASONS = {"lease_expired", "worker_died"}

@@ -116,7 +116,9 @@ async def test_a_process_a_dead_node_parked_restarts_from_its_error_on_a_live_no
                                                                                   local_processors):
     """Recovery after a real kill -9 (issue 11): the process the dead node's task parked in error is
     restarted from that task; the surviving worker process runs it again, once."""
-    call, _ = await _kill_mid_call(app, pdb, workers, "zombie")  # its re-run call runs the same args
+    # its re-run call runs the same args, so the call is long enough for the kill to cut it on a
+    # loaded machine (at 2.5 s a late poll let it finish first: no zombie) and short enough to re-run
+    call, _ = await _kill_mid_call(app, pdb, workers, "zombie", sleep=8)
     with pytest.raises(ProcessTaskFailed, match="zombie detected"):
         await asyncio.wait_for(call, 60)
     result = await app.processes.restart("zombie", "k1", "error")
